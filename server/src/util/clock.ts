@@ -1,0 +1,35 @@
+/**
+ * Time and randomness are injected into the engine so that a seeded
+ * simulation can replay a run exactly. Engine code never calls `Date.now()`,
+ * `setTimeout` or `Math.random()` directly; it asks a {@link Clock} and a
+ * {@link Random}.
+ */
+
+/** A source of wall-clock time and timers. */
+export interface Clock {
+  /** Milliseconds since the Unix epoch. */
+  now(): number;
+  /** Resolves after `ms` milliseconds, or rejects with the signal's reason when aborted. */
+  sleep(ms: number, signal?: AbortSignal): Promise<void>;
+}
+
+/** The real clock, backed by `Date.now()` and `setTimeout`. */
+export const systemClock: Clock = {
+  now: () => Date.now(),
+  sleep: (ms, signal) =>
+    new Promise<void>((resolve, reject) => {
+      if (signal?.aborted) {
+        reject(signal.reason);
+        return;
+      }
+      const timer = setTimeout(() => {
+        signal?.removeEventListener("abort", onAbort);
+        resolve();
+      }, ms);
+      const onAbort = () => {
+        clearTimeout(timer);
+        reject(signal?.reason);
+      };
+      signal?.addEventListener("abort", onAbort, { once: true });
+    }),
+};
