@@ -1,4 +1,4 @@
-// The casq queue API: produce, claim and acknowledge messages.
+// The casq queue API: produce, claim, heartbeat and settle messages.
 //
 // Every mutating RPC is answered only after the change is durable in object
 // storage (group commit): a successful response means the write landed.
@@ -15,7 +15,6 @@ import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
-	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -28,12 +27,13 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-// EnqueueRequest carries one or more messages for one queue.
+// EnqueueRequest carries 1..1000 messages for one queue.
 type EnqueueRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Target queue name, matching [a-z0-9][a-z0-9._-]{0,127}.
 	Queue string `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
-	// Messages to enqueue, at least one. They are stored atomically per shard.
+	// Messages to enqueue, 1..1000 and at most the queue's limits.max_batch.
+	// Each shard's messages are stored atomically, in request order.
 	Messages      []*NewMessage `protobuf:"bytes,2,rep,name=messages,proto3" json:"messages,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -132,13 +132,15 @@ func (x *EnqueueResponse) GetMessages() []*EnqueuedMessage {
 // EnqueuedMessage identifies one message stored by an Enqueue call.
 type EnqueuedMessage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Id of the stored message (of the original one for a duplicate).
+	// Id of the stored message (of the original one for a duplicate): 26
+	// characters, time-ordered.
 	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	// Shard that holds the message.
+	// Shard that holds the message (0-based).
 	Shard uint32 `protobuf:"varint,2,opt,name=shard,proto3" json:"shard,omitempty"`
 	// Offset of the message within its shard.
 	Offset uint64 `protobuf:"varint,3,opt,name=offset,proto3" json:"offset,omitempty"`
-	// True when the dedup id was already seen and nothing new was stored.
+	// True when the dedup id was already seen within the dedup window: nothing
+	// new was stored, and id, shard and offset are the original message's.
 	Duplicate     bool `protobuf:"varint,4,opt,name=duplicate,proto3" json:"duplicate,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -209,16 +211,20 @@ type ClaimRequest struct {
 	Queue string `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
 	// Subscription (consumer group) to claim for. Empty means "default".
 	Subscription string `protobuf:"bytes,2,opt,name=subscription,proto3" json:"subscription,omitempty"`
-	// Identity of the claiming worker, shown in leases and used in logs;
-	// any stable, unique string such as "host-1/pid-4242".
+	// Identity of the claiming worker (required, at most 256 UTF-8 bytes),
+	// recorded in the lease and used in logs; any stable, unique string such as
+	// "host-1/pid-4242".
 	WorkerId string `protobuf:"bytes,3,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
-	// Maximum number of messages to lease. 0 means 1.
+	// Most messages to lease, 1..1000; 0 means 1. Values above the queue's
+	// limits.max_batch are capped to it.
 	MaxMessages uint32 `protobuf:"varint,4,opt,name=max_messages,json=maxMessages,proto3" json:"max_messages,omitempty"`
 	// Longest time to wait for a runnable message before returning an empty
-	// response (long poll). Unset or zero means return immediately.
+	// response (long poll), 0..20 s. Unset or zero means return at once. The
+	// broker answers before the call's own deadline, if that is sooner.
 	Wait *durationpb.Duration `protobuf:"bytes,5,opt,name=wait,proto3" json:"wait,omitempty"`
-	// Lease length: the lease expires this long after the claim or the last
-	// heartbeat. Unset means the queue's default lease TTL.
+	// Lease length for these messages, 100 ms..24 h: a lease expires this long
+	// after the claim or the last heartbeat that moved it. Unset means the
+	// queue's config.lease_ttl (default 60 s).
 	LeaseTtl      *durationpb.Duration `protobuf:"bytes,6,opt,name=lease_ttl,json=leaseTtl,proto3" json:"lease_ttl,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -299,8 +305,8 @@ func (x *ClaimRequest) GetLeaseTtl() *durationpb.Duration {
 // ClaimResponse carries the leased messages, possibly none.
 type ClaimResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Leased messages, in claim order (priority, then offset). Empty if none
-	// became runnable within the wait.
+	// Leased messages, in claim order (per shard: priority, then offset). Empty
+	// if none became runnable within the wait.
 	Messages      []*ClaimedMessage `protobuf:"bytes,1,rep,name=messages,proto3" json:"messages,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -343,35 +349,38 @@ func (x *ClaimResponse) GetMessages() []*ClaimedMessage {
 	return nil
 }
 
-// ClaimedMessage is a message together with the lease that the worker holds.
-type ClaimedMessage struct {
+// HeartbeatRequest keeps leases of one subscription alive.
+type HeartbeatRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The message itself.
-	Message *Message `protobuf:"bytes,1,opt,name=message,proto3" json:"message,omitempty"`
-	// Opaque lease receipt; pass it to Ack (and later heartbeat / nack). It is
-	// valid only for this delivery attempt.
-	Receipt string `protobuf:"bytes,2,opt,name=receipt,proto3" json:"receipt,omitempty"`
-	// Time at which the lease expires unless it is heartbeated; after it the
-	// message becomes claimable again as a failed attempt.
-	LeaseExpiresAt *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=lease_expires_at,json=leaseExpiresAt,proto3" json:"lease_expires_at,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Queue the messages were claimed from.
+	Queue string `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	// Subscription the messages were claimed for. Empty means "default".
+	Subscription string `protobuf:"bytes,2,opt,name=subscription,proto3" json:"subscription,omitempty"`
+	// Identity of the worker (required, at most 256 UTF-8 bytes), for logs. The
+	// receipt is the capability: a worker that reconnects under a new id keeps
+	// its leases.
+	WorkerId string `protobuf:"bytes,3,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	// Receipts from ClaimedMessage.receipt: at least one, at most the queue's
+	// limits.max_batch.
+	Receipts      []string `protobuf:"bytes,4,rep,name=receipts,proto3" json:"receipts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
-func (x *ClaimedMessage) Reset() {
-	*x = ClaimedMessage{}
+func (x *HeartbeatRequest) Reset() {
+	*x = HeartbeatRequest{}
 	mi := &file_casq_v1_queue_service_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *ClaimedMessage) String() string {
+func (x *HeartbeatRequest) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*ClaimedMessage) ProtoMessage() {}
+func (*HeartbeatRequest) ProtoMessage() {}
 
-func (x *ClaimedMessage) ProtoReflect() protoreflect.Message {
+func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 	mi := &file_casq_v1_queue_service_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
@@ -383,40 +392,94 @@ func (x *ClaimedMessage) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use ClaimedMessage.ProtoReflect.Descriptor instead.
-func (*ClaimedMessage) Descriptor() ([]byte, []int) {
+// Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
+func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
 	return file_casq_v1_queue_service_proto_rawDescGZIP(), []int{5}
 }
 
-func (x *ClaimedMessage) GetMessage() *Message {
+func (x *HeartbeatRequest) GetQueue() string {
 	if x != nil {
-		return x.Message
-	}
-	return nil
-}
-
-func (x *ClaimedMessage) GetReceipt() string {
-	if x != nil {
-		return x.Receipt
+		return x.Queue
 	}
 	return ""
 }
 
-func (x *ClaimedMessage) GetLeaseExpiresAt() *timestamppb.Timestamp {
+func (x *HeartbeatRequest) GetSubscription() string {
 	if x != nil {
-		return x.LeaseExpiresAt
+		return x.Subscription
+	}
+	return ""
+}
+
+func (x *HeartbeatRequest) GetWorkerId() string {
+	if x != nil {
+		return x.WorkerId
+	}
+	return ""
+}
+
+func (x *HeartbeatRequest) GetReceipts() []string {
+	if x != nil {
+		return x.Receipts
 	}
 	return nil
 }
 
-// AckRequest acknowledges claimed messages of one subscription.
+// HeartbeatResponse reports, per receipt, whether the lease is still held.
+type HeartbeatResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One entry per request receipt, in request order.
+	Results       []*HeartbeatResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HeartbeatResponse) Reset() {
+	*x = HeartbeatResponse{}
+	mi := &file_casq_v1_queue_service_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HeartbeatResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HeartbeatResponse) ProtoMessage() {}
+
+func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_casq_v1_queue_service_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
+func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
+	return file_casq_v1_queue_service_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *HeartbeatResponse) GetResults() []*HeartbeatResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+// AckRequest acknowledges deliveries of one subscription.
 type AckRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Queue the messages were claimed from.
 	Queue string `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
 	// Subscription the messages were claimed for. Empty means "default".
 	Subscription string `protobuf:"bytes,2,opt,name=subscription,proto3" json:"subscription,omitempty"`
-	// Receipts from ClaimedMessage.receipt, at least one.
+	// Receipts from ClaimedMessage.receipt: at least one, at most the queue's
+	// limits.max_batch.
 	Receipts      []string `protobuf:"bytes,3,rep,name=receipts,proto3" json:"receipts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -424,7 +487,7 @@ type AckRequest struct {
 
 func (x *AckRequest) Reset() {
 	*x = AckRequest{}
-	mi := &file_casq_v1_queue_service_proto_msgTypes[6]
+	mi := &file_casq_v1_queue_service_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -436,7 +499,7 @@ func (x *AckRequest) String() string {
 func (*AckRequest) ProtoMessage() {}
 
 func (x *AckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_casq_v1_queue_service_proto_msgTypes[6]
+	mi := &file_casq_v1_queue_service_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -449,7 +512,7 @@ func (x *AckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckRequest.ProtoReflect.Descriptor instead.
 func (*AckRequest) Descriptor() ([]byte, []int) {
-	return file_casq_v1_queue_service_proto_rawDescGZIP(), []int{6}
+	return file_casq_v1_queue_service_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *AckRequest) GetQueue() string {
@@ -475,14 +538,16 @@ func (x *AckRequest) GetReceipts() []string {
 
 // AckResponse is returned once every ack in the request is durable.
 type AckResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One entry per request receipt, in request order.
+	Results       []*AckResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AckResponse) Reset() {
 	*x = AckResponse{}
-	mi := &file_casq_v1_queue_service_proto_msgTypes[7]
+	mi := &file_casq_v1_queue_service_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -494,7 +559,7 @@ func (x *AckResponse) String() string {
 func (*AckResponse) ProtoMessage() {}
 
 func (x *AckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_casq_v1_queue_service_proto_msgTypes[7]
+	mi := &file_casq_v1_queue_service_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -507,14 +572,257 @@ func (x *AckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckResponse.ProtoReflect.Descriptor instead.
 func (*AckResponse) Descriptor() ([]byte, []int) {
-	return file_casq_v1_queue_service_proto_rawDescGZIP(), []int{7}
+	return file_casq_v1_queue_service_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *AckResponse) GetResults() []*AckResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+// NackRequest gives deliveries of one subscription back.
+type NackRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Queue the messages were claimed from.
+	Queue string `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	// Subscription the messages were claimed for. Empty means "default".
+	Subscription string `protobuf:"bytes,2,opt,name=subscription,proto3" json:"subscription,omitempty"`
+	// Receipts from ClaimedMessage.receipt: at least one, at most the queue's
+	// limits.max_batch.
+	Receipts []string `protobuf:"bytes,3,rep,name=receipts,proto3" json:"receipts,omitempty"`
+	// Retry after this delay (0..365 days; 0 means at once) instead of the
+	// queue's backoff policy. Unset means the backoff policy. Ignored when the
+	// message is dead-lettered.
+	Delay *durationpb.Duration `protobuf:"bytes,4,opt,name=delay,proto3" json:"delay,omitempty"`
+	// Dead-letter the messages now instead of retrying them.
+	DeadLetter bool `protobuf:"varint,5,opt,name=dead_letter,json=deadLetter,proto3" json:"dead_letter,omitempty"`
+	// Why processing failed, kept with the dead letter (if it comes to that)
+	// and shown by ListDeadLetters. Cut to 2048 characters. Empty: the broker
+	// writes a generic reason.
+	Reason        string `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NackRequest) Reset() {
+	*x = NackRequest{}
+	mi := &file_casq_v1_queue_service_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NackRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NackRequest) ProtoMessage() {}
+
+func (x *NackRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_casq_v1_queue_service_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NackRequest.ProtoReflect.Descriptor instead.
+func (*NackRequest) Descriptor() ([]byte, []int) {
+	return file_casq_v1_queue_service_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *NackRequest) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *NackRequest) GetSubscription() string {
+	if x != nil {
+		return x.Subscription
+	}
+	return ""
+}
+
+func (x *NackRequest) GetReceipts() []string {
+	if x != nil {
+		return x.Receipts
+	}
+	return nil
+}
+
+func (x *NackRequest) GetDelay() *durationpb.Duration {
+	if x != nil {
+		return x.Delay
+	}
+	return nil
+}
+
+func (x *NackRequest) GetDeadLetter() bool {
+	if x != nil {
+		return x.DeadLetter
+	}
+	return false
+}
+
+func (x *NackRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// NackResponse is returned once every nack in the request is durable.
+type NackResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One entry per request receipt, in request order.
+	Results       []*NackResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NackResponse) Reset() {
+	*x = NackResponse{}
+	mi := &file_casq_v1_queue_service_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NackResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NackResponse) ProtoMessage() {}
+
+func (x *NackResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_casq_v1_queue_service_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NackResponse.ProtoReflect.Descriptor instead.
+func (*NackResponse) Descriptor() ([]byte, []int) {
+	return file_casq_v1_queue_service_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *NackResponse) GetResults() []*NackResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+// LookupShardsRequest names the queue to route.
+type LookupShardsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Queue name, matching [a-z0-9][a-z0-9._-]{0,127}.
+	Queue         string `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LookupShardsRequest) Reset() {
+	*x = LookupShardsRequest{}
+	mi := &file_casq_v1_queue_service_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LookupShardsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LookupShardsRequest) ProtoMessage() {}
+
+func (x *LookupShardsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_casq_v1_queue_service_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LookupShardsRequest.ProtoReflect.Descriptor instead.
+func (*LookupShardsRequest) Descriptor() ([]byte, []int) {
+	return file_casq_v1_queue_service_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *LookupShardsRequest) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+// LookupShardsResponse lists every shard of the queue with its leader.
+type LookupShardsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Every shard of the queue, in shard order (shards[i].shard == i); the
+	// queue's shard count is the length of this list. A keyed message goes to
+	// shard FNV-1a-32(UTF-8 bytes of key) % len(shards).
+	Shards        []*ShardRoute `protobuf:"bytes,1,rep,name=shards,proto3" json:"shards,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LookupShardsResponse) Reset() {
+	*x = LookupShardsResponse{}
+	mi := &file_casq_v1_queue_service_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LookupShardsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LookupShardsResponse) ProtoMessage() {}
+
+func (x *LookupShardsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_casq_v1_queue_service_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LookupShardsResponse.ProtoReflect.Descriptor instead.
+func (*LookupShardsResponse) Descriptor() ([]byte, []int) {
+	return file_casq_v1_queue_service_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *LookupShardsResponse) GetShards() []*ShardRoute {
+	if x != nil {
+		return x.Shards
+	}
+	return nil
 }
 
 var File_casq_v1_queue_service_proto protoreflect.FileDescriptor
 
 const file_casq_v1_queue_service_proto_rawDesc = "" +
 	"\n" +
-	"\x1bcasq/v1/queue_service.proto\x12\acasq.v1\x1a\x15casq/v1/message.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"W\n" +
+	"\x1bcasq/v1/queue_service.proto\x12\acasq.v1\x1a\x15casq/v1/message.proto\x1a\x13casq/v1/shard.proto\x1a\x12casq/v1/work.proto\x1a\x1egoogle/protobuf/duration.proto\"W\n" +
 	"\x0eEnqueueRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12/\n" +
 	"\bmessages\x18\x02 \x03(\v2\x13.casq.v1.NewMessageR\bmessages\"G\n" +
@@ -533,21 +841,43 @@ const file_casq_v1_queue_service_proto_rawDesc = "" +
 	"\x04wait\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x04wait\x126\n" +
 	"\tlease_ttl\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\bleaseTtl\"D\n" +
 	"\rClaimResponse\x123\n" +
-	"\bmessages\x18\x01 \x03(\v2\x17.casq.v1.ClaimedMessageR\bmessages\"\x9c\x01\n" +
-	"\x0eClaimedMessage\x12*\n" +
-	"\amessage\x18\x01 \x01(\v2\x10.casq.v1.MessageR\amessage\x12\x18\n" +
-	"\areceipt\x18\x02 \x01(\tR\areceipt\x12D\n" +
-	"\x10lease_expires_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x0eleaseExpiresAt\"b\n" +
+	"\bmessages\x18\x01 \x03(\v2\x17.casq.v1.ClaimedMessageR\bmessages\"\x85\x01\n" +
+	"\x10HeartbeatRequest\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\"\n" +
+	"\fsubscription\x18\x02 \x01(\tR\fsubscription\x12\x1b\n" +
+	"\tworker_id\x18\x03 \x01(\tR\bworkerId\x12\x1a\n" +
+	"\breceipts\x18\x04 \x03(\tR\breceipts\"G\n" +
+	"\x11HeartbeatResponse\x122\n" +
+	"\aresults\x18\x01 \x03(\v2\x18.casq.v1.HeartbeatResultR\aresults\"b\n" +
 	"\n" +
 	"AckRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\"\n" +
 	"\fsubscription\x18\x02 \x01(\tR\fsubscription\x12\x1a\n" +
-	"\breceipts\x18\x03 \x03(\tR\breceipts\"\r\n" +
-	"\vAckResponse2\xb6\x01\n" +
+	"\breceipts\x18\x03 \x03(\tR\breceipts\";\n" +
+	"\vAckResponse\x12,\n" +
+	"\aresults\x18\x01 \x03(\v2\x12.casq.v1.AckResultR\aresults\"\xcd\x01\n" +
+	"\vNackRequest\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\"\n" +
+	"\fsubscription\x18\x02 \x01(\tR\fsubscription\x12\x1a\n" +
+	"\breceipts\x18\x03 \x03(\tR\breceipts\x12/\n" +
+	"\x05delay\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x05delay\x12\x1f\n" +
+	"\vdead_letter\x18\x05 \x01(\bR\n" +
+	"deadLetter\x12\x16\n" +
+	"\x06reason\x18\x06 \x01(\tR\x06reason\"=\n" +
+	"\fNackResponse\x12-\n" +
+	"\aresults\x18\x01 \x03(\v2\x13.casq.v1.NackResultR\aresults\"+\n" +
+	"\x13LookupShardsRequest\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\"C\n" +
+	"\x14LookupShardsResponse\x12+\n" +
+	"\x06shards\x18\x01 \x03(\v2\x13.casq.v1.ShardRouteR\x06shards2\xb5\x03\n" +
 	"\fQueueService\x12<\n" +
 	"\aEnqueue\x12\x17.casq.v1.EnqueueRequest\x1a\x18.casq.v1.EnqueueResponse\x126\n" +
-	"\x05Claim\x12\x15.casq.v1.ClaimRequest\x1a\x16.casq.v1.ClaimResponse\x120\n" +
-	"\x03Ack\x12\x13.casq.v1.AckRequest\x1a\x14.casq.v1.AckResponseB0Z.github.com/casq/casq/sdk/go/gen/casq/v1;casqv1b\x06proto3"
+	"\x05Claim\x12\x15.casq.v1.ClaimRequest\x1a\x16.casq.v1.ClaimResponse\x12B\n" +
+	"\tHeartbeat\x12\x19.casq.v1.HeartbeatRequest\x1a\x1a.casq.v1.HeartbeatResponse\x120\n" +
+	"\x03Ack\x12\x13.casq.v1.AckRequest\x1a\x14.casq.v1.AckResponse\x123\n" +
+	"\x04Nack\x12\x14.casq.v1.NackRequest\x1a\x15.casq.v1.NackResponse\x127\n" +
+	"\x04Work\x12\x14.casq.v1.WorkRequest\x1a\x15.casq.v1.WorkResponse(\x010\x01\x12K\n" +
+	"\fLookupShards\x12\x1c.casq.v1.LookupShardsRequest\x1a\x1d.casq.v1.LookupShardsResponseB0Z.github.com/casq/casq/sdk/go/gen/casq/v1;casqv1b\x06proto3"
 
 var (
 	file_casq_v1_queue_service_proto_rawDescOnce sync.Once
@@ -561,40 +891,61 @@ func file_casq_v1_queue_service_proto_rawDescGZIP() []byte {
 	return file_casq_v1_queue_service_proto_rawDescData
 }
 
-var file_casq_v1_queue_service_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_casq_v1_queue_service_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_casq_v1_queue_service_proto_goTypes = []any{
-	(*EnqueueRequest)(nil),        // 0: casq.v1.EnqueueRequest
-	(*EnqueueResponse)(nil),       // 1: casq.v1.EnqueueResponse
-	(*EnqueuedMessage)(nil),       // 2: casq.v1.EnqueuedMessage
-	(*ClaimRequest)(nil),          // 3: casq.v1.ClaimRequest
-	(*ClaimResponse)(nil),         // 4: casq.v1.ClaimResponse
-	(*ClaimedMessage)(nil),        // 5: casq.v1.ClaimedMessage
-	(*AckRequest)(nil),            // 6: casq.v1.AckRequest
-	(*AckResponse)(nil),           // 7: casq.v1.AckResponse
-	(*NewMessage)(nil),            // 8: casq.v1.NewMessage
-	(*durationpb.Duration)(nil),   // 9: google.protobuf.Duration
-	(*Message)(nil),               // 10: casq.v1.Message
-	(*timestamppb.Timestamp)(nil), // 11: google.protobuf.Timestamp
+	(*EnqueueRequest)(nil),       // 0: casq.v1.EnqueueRequest
+	(*EnqueueResponse)(nil),      // 1: casq.v1.EnqueueResponse
+	(*EnqueuedMessage)(nil),      // 2: casq.v1.EnqueuedMessage
+	(*ClaimRequest)(nil),         // 3: casq.v1.ClaimRequest
+	(*ClaimResponse)(nil),        // 4: casq.v1.ClaimResponse
+	(*HeartbeatRequest)(nil),     // 5: casq.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),    // 6: casq.v1.HeartbeatResponse
+	(*AckRequest)(nil),           // 7: casq.v1.AckRequest
+	(*AckResponse)(nil),          // 8: casq.v1.AckResponse
+	(*NackRequest)(nil),          // 9: casq.v1.NackRequest
+	(*NackResponse)(nil),         // 10: casq.v1.NackResponse
+	(*LookupShardsRequest)(nil),  // 11: casq.v1.LookupShardsRequest
+	(*LookupShardsResponse)(nil), // 12: casq.v1.LookupShardsResponse
+	(*NewMessage)(nil),           // 13: casq.v1.NewMessage
+	(*durationpb.Duration)(nil),  // 14: google.protobuf.Duration
+	(*ClaimedMessage)(nil),       // 15: casq.v1.ClaimedMessage
+	(*HeartbeatResult)(nil),      // 16: casq.v1.HeartbeatResult
+	(*AckResult)(nil),            // 17: casq.v1.AckResult
+	(*NackResult)(nil),           // 18: casq.v1.NackResult
+	(*ShardRoute)(nil),           // 19: casq.v1.ShardRoute
+	(*WorkRequest)(nil),          // 20: casq.v1.WorkRequest
+	(*WorkResponse)(nil),         // 21: casq.v1.WorkResponse
 }
 var file_casq_v1_queue_service_proto_depIdxs = []int32{
-	8,  // 0: casq.v1.EnqueueRequest.messages:type_name -> casq.v1.NewMessage
+	13, // 0: casq.v1.EnqueueRequest.messages:type_name -> casq.v1.NewMessage
 	2,  // 1: casq.v1.EnqueueResponse.messages:type_name -> casq.v1.EnqueuedMessage
-	9,  // 2: casq.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
-	9,  // 3: casq.v1.ClaimRequest.lease_ttl:type_name -> google.protobuf.Duration
-	5,  // 4: casq.v1.ClaimResponse.messages:type_name -> casq.v1.ClaimedMessage
-	10, // 5: casq.v1.ClaimedMessage.message:type_name -> casq.v1.Message
-	11, // 6: casq.v1.ClaimedMessage.lease_expires_at:type_name -> google.protobuf.Timestamp
-	0,  // 7: casq.v1.QueueService.Enqueue:input_type -> casq.v1.EnqueueRequest
-	3,  // 8: casq.v1.QueueService.Claim:input_type -> casq.v1.ClaimRequest
-	6,  // 9: casq.v1.QueueService.Ack:input_type -> casq.v1.AckRequest
-	1,  // 10: casq.v1.QueueService.Enqueue:output_type -> casq.v1.EnqueueResponse
-	4,  // 11: casq.v1.QueueService.Claim:output_type -> casq.v1.ClaimResponse
-	7,  // 12: casq.v1.QueueService.Ack:output_type -> casq.v1.AckResponse
-	10, // [10:13] is the sub-list for method output_type
-	7,  // [7:10] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	14, // 2: casq.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
+	14, // 3: casq.v1.ClaimRequest.lease_ttl:type_name -> google.protobuf.Duration
+	15, // 4: casq.v1.ClaimResponse.messages:type_name -> casq.v1.ClaimedMessage
+	16, // 5: casq.v1.HeartbeatResponse.results:type_name -> casq.v1.HeartbeatResult
+	17, // 6: casq.v1.AckResponse.results:type_name -> casq.v1.AckResult
+	14, // 7: casq.v1.NackRequest.delay:type_name -> google.protobuf.Duration
+	18, // 8: casq.v1.NackResponse.results:type_name -> casq.v1.NackResult
+	19, // 9: casq.v1.LookupShardsResponse.shards:type_name -> casq.v1.ShardRoute
+	0,  // 10: casq.v1.QueueService.Enqueue:input_type -> casq.v1.EnqueueRequest
+	3,  // 11: casq.v1.QueueService.Claim:input_type -> casq.v1.ClaimRequest
+	5,  // 12: casq.v1.QueueService.Heartbeat:input_type -> casq.v1.HeartbeatRequest
+	7,  // 13: casq.v1.QueueService.Ack:input_type -> casq.v1.AckRequest
+	9,  // 14: casq.v1.QueueService.Nack:input_type -> casq.v1.NackRequest
+	20, // 15: casq.v1.QueueService.Work:input_type -> casq.v1.WorkRequest
+	11, // 16: casq.v1.QueueService.LookupShards:input_type -> casq.v1.LookupShardsRequest
+	1,  // 17: casq.v1.QueueService.Enqueue:output_type -> casq.v1.EnqueueResponse
+	4,  // 18: casq.v1.QueueService.Claim:output_type -> casq.v1.ClaimResponse
+	6,  // 19: casq.v1.QueueService.Heartbeat:output_type -> casq.v1.HeartbeatResponse
+	8,  // 20: casq.v1.QueueService.Ack:output_type -> casq.v1.AckResponse
+	10, // 21: casq.v1.QueueService.Nack:output_type -> casq.v1.NackResponse
+	21, // 22: casq.v1.QueueService.Work:output_type -> casq.v1.WorkResponse
+	12, // 23: casq.v1.QueueService.LookupShards:output_type -> casq.v1.LookupShardsResponse
+	17, // [17:24] is the sub-list for method output_type
+	10, // [10:17] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_casq_v1_queue_service_proto_init() }
@@ -603,13 +954,15 @@ func file_casq_v1_queue_service_proto_init() {
 		return
 	}
 	file_casq_v1_message_proto_init()
+	file_casq_v1_shard_proto_init()
+	file_casq_v1_work_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_casq_v1_queue_service_proto_rawDesc), len(file_casq_v1_queue_service_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   8,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1,4 +1,4 @@
-// The casq queue API: produce, claim and acknowledge messages.
+// The casq queue API: produce, claim, heartbeat and settle messages.
 //
 // Every mutating RPC is answered only after the change is durable in object
 // storage (group commit): a successful response means the write landed.
@@ -24,9 +24,13 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	QueueService_Enqueue_FullMethodName = "/casq.v1.QueueService/Enqueue"
-	QueueService_Claim_FullMethodName   = "/casq.v1.QueueService/Claim"
-	QueueService_Ack_FullMethodName     = "/casq.v1.QueueService/Ack"
+	QueueService_Enqueue_FullMethodName      = "/casq.v1.QueueService/Enqueue"
+	QueueService_Claim_FullMethodName        = "/casq.v1.QueueService/Claim"
+	QueueService_Heartbeat_FullMethodName    = "/casq.v1.QueueService/Heartbeat"
+	QueueService_Ack_FullMethodName          = "/casq.v1.QueueService/Ack"
+	QueueService_Nack_FullMethodName         = "/casq.v1.QueueService/Nack"
+	QueueService_Work_FullMethodName         = "/casq.v1.QueueService/Work"
+	QueueService_LookupShards_FullMethodName = "/casq.v1.QueueService/LookupShards"
 )
 
 // QueueServiceClient is the client API for QueueService service.
@@ -34,19 +38,118 @@ const (
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
 // QueueService is the producer and worker API of a casq broker.
+//
+// Durability: Enqueue, Claim, Heartbeat (when it moves a deadline), Ack and
+// Nack are answered only after the object-store write that contains them
+// landed. A response means it is durable; nothing answered is ever lost.
+//
+// Shards and redirects: a queue has 1..N shards and each shard is led by one
+// broker. An RPC is split by shard (messages by key, receipts by the shard
+// they encode); every shard's part is applied atomically by that shard's
+// leader, the request as a whole is not. If a part needs a shard that another
+// broker leads, the RPC fails with UNAVAILABLE, trailer metadata
+// `casq-leader-address`, and a casq.v1.LeaderRedirect status detail (see
+// errors.proto); that part was not applied, but the parts for other shards may
+// have been. Resending the whole request to the leader is safe: acks, nacks
+// and heartbeats are idempotent per receipt, and enqueues are when their
+// messages carry dedup ids. SDKs avoid split requests on multi-shard queues by
+// routing per shard with LookupShards and the key hash.
+//
+// Status codes common to every RPC:
+//   - INVALID_ARGUMENT: malformed request (bad name, value out of range,
+//     malformed receipt); nothing was applied. The message names the field.
+//   - NOT_FOUND: the queue or subscription does not exist.
+//   - UNAVAILABLE: with a LeaderRedirect detail, resend to the leader; without
+//     one, the store or broker is unavailable (or the broker is shutting
+//     down): retry with backoff, possibly at another broker.
+//   - DATA_LOSS: the shard's document cannot be read (corrupt, or written by a
+//     newer casq). The broker refuses to overwrite it; an operator must look
+//     (casq inspect, AdminService.GetDocument).
+//   - DEADLINE_EXCEEDED / CANCELLED: the call ended before the broker knew the
+//     outcome; the request may or may not have been applied.
+//   - INTERNAL: a bug in casq.
 type QueueServiceClient interface {
-	// Enqueue durably appends messages to a queue. The response lists the
-	// assigned ids in request order; it is sent only after every message is
-	// stored. A message whose dedup id was already seen within the dedup window
-	// is not stored again and reports the original message's id.
+	// Enqueue durably appends 1..1000 messages to a queue and returns, in
+	// request order, each message's id, shard and offset. Messages for the same
+	// shard are stored atomically (all or none); the response is sent only when
+	// every message is stored. A message whose dedup id was already seen within
+	// the dedup window is not stored again: its result carries the original
+	// message's id, shard and offset with duplicate = true.
+	//
+	// Errors: INVALID_ARGUMENT (no messages, more than 1000, priority, delay,
+	// run_at, max_attempts, key or id out of range); RESOURCE_EXHAUSTED (a
+	// queue limit: payload or headers too large, more messages than
+	// limits.max_batch, or the shard document would outgrow
+	// limits.max_document_bytes - retry once workers have caught up, or raise
+	// the limit; nothing was stored for that shard); NOT_FOUND (the queue does
+	// not exist, unless the broker auto-creates queues); plus the common codes.
 	Enqueue(ctx context.Context, in *EnqueueRequest, opts ...grpc.CallOption) (*EnqueueResponse, error)
 	// Claim leases up to max_messages runnable messages of one subscription to
-	// the calling worker: highest priority first, then lowest offset. If none is
-	// runnable it waits up to `wait` for one before returning an empty response.
+	// the calling worker, in claim order: highest priority first, then lowest
+	// offset (per shard; shards are visited round-robin). If none is runnable
+	// it waits up to `wait` (long poll) and returns as soon as one is, or
+	// returns an empty response when the wait is over. Each claim is durable
+	// before it is returned. Workers that run continuously should prefer the
+	// Work stream, which saves the per-claim round trip.
+	//
+	// With several shards, Claim serves (and long-polls on) the shards this
+	// broker leads, taking over shards without a live leader; it fails with a
+	// redirect only when another broker leads every shard of the queue. To
+	// drain shards led elsewhere, claim there too (LookupShards).
+	//
+	// Errors: INVALID_ARGUMENT (empty worker_id, max_messages above 1000, wait
+	// above 20 s, lease_ttl outside 100 ms..24 h); plus the common codes.
 	Claim(ctx context.Context, in *ClaimRequest, opts ...grpc.CallOption) (*ClaimResponse, error)
-	// Ack acknowledges claimed messages by receipt. An ack is final: the message
-	// is never delivered to that subscription again.
+	// Heartbeat keeps the leases of running jobs alive and reports, per
+	// receipt, whether the worker still holds the delivery (with its deadline)
+	// or lost it. A heartbeat moves a stored deadline only once less than half
+	// of the lease TTL remains, so most heartbeats cost no write; heartbeat
+	// every TTL/3 (or more often).
+	//
+	// Errors: INVALID_ARGUMENT (no receipts, a malformed receipt, empty
+	// worker_id); RESOURCE_EXHAUSTED (more receipts than limits.max_batch);
+	// plus the common codes.
+	Heartbeat(ctx context.Context, in *HeartbeatRequest, opts ...grpc.CallOption) (*HeartbeatResponse, error)
+	// Ack settles deliveries as done, per receipt: ACKED, ALREADY_ACKED
+	// (idempotent retry) or LEASE_LOST (a later delivery owns the message). An
+	// ack is final: the message is never delivered to that subscription again.
+	//
+	// Errors: INVALID_ARGUMENT (no receipts, a malformed receipt);
+	// RESOURCE_EXHAUSTED (more receipts than limits.max_batch); plus the common
+	// codes.
 	Ack(ctx context.Context, in *AckRequest, opts ...grpc.CallOption) (*AckResponse, error)
+	// Nack gives deliveries back, per receipt: RETRY_SCHEDULED (claimable again
+	// after `delay`, or after the queue's exponential backoff with jitter when
+	// unset), DEAD_LETTERED (asked for with dead_letter, or no attempts left),
+	// or LEASE_LOST. A nack counts as a failed attempt.
+	//
+	// Errors: INVALID_ARGUMENT (no receipts, a malformed receipt, delay outside
+	// 0..365 days); RESOURCE_EXHAUSTED (more receipts than limits.max_batch);
+	// plus the common codes.
+	Nack(ctx context.Context, in *NackRequest, opts ...grpc.CallOption) (*NackResponse, error)
+	// Work is the worker's bidirectional stream: the worker opens a session,
+	// grants credits (how many jobs it can take), and the broker pushes jobs as
+	// they become runnable, each claim durable before it is sent; heartbeats,
+	// acks and nacks travel on the same stream. See WorkRequest and
+	// WorkResponse in work.proto for the protocol, flow control and ordering.
+	//
+	// Stream errors (the stream ends with this status): INVALID_ARGUMENT (the
+	// first message is not Open, a second Open, bad Open fields, credits above
+	// the limit); NOT_FOUND (queue or subscription); UNAVAILABLE with a
+	// LeaderRedirect (this broker leads none of the queue's shards) or without
+	// (broker shutting down: reconnect); DATA_LOSS. Leases the worker holds are
+	// not released when the stream ends: its receipts stay valid until their
+	// deadlines, on any stream or unary call. Errors of a single request on an
+	// open stream do not end it; they come back as WorkResponse.request_failed.
+	Work(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[WorkRequest, WorkResponse], error)
+	// LookupShards tells where each shard of a queue is served, so that SDKs
+	// can send every shard's part of a request straight to its leader and open
+	// a Work stream to every leading broker. The answer may be stale by the
+	// time it arrives; a redirect corrects it. Reads only; any broker answers.
+	//
+	// Errors: INVALID_ARGUMENT (bad queue name); NOT_FOUND (no such queue);
+	// plus UNAVAILABLE (store unavailable), DEADLINE_EXCEEDED, CANCELLED.
+	LookupShards(ctx context.Context, in *LookupShardsRequest, opts ...grpc.CallOption) (*LookupShardsResponse, error)
 }
 
 type queueServiceClient struct {
@@ -77,10 +180,53 @@ func (c *queueServiceClient) Claim(ctx context.Context, in *ClaimRequest, opts .
 	return out, nil
 }
 
+func (c *queueServiceClient) Heartbeat(ctx context.Context, in *HeartbeatRequest, opts ...grpc.CallOption) (*HeartbeatResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(HeartbeatResponse)
+	err := c.cc.Invoke(ctx, QueueService_Heartbeat_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *queueServiceClient) Ack(ctx context.Context, in *AckRequest, opts ...grpc.CallOption) (*AckResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(AckResponse)
 	err := c.cc.Invoke(ctx, QueueService_Ack_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *queueServiceClient) Nack(ctx context.Context, in *NackRequest, opts ...grpc.CallOption) (*NackResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(NackResponse)
+	err := c.cc.Invoke(ctx, QueueService_Nack_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *queueServiceClient) Work(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[WorkRequest, WorkResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &QueueService_ServiceDesc.Streams[0], QueueService_Work_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WorkRequest, WorkResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type QueueService_WorkClient = grpc.BidiStreamingClient[WorkRequest, WorkResponse]
+
+func (c *queueServiceClient) LookupShards(ctx context.Context, in *LookupShardsRequest, opts ...grpc.CallOption) (*LookupShardsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(LookupShardsResponse)
+	err := c.cc.Invoke(ctx, QueueService_LookupShards_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -92,19 +238,118 @@ func (c *queueServiceClient) Ack(ctx context.Context, in *AckRequest, opts ...gr
 // for forward compatibility.
 //
 // QueueService is the producer and worker API of a casq broker.
+//
+// Durability: Enqueue, Claim, Heartbeat (when it moves a deadline), Ack and
+// Nack are answered only after the object-store write that contains them
+// landed. A response means it is durable; nothing answered is ever lost.
+//
+// Shards and redirects: a queue has 1..N shards and each shard is led by one
+// broker. An RPC is split by shard (messages by key, receipts by the shard
+// they encode); every shard's part is applied atomically by that shard's
+// leader, the request as a whole is not. If a part needs a shard that another
+// broker leads, the RPC fails with UNAVAILABLE, trailer metadata
+// `casq-leader-address`, and a casq.v1.LeaderRedirect status detail (see
+// errors.proto); that part was not applied, but the parts for other shards may
+// have been. Resending the whole request to the leader is safe: acks, nacks
+// and heartbeats are idempotent per receipt, and enqueues are when their
+// messages carry dedup ids. SDKs avoid split requests on multi-shard queues by
+// routing per shard with LookupShards and the key hash.
+//
+// Status codes common to every RPC:
+//   - INVALID_ARGUMENT: malformed request (bad name, value out of range,
+//     malformed receipt); nothing was applied. The message names the field.
+//   - NOT_FOUND: the queue or subscription does not exist.
+//   - UNAVAILABLE: with a LeaderRedirect detail, resend to the leader; without
+//     one, the store or broker is unavailable (or the broker is shutting
+//     down): retry with backoff, possibly at another broker.
+//   - DATA_LOSS: the shard's document cannot be read (corrupt, or written by a
+//     newer casq). The broker refuses to overwrite it; an operator must look
+//     (casq inspect, AdminService.GetDocument).
+//   - DEADLINE_EXCEEDED / CANCELLED: the call ended before the broker knew the
+//     outcome; the request may or may not have been applied.
+//   - INTERNAL: a bug in casq.
 type QueueServiceServer interface {
-	// Enqueue durably appends messages to a queue. The response lists the
-	// assigned ids in request order; it is sent only after every message is
-	// stored. A message whose dedup id was already seen within the dedup window
-	// is not stored again and reports the original message's id.
+	// Enqueue durably appends 1..1000 messages to a queue and returns, in
+	// request order, each message's id, shard and offset. Messages for the same
+	// shard are stored atomically (all or none); the response is sent only when
+	// every message is stored. A message whose dedup id was already seen within
+	// the dedup window is not stored again: its result carries the original
+	// message's id, shard and offset with duplicate = true.
+	//
+	// Errors: INVALID_ARGUMENT (no messages, more than 1000, priority, delay,
+	// run_at, max_attempts, key or id out of range); RESOURCE_EXHAUSTED (a
+	// queue limit: payload or headers too large, more messages than
+	// limits.max_batch, or the shard document would outgrow
+	// limits.max_document_bytes - retry once workers have caught up, or raise
+	// the limit; nothing was stored for that shard); NOT_FOUND (the queue does
+	// not exist, unless the broker auto-creates queues); plus the common codes.
 	Enqueue(context.Context, *EnqueueRequest) (*EnqueueResponse, error)
 	// Claim leases up to max_messages runnable messages of one subscription to
-	// the calling worker: highest priority first, then lowest offset. If none is
-	// runnable it waits up to `wait` for one before returning an empty response.
+	// the calling worker, in claim order: highest priority first, then lowest
+	// offset (per shard; shards are visited round-robin). If none is runnable
+	// it waits up to `wait` (long poll) and returns as soon as one is, or
+	// returns an empty response when the wait is over. Each claim is durable
+	// before it is returned. Workers that run continuously should prefer the
+	// Work stream, which saves the per-claim round trip.
+	//
+	// With several shards, Claim serves (and long-polls on) the shards this
+	// broker leads, taking over shards without a live leader; it fails with a
+	// redirect only when another broker leads every shard of the queue. To
+	// drain shards led elsewhere, claim there too (LookupShards).
+	//
+	// Errors: INVALID_ARGUMENT (empty worker_id, max_messages above 1000, wait
+	// above 20 s, lease_ttl outside 100 ms..24 h); plus the common codes.
 	Claim(context.Context, *ClaimRequest) (*ClaimResponse, error)
-	// Ack acknowledges claimed messages by receipt. An ack is final: the message
-	// is never delivered to that subscription again.
+	// Heartbeat keeps the leases of running jobs alive and reports, per
+	// receipt, whether the worker still holds the delivery (with its deadline)
+	// or lost it. A heartbeat moves a stored deadline only once less than half
+	// of the lease TTL remains, so most heartbeats cost no write; heartbeat
+	// every TTL/3 (or more often).
+	//
+	// Errors: INVALID_ARGUMENT (no receipts, a malformed receipt, empty
+	// worker_id); RESOURCE_EXHAUSTED (more receipts than limits.max_batch);
+	// plus the common codes.
+	Heartbeat(context.Context, *HeartbeatRequest) (*HeartbeatResponse, error)
+	// Ack settles deliveries as done, per receipt: ACKED, ALREADY_ACKED
+	// (idempotent retry) or LEASE_LOST (a later delivery owns the message). An
+	// ack is final: the message is never delivered to that subscription again.
+	//
+	// Errors: INVALID_ARGUMENT (no receipts, a malformed receipt);
+	// RESOURCE_EXHAUSTED (more receipts than limits.max_batch); plus the common
+	// codes.
 	Ack(context.Context, *AckRequest) (*AckResponse, error)
+	// Nack gives deliveries back, per receipt: RETRY_SCHEDULED (claimable again
+	// after `delay`, or after the queue's exponential backoff with jitter when
+	// unset), DEAD_LETTERED (asked for with dead_letter, or no attempts left),
+	// or LEASE_LOST. A nack counts as a failed attempt.
+	//
+	// Errors: INVALID_ARGUMENT (no receipts, a malformed receipt, delay outside
+	// 0..365 days); RESOURCE_EXHAUSTED (more receipts than limits.max_batch);
+	// plus the common codes.
+	Nack(context.Context, *NackRequest) (*NackResponse, error)
+	// Work is the worker's bidirectional stream: the worker opens a session,
+	// grants credits (how many jobs it can take), and the broker pushes jobs as
+	// they become runnable, each claim durable before it is sent; heartbeats,
+	// acks and nacks travel on the same stream. See WorkRequest and
+	// WorkResponse in work.proto for the protocol, flow control and ordering.
+	//
+	// Stream errors (the stream ends with this status): INVALID_ARGUMENT (the
+	// first message is not Open, a second Open, bad Open fields, credits above
+	// the limit); NOT_FOUND (queue or subscription); UNAVAILABLE with a
+	// LeaderRedirect (this broker leads none of the queue's shards) or without
+	// (broker shutting down: reconnect); DATA_LOSS. Leases the worker holds are
+	// not released when the stream ends: its receipts stay valid until their
+	// deadlines, on any stream or unary call. Errors of a single request on an
+	// open stream do not end it; they come back as WorkResponse.request_failed.
+	Work(grpc.BidiStreamingServer[WorkRequest, WorkResponse]) error
+	// LookupShards tells where each shard of a queue is served, so that SDKs
+	// can send every shard's part of a request straight to its leader and open
+	// a Work stream to every leading broker. The answer may be stale by the
+	// time it arrives; a redirect corrects it. Reads only; any broker answers.
+	//
+	// Errors: INVALID_ARGUMENT (bad queue name); NOT_FOUND (no such queue);
+	// plus UNAVAILABLE (store unavailable), DEADLINE_EXCEEDED, CANCELLED.
+	LookupShards(context.Context, *LookupShardsRequest) (*LookupShardsResponse, error)
 	mustEmbedUnimplementedQueueServiceServer()
 }
 
@@ -121,8 +366,20 @@ func (UnimplementedQueueServiceServer) Enqueue(context.Context, *EnqueueRequest)
 func (UnimplementedQueueServiceServer) Claim(context.Context, *ClaimRequest) (*ClaimResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Claim not implemented")
 }
+func (UnimplementedQueueServiceServer) Heartbeat(context.Context, *HeartbeatRequest) (*HeartbeatResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Heartbeat not implemented")
+}
 func (UnimplementedQueueServiceServer) Ack(context.Context, *AckRequest) (*AckResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Ack not implemented")
+}
+func (UnimplementedQueueServiceServer) Nack(context.Context, *NackRequest) (*NackResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Nack not implemented")
+}
+func (UnimplementedQueueServiceServer) Work(grpc.BidiStreamingServer[WorkRequest, WorkResponse]) error {
+	return status.Error(codes.Unimplemented, "method Work not implemented")
+}
+func (UnimplementedQueueServiceServer) LookupShards(context.Context, *LookupShardsRequest) (*LookupShardsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method LookupShards not implemented")
 }
 func (UnimplementedQueueServiceServer) mustEmbedUnimplementedQueueServiceServer() {}
 func (UnimplementedQueueServiceServer) testEmbeddedByValue()                      {}
@@ -181,6 +438,24 @@ func _QueueService_Claim_Handler(srv interface{}, ctx context.Context, dec func(
 	return interceptor(ctx, in, info, handler)
 }
 
+func _QueueService_Heartbeat_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(HeartbeatRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(QueueServiceServer).Heartbeat(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: QueueService_Heartbeat_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(QueueServiceServer).Heartbeat(ctx, req.(*HeartbeatRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _QueueService_Ack_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(AckRequest)
 	if err := dec(in); err != nil {
@@ -195,6 +470,49 @@ func _QueueService_Ack_Handler(srv interface{}, ctx context.Context, dec func(in
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(QueueServiceServer).Ack(ctx, req.(*AckRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _QueueService_Nack_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(NackRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(QueueServiceServer).Nack(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: QueueService_Nack_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(QueueServiceServer).Nack(ctx, req.(*NackRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _QueueService_Work_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(QueueServiceServer).Work(&grpc.GenericServerStream[WorkRequest, WorkResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type QueueService_WorkServer = grpc.BidiStreamingServer[WorkRequest, WorkResponse]
+
+func _QueueService_LookupShards_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(LookupShardsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(QueueServiceServer).LookupShards(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: QueueService_LookupShards_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(QueueServiceServer).LookupShards(ctx, req.(*LookupShardsRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -215,10 +533,29 @@ var QueueService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _QueueService_Claim_Handler,
 		},
 		{
+			MethodName: "Heartbeat",
+			Handler:    _QueueService_Heartbeat_Handler,
+		},
+		{
 			MethodName: "Ack",
 			Handler:    _QueueService_Ack_Handler,
 		},
+		{
+			MethodName: "Nack",
+			Handler:    _QueueService_Nack_Handler,
+		},
+		{
+			MethodName: "LookupShards",
+			Handler:    _QueueService_LookupShards_Handler,
+		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "Work",
+			Handler:       _QueueService_Work_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+	},
 	Metadata: "casq/v1/queue_service.proto",
 }

@@ -26,7 +26,7 @@ from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15\x63\x61sq/v1/message.proto\x12\x07\x63\x61sq.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xdb\x02\n\nNewMessage\x12\x0f\n\x07payload\x18\x01 \x01(\x0c\x12\x31\n\x07headers\x18\x02 \x03(\x0b\x32 .casq.v1.NewMessage.HeadersEntry\x12\x0b\n\x03key\x18\x03 \x01(\t\x12\x10\n\x08priority\x18\x04 \x01(\x05\x12,\n\x06run_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.TimestampH\x00\x12*\n\x05\x64\x65lay\x18\x06 \x01(\x0b\x32\x19.google.protobuf.DurationH\x00\x12\x14\n\x0cmax_attempts\x18\x07 \x01(\r\x12\x10\n\x08\x64\x65\x64up_id\x18\x08 \x01(\t\x12,\n\rtrace_context\x18\t \x01(\x0b\x32\x15.casq.v1.TraceContext\x1a.\n\x0cHeadersEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\n\n\x08schedule\"\x97\x03\n\x07Message\x12\n\n\x02id\x18\x01 \x01(\t\x12\r\n\x05queue\x18\x02 \x01(\t\x12\r\n\x05shard\x18\x03 \x01(\r\x12\x0e\n\x06offset\x18\x04 \x01(\x04\x12\x0f\n\x07payload\x18\x05 \x01(\x0c\x12.\n\x07headers\x18\x06 \x03(\x0b\x32\x1d.casq.v1.Message.HeadersEntry\x12\x0b\n\x03key\x18\x07 \x01(\t\x12\x10\n\x08priority\x18\x08 \x01(\x05\x12*\n\x06run_at\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x14\n\x0cmax_attempts\x18\n \x01(\r\x12\x10\n\x08\x64\x65\x64up_id\x18\x0b \x01(\t\x12/\n\x0b\x65nqueued_at\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0f\n\x07\x61ttempt\x18\r \x01(\r\x12,\n\rtrace_context\x18\x0e \x01(\x0b\x32\x15.casq.v1.TraceContext\x1a.\n\x0cHeadersEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"7\n\x0cTraceContext\x12\x13\n\x0btraceparent\x18\x01 \x01(\t\x12\x12\n\ntracestate\x18\x02 \x01(\tB0Z.github.com/casq/casq/sdk/go/gen/casq/v1;casqv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15\x63\x61sq/v1/message.proto\x12\x07\x63\x61sq.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xdb\x02\n\nNewMessage\x12\x0f\n\x07payload\x18\x01 \x01(\x0c\x12\x31\n\x07headers\x18\x02 \x03(\x0b\x32 .casq.v1.NewMessage.HeadersEntry\x12\x0b\n\x03key\x18\x03 \x01(\t\x12\x10\n\x08priority\x18\x04 \x01(\x05\x12,\n\x06run_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.TimestampH\x00\x12*\n\x05\x64\x65lay\x18\x06 \x01(\x0b\x32\x19.google.protobuf.DurationH\x00\x12\x14\n\x0cmax_attempts\x18\x07 \x01(\r\x12\x10\n\x08\x64\x65\x64up_id\x18\x08 \x01(\t\x12,\n\rtrace_context\x18\t \x01(\x0b\x32\x15.casq.v1.TraceContext\x1a.\n\x0cHeadersEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\n\n\x08schedule\"\x86\x03\n\x07Message\x12\n\n\x02id\x18\x01 \x01(\t\x12\r\n\x05queue\x18\x02 \x01(\t\x12\r\n\x05shard\x18\x03 \x01(\r\x12\x0e\n\x06offset\x18\x04 \x01(\x04\x12\x0f\n\x07payload\x18\x05 \x01(\x0c\x12.\n\x07headers\x18\x06 \x03(\x0b\x32\x1d.casq.v1.Message.HeadersEntry\x12\x0b\n\x03key\x18\x07 \x01(\t\x12\x10\n\x08priority\x18\x08 \x01(\x05\x12*\n\x06run_at\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x14\n\x0cmax_attempts\x18\n \x01(\r\x12\x10\n\x08\x64\x65\x64up_id\x18\x0b \x01(\t\x12/\n\x0b\x65nqueued_at\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\rtrace_context\x18\r \x01(\x0b\x32\x15.casq.v1.TraceContext\x1a.\n\x0cHeadersEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"7\n\x0cTraceContext\x12\x13\n\x0btraceparent\x18\x01 \x01(\t\x12\x12\n\ntracestate\x18\x02 \x01(\t\"\xb5\x01\n\x0e\x43laimedMessage\x12!\n\x07message\x18\x01 \x01(\x0b\x32\x10.casq.v1.Message\x12\x14\n\x0csubscription\x18\x02 \x01(\t\x12\x0f\n\x07receipt\x18\x03 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x04 \x01(\r\x12\x14\n\x0cmax_attempts\x18\x05 \x01(\r\x12\x32\n\x0elease_deadline\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x82\x01\n\x0fHeartbeatResult\x12\x0f\n\x07receipt\x18\x01 \x01(\t\x12*\n\x07outcome\x18\x02 \x01(\x0e\x32\x19.casq.v1.HeartbeatOutcome\x12\x32\n\x0elease_deadline\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"B\n\tAckResult\x12\x0f\n\x07receipt\x18\x01 \x01(\t\x12$\n\x07outcome\x18\x02 \x01(\x0e\x32\x13.casq.v1.AckOutcome\"r\n\nNackResult\x12\x0f\n\x07receipt\x18\x01 \x01(\t\x12%\n\x07outcome\x18\x02 \x01(\x0e\x32\x14.casq.v1.NackOutcome\x12,\n\x08retry_at\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp*q\n\x10HeartbeatOutcome\x12!\n\x1dHEARTBEAT_OUTCOME_UNSPECIFIED\x10\x00\x12\x1e\n\x1aHEARTBEAT_OUTCOME_EXTENDED\x10\x01\x12\x1a\n\x16HEARTBEAT_OUTCOME_LOST\x10\x02*{\n\nAckOutcome\x12\x1b\n\x17\x41\x43K_OUTCOME_UNSPECIFIED\x10\x00\x12\x15\n\x11\x41\x43K_OUTCOME_ACKED\x10\x01\x12\x1d\n\x19\x41\x43K_OUTCOME_ALREADY_ACKED\x10\x02\x12\x1a\n\x16\x41\x43K_OUTCOME_LEASE_LOST\x10\x03*\x8a\x01\n\x0bNackOutcome\x12\x1c\n\x18NACK_OUTCOME_UNSPECIFIED\x10\x00\x12 \n\x1cNACK_OUTCOME_RETRY_SCHEDULED\x10\x01\x12\x1e\n\x1aNACK_OUTCOME_DEAD_LETTERED\x10\x02\x12\x1b\n\x17NACK_OUTCOME_LEASE_LOST\x10\x03\x42\x30Z.github.com/casq/casq/sdk/go/gen/casq/v1;casqv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -38,14 +38,28 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_NEWMESSAGE_HEADERSENTRY']._serialized_options = b'8\001'
   _globals['_MESSAGE_HEADERSENTRY']._loaded_options = None
   _globals['_MESSAGE_HEADERSENTRY']._serialized_options = b'8\001'
+  _globals['_HEARTBEATOUTCOME']._serialized_start=1400
+  _globals['_HEARTBEATOUTCOME']._serialized_end=1513
+  _globals['_ACKOUTCOME']._serialized_start=1515
+  _globals['_ACKOUTCOME']._serialized_end=1638
+  _globals['_NACKOUTCOME']._serialized_start=1641
+  _globals['_NACKOUTCOME']._serialized_end=1779
   _globals['_NEWMESSAGE']._serialized_start=100
   _globals['_NEWMESSAGE']._serialized_end=447
   _globals['_NEWMESSAGE_HEADERSENTRY']._serialized_start=389
   _globals['_NEWMESSAGE_HEADERSENTRY']._serialized_end=435
   _globals['_MESSAGE']._serialized_start=450
-  _globals['_MESSAGE']._serialized_end=857
+  _globals['_MESSAGE']._serialized_end=840
   _globals['_MESSAGE_HEADERSENTRY']._serialized_start=389
   _globals['_MESSAGE_HEADERSENTRY']._serialized_end=435
-  _globals['_TRACECONTEXT']._serialized_start=859
-  _globals['_TRACECONTEXT']._serialized_end=914
+  _globals['_TRACECONTEXT']._serialized_start=842
+  _globals['_TRACECONTEXT']._serialized_end=897
+  _globals['_CLAIMEDMESSAGE']._serialized_start=900
+  _globals['_CLAIMEDMESSAGE']._serialized_end=1081
+  _globals['_HEARTBEATRESULT']._serialized_start=1084
+  _globals['_HEARTBEATRESULT']._serialized_end=1214
+  _globals['_ACKRESULT']._serialized_start=1216
+  _globals['_ACKRESULT']._serialized_end=1282
+  _globals['_NACKRESULT']._serialized_start=1284
+  _globals['_NACKRESULT']._serialized_end=1398
 # @@protoc_insertion_point(module_scope)

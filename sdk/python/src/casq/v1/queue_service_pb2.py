@@ -23,11 +23,12 @@ _sym_db = _symbol_database.Default()
 
 
 from casq.v1 import message_pb2 as casq_dot_v1_dot_message__pb2
+from casq.v1 import shard_pb2 as casq_dot_v1_dot_shard__pb2
+from casq.v1 import work_pb2 as casq_dot_v1_dot_work__pb2
 from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb2
-from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x63\x61sq/v1/queue_service.proto\x12\x07\x63\x61sq.v1\x1a\x15\x63\x61sq/v1/message.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"F\n\x0e\x45nqueueRequest\x12\r\n\x05queue\x18\x01 \x01(\t\x12%\n\x08messages\x18\x02 \x03(\x0b\x32\x13.casq.v1.NewMessage\"=\n\x0f\x45nqueueResponse\x12*\n\x08messages\x18\x01 \x03(\x0b\x32\x18.casq.v1.EnqueuedMessage\"O\n\x0f\x45nqueuedMessage\x12\n\n\x02id\x18\x01 \x01(\t\x12\r\n\x05shard\x18\x02 \x01(\r\x12\x0e\n\x06offset\x18\x03 \x01(\x04\x12\x11\n\tduplicate\x18\x04 \x01(\x08\"\xb3\x01\n\x0c\x43laimRequest\x12\r\n\x05queue\x18\x01 \x01(\t\x12\x14\n\x0csubscription\x18\x02 \x01(\t\x12\x11\n\tworker_id\x18\x03 \x01(\t\x12\x14\n\x0cmax_messages\x18\x04 \x01(\r\x12\'\n\x04wait\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12,\n\tlease_ttl\x18\x06 \x01(\x0b\x32\x19.google.protobuf.Duration\":\n\rClaimResponse\x12)\n\x08messages\x18\x01 \x03(\x0b\x32\x17.casq.v1.ClaimedMessage\"z\n\x0e\x43laimedMessage\x12!\n\x07message\x18\x01 \x01(\x0b\x32\x10.casq.v1.Message\x12\x0f\n\x07receipt\x18\x02 \x01(\t\x12\x34\n\x10lease_expires_at\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"C\n\nAckRequest\x12\r\n\x05queue\x18\x01 \x01(\t\x12\x14\n\x0csubscription\x18\x02 \x01(\t\x12\x10\n\x08receipts\x18\x03 \x03(\t\"\r\n\x0b\x41\x63kResponse2\xb6\x01\n\x0cQueueService\x12<\n\x07\x45nqueue\x12\x17.casq.v1.EnqueueRequest\x1a\x18.casq.v1.EnqueueResponse\x12\x36\n\x05\x43laim\x12\x15.casq.v1.ClaimRequest\x1a\x16.casq.v1.ClaimResponse\x12\x30\n\x03\x41\x63k\x12\x13.casq.v1.AckRequest\x1a\x14.casq.v1.AckResponseB0Z.github.com/casq/casq/sdk/go/gen/casq/v1;casqv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x63\x61sq/v1/queue_service.proto\x12\x07\x63\x61sq.v1\x1a\x15\x63\x61sq/v1/message.proto\x1a\x13\x63\x61sq/v1/shard.proto\x1a\x12\x63\x61sq/v1/work.proto\x1a\x1egoogle/protobuf/duration.proto\"F\n\x0e\x45nqueueRequest\x12\r\n\x05queue\x18\x01 \x01(\t\x12%\n\x08messages\x18\x02 \x03(\x0b\x32\x13.casq.v1.NewMessage\"=\n\x0f\x45nqueueResponse\x12*\n\x08messages\x18\x01 \x03(\x0b\x32\x18.casq.v1.EnqueuedMessage\"O\n\x0f\x45nqueuedMessage\x12\n\n\x02id\x18\x01 \x01(\t\x12\r\n\x05shard\x18\x02 \x01(\r\x12\x0e\n\x06offset\x18\x03 \x01(\x04\x12\x11\n\tduplicate\x18\x04 \x01(\x08\"\xb3\x01\n\x0c\x43laimRequest\x12\r\n\x05queue\x18\x01 \x01(\t\x12\x14\n\x0csubscription\x18\x02 \x01(\t\x12\x11\n\tworker_id\x18\x03 \x01(\t\x12\x14\n\x0cmax_messages\x18\x04 \x01(\r\x12\'\n\x04wait\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12,\n\tlease_ttl\x18\x06 \x01(\x0b\x32\x19.google.protobuf.Duration\":\n\rClaimResponse\x12)\n\x08messages\x18\x01 \x03(\x0b\x32\x17.casq.v1.ClaimedMessage\"\\\n\x10HeartbeatRequest\x12\r\n\x05queue\x18\x01 \x01(\t\x12\x14\n\x0csubscription\x18\x02 \x01(\t\x12\x11\n\tworker_id\x18\x03 \x01(\t\x12\x10\n\x08receipts\x18\x04 \x03(\t\">\n\x11HeartbeatResponse\x12)\n\x07results\x18\x01 \x03(\x0b\x32\x18.casq.v1.HeartbeatResult\"C\n\nAckRequest\x12\r\n\x05queue\x18\x01 \x01(\t\x12\x14\n\x0csubscription\x18\x02 \x01(\t\x12\x10\n\x08receipts\x18\x03 \x03(\t\"2\n\x0b\x41\x63kResponse\x12#\n\x07results\x18\x01 \x03(\x0b\x32\x12.casq.v1.AckResult\"\x93\x01\n\x0bNackRequest\x12\r\n\x05queue\x18\x01 \x01(\t\x12\x14\n\x0csubscription\x18\x02 \x01(\t\x12\x10\n\x08receipts\x18\x03 \x03(\t\x12(\n\x05\x64\x65lay\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x13\n\x0b\x64\x65\x61\x64_letter\x18\x05 \x01(\x08\x12\x0e\n\x06reason\x18\x06 \x01(\t\"4\n\x0cNackResponse\x12$\n\x07results\x18\x01 \x03(\x0b\x32\x13.casq.v1.NackResult\"$\n\x13LookupShardsRequest\x12\r\n\x05queue\x18\x01 \x01(\t\";\n\x14LookupShardsResponse\x12#\n\x06shards\x18\x01 \x03(\x0b\x32\x13.casq.v1.ShardRoute2\xb5\x03\n\x0cQueueService\x12<\n\x07\x45nqueue\x12\x17.casq.v1.EnqueueRequest\x1a\x18.casq.v1.EnqueueResponse\x12\x36\n\x05\x43laim\x12\x15.casq.v1.ClaimRequest\x1a\x16.casq.v1.ClaimResponse\x12\x42\n\tHeartbeat\x12\x19.casq.v1.HeartbeatRequest\x1a\x1a.casq.v1.HeartbeatResponse\x12\x30\n\x03\x41\x63k\x12\x13.casq.v1.AckRequest\x1a\x14.casq.v1.AckResponse\x12\x33\n\x04Nack\x12\x14.casq.v1.NackRequest\x1a\x15.casq.v1.NackResponse\x12\x37\n\x04Work\x12\x14.casq.v1.WorkRequest\x1a\x15.casq.v1.WorkResponse(\x01\x30\x01\x12K\n\x0cLookupShards\x12\x1c.casq.v1.LookupShardsRequest\x1a\x1d.casq.v1.LookupShardsResponseB0Z.github.com/casq/casq/sdk/go/gen/casq/v1;casqv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,22 +36,32 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'casq.v1.queue_service_pb2',
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'Z.github.com/casq/casq/sdk/go/gen/casq/v1;casqv1'
-  _globals['_ENQUEUEREQUEST']._serialized_start=128
-  _globals['_ENQUEUEREQUEST']._serialized_end=198
-  _globals['_ENQUEUERESPONSE']._serialized_start=200
-  _globals['_ENQUEUERESPONSE']._serialized_end=261
-  _globals['_ENQUEUEDMESSAGE']._serialized_start=263
-  _globals['_ENQUEUEDMESSAGE']._serialized_end=342
-  _globals['_CLAIMREQUEST']._serialized_start=345
-  _globals['_CLAIMREQUEST']._serialized_end=524
-  _globals['_CLAIMRESPONSE']._serialized_start=526
-  _globals['_CLAIMRESPONSE']._serialized_end=584
-  _globals['_CLAIMEDMESSAGE']._serialized_start=586
-  _globals['_CLAIMEDMESSAGE']._serialized_end=708
-  _globals['_ACKREQUEST']._serialized_start=710
-  _globals['_ACKREQUEST']._serialized_end=777
-  _globals['_ACKRESPONSE']._serialized_start=779
-  _globals['_ACKRESPONSE']._serialized_end=792
-  _globals['_QUEUESERVICE']._serialized_start=795
-  _globals['_QUEUESERVICE']._serialized_end=977
+  _globals['_ENQUEUEREQUEST']._serialized_start=136
+  _globals['_ENQUEUEREQUEST']._serialized_end=206
+  _globals['_ENQUEUERESPONSE']._serialized_start=208
+  _globals['_ENQUEUERESPONSE']._serialized_end=269
+  _globals['_ENQUEUEDMESSAGE']._serialized_start=271
+  _globals['_ENQUEUEDMESSAGE']._serialized_end=350
+  _globals['_CLAIMREQUEST']._serialized_start=353
+  _globals['_CLAIMREQUEST']._serialized_end=532
+  _globals['_CLAIMRESPONSE']._serialized_start=534
+  _globals['_CLAIMRESPONSE']._serialized_end=592
+  _globals['_HEARTBEATREQUEST']._serialized_start=594
+  _globals['_HEARTBEATREQUEST']._serialized_end=686
+  _globals['_HEARTBEATRESPONSE']._serialized_start=688
+  _globals['_HEARTBEATRESPONSE']._serialized_end=750
+  _globals['_ACKREQUEST']._serialized_start=752
+  _globals['_ACKREQUEST']._serialized_end=819
+  _globals['_ACKRESPONSE']._serialized_start=821
+  _globals['_ACKRESPONSE']._serialized_end=871
+  _globals['_NACKREQUEST']._serialized_start=874
+  _globals['_NACKREQUEST']._serialized_end=1021
+  _globals['_NACKRESPONSE']._serialized_start=1023
+  _globals['_NACKRESPONSE']._serialized_end=1075
+  _globals['_LOOKUPSHARDSREQUEST']._serialized_start=1077
+  _globals['_LOOKUPSHARDSREQUEST']._serialized_end=1113
+  _globals['_LOOKUPSHARDSRESPONSE']._serialized_start=1115
+  _globals['_LOOKUPSHARDSRESPONSE']._serialized_end=1174
+  _globals['_QUEUESERVICE']._serialized_start=1177
+  _globals['_QUEUESERVICE']._serialized_end=1614
 # @@protoc_insertion_point(module_scope)

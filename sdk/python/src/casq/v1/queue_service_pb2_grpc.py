@@ -4,6 +4,7 @@ import grpc
 import warnings
 
 from casq.v1 import queue_service_pb2 as casq_dot_v1_dot_queue__service__pb2
+from casq.v1 import work_pb2 as casq_dot_v1_dot_work__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -27,6 +28,36 @@ if _version_not_supported:
 
 class QueueServiceStub:
     """QueueService is the producer and worker API of a casq broker.
+
+    Durability: Enqueue, Claim, Heartbeat (when it moves a deadline), Ack and
+    Nack are answered only after the object-store write that contains them
+    landed. A response means it is durable; nothing answered is ever lost.
+
+    Shards and redirects: a queue has 1..N shards and each shard is led by one
+    broker. An RPC is split by shard (messages by key, receipts by the shard
+    they encode); every shard's part is applied atomically by that shard's
+    leader, the request as a whole is not. If a part needs a shard that another
+    broker leads, the RPC fails with UNAVAILABLE, trailer metadata
+    `casq-leader-address`, and a casq.v1.LeaderRedirect status detail (see
+    errors.proto); that part was not applied, but the parts for other shards may
+    have been. Resending the whole request to the leader is safe: acks, nacks
+    and heartbeats are idempotent per receipt, and enqueues are when their
+    messages carry dedup ids. SDKs avoid split requests on multi-shard queues by
+    routing per shard with LookupShards and the key hash.
+
+    Status codes common to every RPC:
+    - INVALID_ARGUMENT: malformed request (bad name, value out of range,
+    malformed receipt); nothing was applied. The message names the field.
+    - NOT_FOUND: the queue or subscription does not exist.
+    - UNAVAILABLE: with a LeaderRedirect detail, resend to the leader; without
+    one, the store or broker is unavailable (or the broker is shutting
+    down): retry with backoff, possibly at another broker.
+    - DATA_LOSS: the shard's document cannot be read (corrupt, or written by a
+    newer casq). The broker refuses to overwrite it; an operator must look
+    (casq inspect, AdminService.GetDocument).
+    - DEADLINE_EXCEEDED / CANCELLED: the call ended before the broker knew the
+    outcome; the request may or may not have been applied.
+    - INTERNAL: a bug in casq.
     """
 
     def __init__(self, channel):
@@ -45,22 +76,82 @@ class QueueServiceStub:
                 request_serializer=casq_dot_v1_dot_queue__service__pb2.ClaimRequest.SerializeToString,
                 response_deserializer=casq_dot_v1_dot_queue__service__pb2.ClaimResponse.FromString,
                 _registered_method=True)
+        self.Heartbeat = channel.unary_unary(
+                '/casq.v1.QueueService/Heartbeat',
+                request_serializer=casq_dot_v1_dot_queue__service__pb2.HeartbeatRequest.SerializeToString,
+                response_deserializer=casq_dot_v1_dot_queue__service__pb2.HeartbeatResponse.FromString,
+                _registered_method=True)
         self.Ack = channel.unary_unary(
                 '/casq.v1.QueueService/Ack',
                 request_serializer=casq_dot_v1_dot_queue__service__pb2.AckRequest.SerializeToString,
                 response_deserializer=casq_dot_v1_dot_queue__service__pb2.AckResponse.FromString,
                 _registered_method=True)
+        self.Nack = channel.unary_unary(
+                '/casq.v1.QueueService/Nack',
+                request_serializer=casq_dot_v1_dot_queue__service__pb2.NackRequest.SerializeToString,
+                response_deserializer=casq_dot_v1_dot_queue__service__pb2.NackResponse.FromString,
+                _registered_method=True)
+        self.Work = channel.stream_stream(
+                '/casq.v1.QueueService/Work',
+                request_serializer=casq_dot_v1_dot_work__pb2.WorkRequest.SerializeToString,
+                response_deserializer=casq_dot_v1_dot_work__pb2.WorkResponse.FromString,
+                _registered_method=True)
+        self.LookupShards = channel.unary_unary(
+                '/casq.v1.QueueService/LookupShards',
+                request_serializer=casq_dot_v1_dot_queue__service__pb2.LookupShardsRequest.SerializeToString,
+                response_deserializer=casq_dot_v1_dot_queue__service__pb2.LookupShardsResponse.FromString,
+                _registered_method=True)
 
 
 class QueueServiceServicer:
     """QueueService is the producer and worker API of a casq broker.
+
+    Durability: Enqueue, Claim, Heartbeat (when it moves a deadline), Ack and
+    Nack are answered only after the object-store write that contains them
+    landed. A response means it is durable; nothing answered is ever lost.
+
+    Shards and redirects: a queue has 1..N shards and each shard is led by one
+    broker. An RPC is split by shard (messages by key, receipts by the shard
+    they encode); every shard's part is applied atomically by that shard's
+    leader, the request as a whole is not. If a part needs a shard that another
+    broker leads, the RPC fails with UNAVAILABLE, trailer metadata
+    `casq-leader-address`, and a casq.v1.LeaderRedirect status detail (see
+    errors.proto); that part was not applied, but the parts for other shards may
+    have been. Resending the whole request to the leader is safe: acks, nacks
+    and heartbeats are idempotent per receipt, and enqueues are when their
+    messages carry dedup ids. SDKs avoid split requests on multi-shard queues by
+    routing per shard with LookupShards and the key hash.
+
+    Status codes common to every RPC:
+    - INVALID_ARGUMENT: malformed request (bad name, value out of range,
+    malformed receipt); nothing was applied. The message names the field.
+    - NOT_FOUND: the queue or subscription does not exist.
+    - UNAVAILABLE: with a LeaderRedirect detail, resend to the leader; without
+    one, the store or broker is unavailable (or the broker is shutting
+    down): retry with backoff, possibly at another broker.
+    - DATA_LOSS: the shard's document cannot be read (corrupt, or written by a
+    newer casq). The broker refuses to overwrite it; an operator must look
+    (casq inspect, AdminService.GetDocument).
+    - DEADLINE_EXCEEDED / CANCELLED: the call ended before the broker knew the
+    outcome; the request may or may not have been applied.
+    - INTERNAL: a bug in casq.
     """
 
     def Enqueue(self, request, context):
-        """Enqueue durably appends messages to a queue. The response lists the
-        assigned ids in request order; it is sent only after every message is
-        stored. A message whose dedup id was already seen within the dedup window
-        is not stored again and reports the original message's id.
+        """Enqueue durably appends 1..1000 messages to a queue and returns, in
+        request order, each message's id, shard and offset. Messages for the same
+        shard are stored atomically (all or none); the response is sent only when
+        every message is stored. A message whose dedup id was already seen within
+        the dedup window is not stored again: its result carries the original
+        message's id, shard and offset with duplicate = true.
+
+        Errors: INVALID_ARGUMENT (no messages, more than 1000, priority, delay,
+        run_at, max_attempts, key or id out of range); RESOURCE_EXHAUSTED (a
+        queue limit: payload or headers too large, more messages than
+        limits.max_batch, or the shard document would outgrow
+        limits.max_document_bytes - retry once workers have caught up, or raise
+        the limit; nothing was stored for that shard); NOT_FOUND (the queue does
+        not exist, unless the broker auto-creates queues); plus the common codes.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -68,16 +159,95 @@ class QueueServiceServicer:
 
     def Claim(self, request, context):
         """Claim leases up to max_messages runnable messages of one subscription to
-        the calling worker: highest priority first, then lowest offset. If none is
-        runnable it waits up to `wait` for one before returning an empty response.
+        the calling worker, in claim order: highest priority first, then lowest
+        offset (per shard; shards are visited round-robin). If none is runnable
+        it waits up to `wait` (long poll) and returns as soon as one is, or
+        returns an empty response when the wait is over. Each claim is durable
+        before it is returned. Workers that run continuously should prefer the
+        Work stream, which saves the per-claim round trip.
+
+        With several shards, Claim serves (and long-polls on) the shards this
+        broker leads, taking over shards without a live leader; it fails with a
+        redirect only when another broker leads every shard of the queue. To
+        drain shards led elsewhere, claim there too (LookupShards).
+
+        Errors: INVALID_ARGUMENT (empty worker_id, max_messages above 1000, wait
+        above 20 s, lease_ttl outside 100 ms..24 h); plus the common codes.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Heartbeat(self, request, context):
+        """Heartbeat keeps the leases of running jobs alive and reports, per
+        receipt, whether the worker still holds the delivery (with its deadline)
+        or lost it. A heartbeat moves a stored deadline only once less than half
+        of the lease TTL remains, so most heartbeats cost no write; heartbeat
+        every TTL/3 (or more often).
+
+        Errors: INVALID_ARGUMENT (no receipts, a malformed receipt, empty
+        worker_id); RESOURCE_EXHAUSTED (more receipts than limits.max_batch);
+        plus the common codes.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def Ack(self, request, context):
-        """Ack acknowledges claimed messages by receipt. An ack is final: the message
-        is never delivered to that subscription again.
+        """Ack settles deliveries as done, per receipt: ACKED, ALREADY_ACKED
+        (idempotent retry) or LEASE_LOST (a later delivery owns the message). An
+        ack is final: the message is never delivered to that subscription again.
+
+        Errors: INVALID_ARGUMENT (no receipts, a malformed receipt);
+        RESOURCE_EXHAUSTED (more receipts than limits.max_batch); plus the common
+        codes.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Nack(self, request, context):
+        """Nack gives deliveries back, per receipt: RETRY_SCHEDULED (claimable again
+        after `delay`, or after the queue's exponential backoff with jitter when
+        unset), DEAD_LETTERED (asked for with dead_letter, or no attempts left),
+        or LEASE_LOST. A nack counts as a failed attempt.
+
+        Errors: INVALID_ARGUMENT (no receipts, a malformed receipt, delay outside
+        0..365 days); RESOURCE_EXHAUSTED (more receipts than limits.max_batch);
+        plus the common codes.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Work(self, request_iterator, context):
+        """Work is the worker's bidirectional stream: the worker opens a session,
+        grants credits (how many jobs it can take), and the broker pushes jobs as
+        they become runnable, each claim durable before it is sent; heartbeats,
+        acks and nacks travel on the same stream. See WorkRequest and
+        WorkResponse in work.proto for the protocol, flow control and ordering.
+
+        Stream errors (the stream ends with this status): INVALID_ARGUMENT (the
+        first message is not Open, a second Open, bad Open fields, credits above
+        the limit); NOT_FOUND (queue or subscription); UNAVAILABLE with a
+        LeaderRedirect (this broker leads none of the queue's shards) or without
+        (broker shutting down: reconnect); DATA_LOSS. Leases the worker holds are
+        not released when the stream ends: its receipts stay valid until their
+        deadlines, on any stream or unary call. Errors of a single request on an
+        open stream do not end it; they come back as WorkResponse.request_failed.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def LookupShards(self, request, context):
+        """LookupShards tells where each shard of a queue is served, so that SDKs
+        can send every shard's part of a request straight to its leader and open
+        a Work stream to every leading broker. The answer may be stale by the
+        time it arrives; a redirect corrects it. Reads only; any broker answers.
+
+        Errors: INVALID_ARGUMENT (bad queue name); NOT_FOUND (no such queue);
+        plus UNAVAILABLE (store unavailable), DEADLINE_EXCEEDED, CANCELLED.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -96,10 +266,30 @@ def add_QueueServiceServicer_to_server(servicer, server):
                     request_deserializer=casq_dot_v1_dot_queue__service__pb2.ClaimRequest.FromString,
                     response_serializer=casq_dot_v1_dot_queue__service__pb2.ClaimResponse.SerializeToString,
             ),
+            'Heartbeat': grpc.unary_unary_rpc_method_handler(
+                    servicer.Heartbeat,
+                    request_deserializer=casq_dot_v1_dot_queue__service__pb2.HeartbeatRequest.FromString,
+                    response_serializer=casq_dot_v1_dot_queue__service__pb2.HeartbeatResponse.SerializeToString,
+            ),
             'Ack': grpc.unary_unary_rpc_method_handler(
                     servicer.Ack,
                     request_deserializer=casq_dot_v1_dot_queue__service__pb2.AckRequest.FromString,
                     response_serializer=casq_dot_v1_dot_queue__service__pb2.AckResponse.SerializeToString,
+            ),
+            'Nack': grpc.unary_unary_rpc_method_handler(
+                    servicer.Nack,
+                    request_deserializer=casq_dot_v1_dot_queue__service__pb2.NackRequest.FromString,
+                    response_serializer=casq_dot_v1_dot_queue__service__pb2.NackResponse.SerializeToString,
+            ),
+            'Work': grpc.stream_stream_rpc_method_handler(
+                    servicer.Work,
+                    request_deserializer=casq_dot_v1_dot_work__pb2.WorkRequest.FromString,
+                    response_serializer=casq_dot_v1_dot_work__pb2.WorkResponse.SerializeToString,
+            ),
+            'LookupShards': grpc.unary_unary_rpc_method_handler(
+                    servicer.LookupShards,
+                    request_deserializer=casq_dot_v1_dot_queue__service__pb2.LookupShardsRequest.FromString,
+                    response_serializer=casq_dot_v1_dot_queue__service__pb2.LookupShardsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -111,6 +301,36 @@ def add_QueueServiceServicer_to_server(servicer, server):
  # This class is part of an EXPERIMENTAL API.
 class QueueService:
     """QueueService is the producer and worker API of a casq broker.
+
+    Durability: Enqueue, Claim, Heartbeat (when it moves a deadline), Ack and
+    Nack are answered only after the object-store write that contains them
+    landed. A response means it is durable; nothing answered is ever lost.
+
+    Shards and redirects: a queue has 1..N shards and each shard is led by one
+    broker. An RPC is split by shard (messages by key, receipts by the shard
+    they encode); every shard's part is applied atomically by that shard's
+    leader, the request as a whole is not. If a part needs a shard that another
+    broker leads, the RPC fails with UNAVAILABLE, trailer metadata
+    `casq-leader-address`, and a casq.v1.LeaderRedirect status detail (see
+    errors.proto); that part was not applied, but the parts for other shards may
+    have been. Resending the whole request to the leader is safe: acks, nacks
+    and heartbeats are idempotent per receipt, and enqueues are when their
+    messages carry dedup ids. SDKs avoid split requests on multi-shard queues by
+    routing per shard with LookupShards and the key hash.
+
+    Status codes common to every RPC:
+    - INVALID_ARGUMENT: malformed request (bad name, value out of range,
+    malformed receipt); nothing was applied. The message names the field.
+    - NOT_FOUND: the queue or subscription does not exist.
+    - UNAVAILABLE: with a LeaderRedirect detail, resend to the leader; without
+    one, the store or broker is unavailable (or the broker is shutting
+    down): retry with backoff, possibly at another broker.
+    - DATA_LOSS: the shard's document cannot be read (corrupt, or written by a
+    newer casq). The broker refuses to overwrite it; an operator must look
+    (casq inspect, AdminService.GetDocument).
+    - DEADLINE_EXCEEDED / CANCELLED: the call ended before the broker knew the
+    outcome; the request may or may not have been applied.
+    - INTERNAL: a bug in casq.
     """
 
     @staticmethod
@@ -168,6 +388,33 @@ class QueueService:
             _registered_method=True)
 
     @staticmethod
+    def Heartbeat(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/casq.v1.QueueService/Heartbeat',
+            casq_dot_v1_dot_queue__service__pb2.HeartbeatRequest.SerializeToString,
+            casq_dot_v1_dot_queue__service__pb2.HeartbeatResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
     def Ack(request,
             target,
             options=(),
@@ -184,6 +431,87 @@ class QueueService:
             '/casq.v1.QueueService/Ack',
             casq_dot_v1_dot_queue__service__pb2.AckRequest.SerializeToString,
             casq_dot_v1_dot_queue__service__pb2.AckResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Nack(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/casq.v1.QueueService/Nack',
+            casq_dot_v1_dot_queue__service__pb2.NackRequest.SerializeToString,
+            casq_dot_v1_dot_queue__service__pb2.NackResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Work(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/casq.v1.QueueService/Work',
+            casq_dot_v1_dot_work__pb2.WorkRequest.SerializeToString,
+            casq_dot_v1_dot_work__pb2.WorkResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def LookupShards(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/casq.v1.QueueService/LookupShards',
+            casq_dot_v1_dot_queue__service__pb2.LookupShardsRequest.SerializeToString,
+            casq_dot_v1_dot_queue__service__pb2.LookupShardsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,4 +1,4 @@
-// The casq queue API: produce, claim and acknowledge messages.
+// The casq queue API: produce, claim, heartbeat and settle messages.
 //
 // Every mutating RPC is answered only after the change is durable in object
 // storage (group commit): a successful response means the write landed.
@@ -9,20 +9,24 @@
 
 import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
-import type { Message as Message$1, NewMessage } from "./message_pb.ts";
+import type { AckResult, ClaimedMessage, HeartbeatResult, NackResult, NewMessage } from "./message_pb.ts";
 import { file_casq_v1_message } from "./message_pb.ts";
-import type { Duration, Timestamp } from "@bufbuild/protobuf/wkt";
-import { file_google_protobuf_duration, file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
+import type { ShardRoute } from "./shard_pb.ts";
+import { file_casq_v1_shard } from "./shard_pb.ts";
+import type { WorkRequestSchema, WorkResponseSchema } from "./work_pb.ts";
+import { file_casq_v1_work } from "./work_pb.ts";
+import type { Duration } from "@bufbuild/protobuf/wkt";
+import { file_google_protobuf_duration } from "@bufbuild/protobuf/wkt";
 import type { Message } from "@bufbuild/protobuf";
 
 /**
  * Describes the file casq/v1/queue_service.proto.
  */
 export const file_casq_v1_queue_service: GenFile = /*@__PURE__*/
-  fileDesc("ChtjYXNxL3YxL3F1ZXVlX3NlcnZpY2UucHJvdG8SB2Nhc3EudjEiRgoORW5xdWV1ZVJlcXVlc3QSDQoFcXVldWUYASABKAkSJQoIbWVzc2FnZXMYAiADKAsyEy5jYXNxLnYxLk5ld01lc3NhZ2UiPQoPRW5xdWV1ZVJlc3BvbnNlEioKCG1lc3NhZ2VzGAEgAygLMhguY2FzcS52MS5FbnF1ZXVlZE1lc3NhZ2UiTwoPRW5xdWV1ZWRNZXNzYWdlEgoKAmlkGAEgASgJEg0KBXNoYXJkGAIgASgNEg4KBm9mZnNldBgDIAEoBBIRCglkdXBsaWNhdGUYBCABKAgiswEKDENsYWltUmVxdWVzdBINCgVxdWV1ZRgBIAEoCRIUCgxzdWJzY3JpcHRpb24YAiABKAkSEQoJd29ya2VyX2lkGAMgASgJEhQKDG1heF9tZXNzYWdlcxgEIAEoDRInCgR3YWl0GAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEiwKCWxlYXNlX3R0bBgGIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiI6Cg1DbGFpbVJlc3BvbnNlEikKCG1lc3NhZ2VzGAEgAygLMhcuY2FzcS52MS5DbGFpbWVkTWVzc2FnZSJ6Cg5DbGFpbWVkTWVzc2FnZRIhCgdtZXNzYWdlGAEgASgLMhAuY2FzcS52MS5NZXNzYWdlEg8KB3JlY2VpcHQYAiABKAkSNAoQbGVhc2VfZXhwaXJlc19hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiQwoKQWNrUmVxdWVzdBINCgVxdWV1ZRgBIAEoCRIUCgxzdWJzY3JpcHRpb24YAiABKAkSEAoIcmVjZWlwdHMYAyADKAkiDQoLQWNrUmVzcG9uc2UytgEKDFF1ZXVlU2VydmljZRI8CgdFbnF1ZXVlEhcuY2FzcS52MS5FbnF1ZXVlUmVxdWVzdBoYLmNhc3EudjEuRW5xdWV1ZVJlc3BvbnNlEjYKBUNsYWltEhUuY2FzcS52MS5DbGFpbVJlcXVlc3QaFi5jYXNxLnYxLkNsYWltUmVzcG9uc2USMAoDQWNrEhMuY2FzcS52MS5BY2tSZXF1ZXN0GhQuY2FzcS52MS5BY2tSZXNwb25zZUIwWi5naXRodWIuY29tL2Nhc3EvY2FzcS9zZGsvZ28vZ2VuL2Nhc3EvdjE7Y2FzcXYxYgZwcm90bzM", [file_casq_v1_message, file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("ChtjYXNxL3YxL3F1ZXVlX3NlcnZpY2UucHJvdG8SB2Nhc3EudjEiRgoORW5xdWV1ZVJlcXVlc3QSDQoFcXVldWUYASABKAkSJQoIbWVzc2FnZXMYAiADKAsyEy5jYXNxLnYxLk5ld01lc3NhZ2UiPQoPRW5xdWV1ZVJlc3BvbnNlEioKCG1lc3NhZ2VzGAEgAygLMhguY2FzcS52MS5FbnF1ZXVlZE1lc3NhZ2UiTwoPRW5xdWV1ZWRNZXNzYWdlEgoKAmlkGAEgASgJEg0KBXNoYXJkGAIgASgNEg4KBm9mZnNldBgDIAEoBBIRCglkdXBsaWNhdGUYBCABKAgiswEKDENsYWltUmVxdWVzdBINCgVxdWV1ZRgBIAEoCRIUCgxzdWJzY3JpcHRpb24YAiABKAkSEQoJd29ya2VyX2lkGAMgASgJEhQKDG1heF9tZXNzYWdlcxgEIAEoDRInCgR3YWl0GAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEiwKCWxlYXNlX3R0bBgGIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiI6Cg1DbGFpbVJlc3BvbnNlEikKCG1lc3NhZ2VzGAEgAygLMhcuY2FzcS52MS5DbGFpbWVkTWVzc2FnZSJcChBIZWFydGJlYXRSZXF1ZXN0Eg0KBXF1ZXVlGAEgASgJEhQKDHN1YnNjcmlwdGlvbhgCIAEoCRIRCgl3b3JrZXJfaWQYAyABKAkSEAoIcmVjZWlwdHMYBCADKAkiPgoRSGVhcnRiZWF0UmVzcG9uc2USKQoHcmVzdWx0cxgBIAMoCzIYLmNhc3EudjEuSGVhcnRiZWF0UmVzdWx0IkMKCkFja1JlcXVlc3QSDQoFcXVldWUYASABKAkSFAoMc3Vic2NyaXB0aW9uGAIgASgJEhAKCHJlY2VpcHRzGAMgAygJIjIKC0Fja1Jlc3BvbnNlEiMKB3Jlc3VsdHMYASADKAsyEi5jYXNxLnYxLkFja1Jlc3VsdCKTAQoLTmFja1JlcXVlc3QSDQoFcXVldWUYASABKAkSFAoMc3Vic2NyaXB0aW9uGAIgASgJEhAKCHJlY2VpcHRzGAMgAygJEigKBWRlbGF5GAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhMKC2RlYWRfbGV0dGVyGAUgASgIEg4KBnJlYXNvbhgGIAEoCSI0CgxOYWNrUmVzcG9uc2USJAoHcmVzdWx0cxgBIAMoCzITLmNhc3EudjEuTmFja1Jlc3VsdCIkChNMb29rdXBTaGFyZHNSZXF1ZXN0Eg0KBXF1ZXVlGAEgASgJIjsKFExvb2t1cFNoYXJkc1Jlc3BvbnNlEiMKBnNoYXJkcxgBIAMoCzITLmNhc3EudjEuU2hhcmRSb3V0ZTK1AwoMUXVldWVTZXJ2aWNlEjwKB0VucXVldWUSFy5jYXNxLnYxLkVucXVldWVSZXF1ZXN0GhguY2FzcS52MS5FbnF1ZXVlUmVzcG9uc2USNgoFQ2xhaW0SFS5jYXNxLnYxLkNsYWltUmVxdWVzdBoWLmNhc3EudjEuQ2xhaW1SZXNwb25zZRJCCglIZWFydGJlYXQSGS5jYXNxLnYxLkhlYXJ0YmVhdFJlcXVlc3QaGi5jYXNxLnYxLkhlYXJ0YmVhdFJlc3BvbnNlEjAKA0FjaxITLmNhc3EudjEuQWNrUmVxdWVzdBoULmNhc3EudjEuQWNrUmVzcG9uc2USMwoETmFjaxIULmNhc3EudjEuTmFja1JlcXVlc3QaFS5jYXNxLnYxLk5hY2tSZXNwb25zZRI3CgRXb3JrEhQuY2FzcS52MS5Xb3JrUmVxdWVzdBoVLmNhc3EudjEuV29ya1Jlc3BvbnNlKAEwARJLCgxMb29rdXBTaGFyZHMSHC5jYXNxLnYxLkxvb2t1cFNoYXJkc1JlcXVlc3QaHS5jYXNxLnYxLkxvb2t1cFNoYXJkc1Jlc3BvbnNlQjBaLmdpdGh1Yi5jb20vY2FzcS9jYXNxL3Nkay9nby9nZW4vY2FzcS92MTtjYXNxdjFiBnByb3RvMw", [file_casq_v1_message, file_casq_v1_shard, file_casq_v1_work, file_google_protobuf_duration]);
 
 /**
- * EnqueueRequest carries one or more messages for one queue.
+ * EnqueueRequest carries 1..1000 messages for one queue.
  *
  * @generated from message casq.v1.EnqueueRequest
  */
@@ -35,7 +39,8 @@ export type EnqueueRequest = Message<"casq.v1.EnqueueRequest"> & {
   queue: string;
 
   /**
-   * Messages to enqueue, at least one. They are stored atomically per shard.
+   * Messages to enqueue, 1..1000 and at most the queue's limits.max_batch.
+   * Each shard's messages are stored atomically, in request order.
    *
    * @generated from field: repeated casq.v1.NewMessage messages = 2;
    */
@@ -77,14 +82,15 @@ export const EnqueueResponseSchema: GenMessage<EnqueueResponse> = /*@__PURE__*/
  */
 export type EnqueuedMessage = Message<"casq.v1.EnqueuedMessage"> & {
   /**
-   * Id of the stored message (of the original one for a duplicate).
+   * Id of the stored message (of the original one for a duplicate): 26
+   * characters, time-ordered.
    *
    * @generated from field: string id = 1;
    */
   id: string;
 
   /**
-   * Shard that holds the message.
+   * Shard that holds the message (0-based).
    *
    * @generated from field: uint32 shard = 2;
    */
@@ -98,7 +104,8 @@ export type EnqueuedMessage = Message<"casq.v1.EnqueuedMessage"> & {
   offset: bigint;
 
   /**
-   * True when the dedup id was already seen and nothing new was stored.
+   * True when the dedup id was already seen within the dedup window: nothing
+   * new was stored, and id, shard and offset are the original message's.
    *
    * @generated from field: bool duplicate = 4;
    */
@@ -133,15 +140,17 @@ export type ClaimRequest = Message<"casq.v1.ClaimRequest"> & {
   subscription: string;
 
   /**
-   * Identity of the claiming worker, shown in leases and used in logs;
-   * any stable, unique string such as "host-1/pid-4242".
+   * Identity of the claiming worker (required, at most 256 UTF-8 bytes),
+   * recorded in the lease and used in logs; any stable, unique string such as
+   * "host-1/pid-4242".
    *
    * @generated from field: string worker_id = 3;
    */
   workerId: string;
 
   /**
-   * Maximum number of messages to lease. 0 means 1.
+   * Most messages to lease, 1..1000; 0 means 1. Values above the queue's
+   * limits.max_batch are capped to it.
    *
    * @generated from field: uint32 max_messages = 4;
    */
@@ -149,15 +158,17 @@ export type ClaimRequest = Message<"casq.v1.ClaimRequest"> & {
 
   /**
    * Longest time to wait for a runnable message before returning an empty
-   * response (long poll). Unset or zero means return immediately.
+   * response (long poll), 0..20 s. Unset or zero means return at once. The
+   * broker answers before the call's own deadline, if that is sooner.
    *
    * @generated from field: google.protobuf.Duration wait = 5;
    */
   wait?: Duration | undefined;
 
   /**
-   * Lease length: the lease expires this long after the claim or the last
-   * heartbeat. Unset means the queue's default lease TTL.
+   * Lease length for these messages, 100 ms..24 h: a lease expires this long
+   * after the claim or the last heartbeat that moved it. Unset means the
+   * queue's config.lease_ttl (default 60 s).
    *
    * @generated from field: google.protobuf.Duration lease_ttl = 6;
    */
@@ -178,8 +189,8 @@ export const ClaimRequestSchema: GenMessage<ClaimRequest> = /*@__PURE__*/
  */
 export type ClaimResponse = Message<"casq.v1.ClaimResponse"> & {
   /**
-   * Leased messages, in claim order (priority, then offset). Empty if none
-   * became runnable within the wait.
+   * Leased messages, in claim order (per shard: priority, then offset). Empty
+   * if none became runnable within the wait.
    *
    * @generated from field: repeated casq.v1.ClaimedMessage messages = 1;
    */
@@ -194,44 +205,73 @@ export const ClaimResponseSchema: GenMessage<ClaimResponse> = /*@__PURE__*/
   messageDesc(file_casq_v1_queue_service, 4);
 
 /**
- * ClaimedMessage is a message together with the lease that the worker holds.
+ * HeartbeatRequest keeps leases of one subscription alive.
  *
- * @generated from message casq.v1.ClaimedMessage
+ * @generated from message casq.v1.HeartbeatRequest
  */
-export type ClaimedMessage = Message<"casq.v1.ClaimedMessage"> & {
+export type HeartbeatRequest = Message<"casq.v1.HeartbeatRequest"> & {
   /**
-   * The message itself.
+   * Queue the messages were claimed from.
    *
-   * @generated from field: casq.v1.Message message = 1;
+   * @generated from field: string queue = 1;
    */
-  message?: Message$1 | undefined;
+  queue: string;
 
   /**
-   * Opaque lease receipt; pass it to Ack (and later heartbeat / nack). It is
-   * valid only for this delivery attempt.
+   * Subscription the messages were claimed for. Empty means "default".
    *
-   * @generated from field: string receipt = 2;
+   * @generated from field: string subscription = 2;
    */
-  receipt: string;
+  subscription: string;
 
   /**
-   * Time at which the lease expires unless it is heartbeated; after it the
-   * message becomes claimable again as a failed attempt.
+   * Identity of the worker (required, at most 256 UTF-8 bytes), for logs. The
+   * receipt is the capability: a worker that reconnects under a new id keeps
+   * its leases.
    *
-   * @generated from field: google.protobuf.Timestamp lease_expires_at = 3;
+   * @generated from field: string worker_id = 3;
    */
-  leaseExpiresAt?: Timestamp | undefined;
+  workerId: string;
+
+  /**
+   * Receipts from ClaimedMessage.receipt: at least one, at most the queue's
+   * limits.max_batch.
+   *
+   * @generated from field: repeated string receipts = 4;
+   */
+  receipts: string[];
 };
 
 /**
- * Describes the message casq.v1.ClaimedMessage.
- * Use `create(ClaimedMessageSchema)` to create a new message.
+ * Describes the message casq.v1.HeartbeatRequest.
+ * Use `create(HeartbeatRequestSchema)` to create a new message.
  */
-export const ClaimedMessageSchema: GenMessage<ClaimedMessage> = /*@__PURE__*/
+export const HeartbeatRequestSchema: GenMessage<HeartbeatRequest> = /*@__PURE__*/
   messageDesc(file_casq_v1_queue_service, 5);
 
 /**
- * AckRequest acknowledges claimed messages of one subscription.
+ * HeartbeatResponse reports, per receipt, whether the lease is still held.
+ *
+ * @generated from message casq.v1.HeartbeatResponse
+ */
+export type HeartbeatResponse = Message<"casq.v1.HeartbeatResponse"> & {
+  /**
+   * One entry per request receipt, in request order.
+   *
+   * @generated from field: repeated casq.v1.HeartbeatResult results = 1;
+   */
+  results: HeartbeatResult[];
+};
+
+/**
+ * Describes the message casq.v1.HeartbeatResponse.
+ * Use `create(HeartbeatResponseSchema)` to create a new message.
+ */
+export const HeartbeatResponseSchema: GenMessage<HeartbeatResponse> = /*@__PURE__*/
+  messageDesc(file_casq_v1_queue_service, 6);
+
+/**
+ * AckRequest acknowledges deliveries of one subscription.
  *
  * @generated from message casq.v1.AckRequest
  */
@@ -251,7 +291,8 @@ export type AckRequest = Message<"casq.v1.AckRequest"> & {
   subscription: string;
 
   /**
-   * Receipts from ClaimedMessage.receipt, at least one.
+   * Receipts from ClaimedMessage.receipt: at least one, at most the queue's
+   * limits.max_batch.
    *
    * @generated from field: repeated string receipts = 3;
    */
@@ -263,7 +304,7 @@ export type AckRequest = Message<"casq.v1.AckRequest"> & {
  * Use `create(AckRequestSchema)` to create a new message.
  */
 export const AckRequestSchema: GenMessage<AckRequest> = /*@__PURE__*/
-  messageDesc(file_casq_v1_queue_service, 6);
+  messageDesc(file_casq_v1_queue_service, 7);
 
 /**
  * AckResponse is returned once every ack in the request is durable.
@@ -271,6 +312,12 @@ export const AckRequestSchema: GenMessage<AckRequest> = /*@__PURE__*/
  * @generated from message casq.v1.AckResponse
  */
 export type AckResponse = Message<"casq.v1.AckResponse"> & {
+  /**
+   * One entry per request receipt, in request order.
+   *
+   * @generated from field: repeated casq.v1.AckResult results = 1;
+   */
+  results: AckResult[];
 };
 
 /**
@@ -278,19 +325,185 @@ export type AckResponse = Message<"casq.v1.AckResponse"> & {
  * Use `create(AckResponseSchema)` to create a new message.
  */
 export const AckResponseSchema: GenMessage<AckResponse> = /*@__PURE__*/
-  messageDesc(file_casq_v1_queue_service, 7);
+  messageDesc(file_casq_v1_queue_service, 8);
+
+/**
+ * NackRequest gives deliveries of one subscription back.
+ *
+ * @generated from message casq.v1.NackRequest
+ */
+export type NackRequest = Message<"casq.v1.NackRequest"> & {
+  /**
+   * Queue the messages were claimed from.
+   *
+   * @generated from field: string queue = 1;
+   */
+  queue: string;
+
+  /**
+   * Subscription the messages were claimed for. Empty means "default".
+   *
+   * @generated from field: string subscription = 2;
+   */
+  subscription: string;
+
+  /**
+   * Receipts from ClaimedMessage.receipt: at least one, at most the queue's
+   * limits.max_batch.
+   *
+   * @generated from field: repeated string receipts = 3;
+   */
+  receipts: string[];
+
+  /**
+   * Retry after this delay (0..365 days; 0 means at once) instead of the
+   * queue's backoff policy. Unset means the backoff policy. Ignored when the
+   * message is dead-lettered.
+   *
+   * @generated from field: google.protobuf.Duration delay = 4;
+   */
+  delay?: Duration | undefined;
+
+  /**
+   * Dead-letter the messages now instead of retrying them.
+   *
+   * @generated from field: bool dead_letter = 5;
+   */
+  deadLetter: boolean;
+
+  /**
+   * Why processing failed, kept with the dead letter (if it comes to that)
+   * and shown by ListDeadLetters. Cut to 2048 characters. Empty: the broker
+   * writes a generic reason.
+   *
+   * @generated from field: string reason = 6;
+   */
+  reason: string;
+};
+
+/**
+ * Describes the message casq.v1.NackRequest.
+ * Use `create(NackRequestSchema)` to create a new message.
+ */
+export const NackRequestSchema: GenMessage<NackRequest> = /*@__PURE__*/
+  messageDesc(file_casq_v1_queue_service, 9);
+
+/**
+ * NackResponse is returned once every nack in the request is durable.
+ *
+ * @generated from message casq.v1.NackResponse
+ */
+export type NackResponse = Message<"casq.v1.NackResponse"> & {
+  /**
+   * One entry per request receipt, in request order.
+   *
+   * @generated from field: repeated casq.v1.NackResult results = 1;
+   */
+  results: NackResult[];
+};
+
+/**
+ * Describes the message casq.v1.NackResponse.
+ * Use `create(NackResponseSchema)` to create a new message.
+ */
+export const NackResponseSchema: GenMessage<NackResponse> = /*@__PURE__*/
+  messageDesc(file_casq_v1_queue_service, 10);
+
+/**
+ * LookupShardsRequest names the queue to route.
+ *
+ * @generated from message casq.v1.LookupShardsRequest
+ */
+export type LookupShardsRequest = Message<"casq.v1.LookupShardsRequest"> & {
+  /**
+   * Queue name, matching [a-z0-9][a-z0-9._-]{0,127}.
+   *
+   * @generated from field: string queue = 1;
+   */
+  queue: string;
+};
+
+/**
+ * Describes the message casq.v1.LookupShardsRequest.
+ * Use `create(LookupShardsRequestSchema)` to create a new message.
+ */
+export const LookupShardsRequestSchema: GenMessage<LookupShardsRequest> = /*@__PURE__*/
+  messageDesc(file_casq_v1_queue_service, 11);
+
+/**
+ * LookupShardsResponse lists every shard of the queue with its leader.
+ *
+ * @generated from message casq.v1.LookupShardsResponse
+ */
+export type LookupShardsResponse = Message<"casq.v1.LookupShardsResponse"> & {
+  /**
+   * Every shard of the queue, in shard order (shards[i].shard == i); the
+   * queue's shard count is the length of this list. A keyed message goes to
+   * shard FNV-1a-32(UTF-8 bytes of key) % len(shards).
+   *
+   * @generated from field: repeated casq.v1.ShardRoute shards = 1;
+   */
+  shards: ShardRoute[];
+};
+
+/**
+ * Describes the message casq.v1.LookupShardsResponse.
+ * Use `create(LookupShardsResponseSchema)` to create a new message.
+ */
+export const LookupShardsResponseSchema: GenMessage<LookupShardsResponse> = /*@__PURE__*/
+  messageDesc(file_casq_v1_queue_service, 12);
 
 /**
  * QueueService is the producer and worker API of a casq broker.
+ *
+ * Durability: Enqueue, Claim, Heartbeat (when it moves a deadline), Ack and
+ * Nack are answered only after the object-store write that contains them
+ * landed. A response means it is durable; nothing answered is ever lost.
+ *
+ * Shards and redirects: a queue has 1..N shards and each shard is led by one
+ * broker. An RPC is split by shard (messages by key, receipts by the shard
+ * they encode); every shard's part is applied atomically by that shard's
+ * leader, the request as a whole is not. If a part needs a shard that another
+ * broker leads, the RPC fails with UNAVAILABLE, trailer metadata
+ * `casq-leader-address`, and a casq.v1.LeaderRedirect status detail (see
+ * errors.proto); that part was not applied, but the parts for other shards may
+ * have been. Resending the whole request to the leader is safe: acks, nacks
+ * and heartbeats are idempotent per receipt, and enqueues are when their
+ * messages carry dedup ids. SDKs avoid split requests on multi-shard queues by
+ * routing per shard with LookupShards and the key hash.
+ *
+ * Status codes common to every RPC:
+ *   - INVALID_ARGUMENT: malformed request (bad name, value out of range,
+ *     malformed receipt); nothing was applied. The message names the field.
+ *   - NOT_FOUND: the queue or subscription does not exist.
+ *   - UNAVAILABLE: with a LeaderRedirect detail, resend to the leader; without
+ *     one, the store or broker is unavailable (or the broker is shutting
+ *     down): retry with backoff, possibly at another broker.
+ *   - DATA_LOSS: the shard's document cannot be read (corrupt, or written by a
+ *     newer casq). The broker refuses to overwrite it; an operator must look
+ *     (casq inspect, AdminService.GetDocument).
+ *   - DEADLINE_EXCEEDED / CANCELLED: the call ended before the broker knew the
+ *     outcome; the request may or may not have been applied.
+ *   - INTERNAL: a bug in casq.
  *
  * @generated from service casq.v1.QueueService
  */
 export const QueueService: GenService<{
   /**
-   * Enqueue durably appends messages to a queue. The response lists the
-   * assigned ids in request order; it is sent only after every message is
-   * stored. A message whose dedup id was already seen within the dedup window
-   * is not stored again and reports the original message's id.
+   * Enqueue durably appends 1..1000 messages to a queue and returns, in
+   * request order, each message's id, shard and offset. Messages for the same
+   * shard are stored atomically (all or none); the response is sent only when
+   * every message is stored. A message whose dedup id was already seen within
+   * the dedup window is not stored again: its result carries the original
+   * message's id, shard and offset with duplicate = true.
+   *
+   * Errors: INVALID_ARGUMENT (no messages, more than 1000, priority, delay,
+   * run_at, max_attempts, key or id out of range); RESOURCE_EXHAUSTED (a
+   * queue limit: payload or headers too large, more messages than
+   * limits.max_batch, or the shard document would outgrow
+   * limits.max_document_bytes - retry once workers have caught up, or raise
+   * the limit; nothing was stored for that shard); NOT_FOUND (the queue does
+   * not exist, unless the broker auto-creates queues); plus the common codes.
    *
    * @generated from rpc casq.v1.QueueService.Enqueue
    */
@@ -301,8 +514,20 @@ export const QueueService: GenService<{
   },
   /**
    * Claim leases up to max_messages runnable messages of one subscription to
-   * the calling worker: highest priority first, then lowest offset. If none is
-   * runnable it waits up to `wait` for one before returning an empty response.
+   * the calling worker, in claim order: highest priority first, then lowest
+   * offset (per shard; shards are visited round-robin). If none is runnable
+   * it waits up to `wait` (long poll) and returns as soon as one is, or
+   * returns an empty response when the wait is over. Each claim is durable
+   * before it is returned. Workers that run continuously should prefer the
+   * Work stream, which saves the per-claim round trip.
+   *
+   * With several shards, Claim serves (and long-polls on) the shards this
+   * broker leads, taking over shards without a live leader; it fails with a
+   * redirect only when another broker leads every shard of the queue. To
+   * drain shards led elsewhere, claim there too (LookupShards).
+   *
+   * Errors: INVALID_ARGUMENT (empty worker_id, max_messages above 1000, wait
+   * above 20 s, lease_ttl outside 100 ms..24 h); plus the common codes.
    *
    * @generated from rpc casq.v1.QueueService.Claim
    */
@@ -312,8 +537,31 @@ export const QueueService: GenService<{
     output: typeof ClaimResponseSchema;
   },
   /**
-   * Ack acknowledges claimed messages by receipt. An ack is final: the message
-   * is never delivered to that subscription again.
+   * Heartbeat keeps the leases of running jobs alive and reports, per
+   * receipt, whether the worker still holds the delivery (with its deadline)
+   * or lost it. A heartbeat moves a stored deadline only once less than half
+   * of the lease TTL remains, so most heartbeats cost no write; heartbeat
+   * every TTL/3 (or more often).
+   *
+   * Errors: INVALID_ARGUMENT (no receipts, a malformed receipt, empty
+   * worker_id); RESOURCE_EXHAUSTED (more receipts than limits.max_batch);
+   * plus the common codes.
+   *
+   * @generated from rpc casq.v1.QueueService.Heartbeat
+   */
+  heartbeat: {
+    methodKind: "unary";
+    input: typeof HeartbeatRequestSchema;
+    output: typeof HeartbeatResponseSchema;
+  },
+  /**
+   * Ack settles deliveries as done, per receipt: ACKED, ALREADY_ACKED
+   * (idempotent retry) or LEASE_LOST (a later delivery owns the message). An
+   * ack is final: the message is never delivered to that subscription again.
+   *
+   * Errors: INVALID_ARGUMENT (no receipts, a malformed receipt);
+   * RESOURCE_EXHAUSTED (more receipts than limits.max_batch); plus the common
+   * codes.
    *
    * @generated from rpc casq.v1.QueueService.Ack
    */
@@ -321,6 +569,62 @@ export const QueueService: GenService<{
     methodKind: "unary";
     input: typeof AckRequestSchema;
     output: typeof AckResponseSchema;
+  },
+  /**
+   * Nack gives deliveries back, per receipt: RETRY_SCHEDULED (claimable again
+   * after `delay`, or after the queue's exponential backoff with jitter when
+   * unset), DEAD_LETTERED (asked for with dead_letter, or no attempts left),
+   * or LEASE_LOST. A nack counts as a failed attempt.
+   *
+   * Errors: INVALID_ARGUMENT (no receipts, a malformed receipt, delay outside
+   * 0..365 days); RESOURCE_EXHAUSTED (more receipts than limits.max_batch);
+   * plus the common codes.
+   *
+   * @generated from rpc casq.v1.QueueService.Nack
+   */
+  nack: {
+    methodKind: "unary";
+    input: typeof NackRequestSchema;
+    output: typeof NackResponseSchema;
+  },
+  /**
+   * Work is the worker's bidirectional stream: the worker opens a session,
+   * grants credits (how many jobs it can take), and the broker pushes jobs as
+   * they become runnable, each claim durable before it is sent; heartbeats,
+   * acks and nacks travel on the same stream. See WorkRequest and
+   * WorkResponse in work.proto for the protocol, flow control and ordering.
+   *
+   * Stream errors (the stream ends with this status): INVALID_ARGUMENT (the
+   * first message is not Open, a second Open, bad Open fields, credits above
+   * the limit); NOT_FOUND (queue or subscription); UNAVAILABLE with a
+   * LeaderRedirect (this broker leads none of the queue's shards) or without
+   * (broker shutting down: reconnect); DATA_LOSS. Leases the worker holds are
+   * not released when the stream ends: its receipts stay valid until their
+   * deadlines, on any stream or unary call. Errors of a single request on an
+   * open stream do not end it; they come back as WorkResponse.request_failed.
+   *
+   * @generated from rpc casq.v1.QueueService.Work
+   */
+  work: {
+    methodKind: "bidi_streaming";
+    input: typeof WorkRequestSchema;
+    output: typeof WorkResponseSchema;
+  },
+  /**
+   * LookupShards tells where each shard of a queue is served, so that SDKs
+   * can send every shard's part of a request straight to its leader and open
+   * a Work stream to every leading broker. The answer may be stale by the
+   * time it arrives; a redirect corrects it. Reads only; any broker answers.
+   *
+   * Errors: INVALID_ARGUMENT (bad queue name); NOT_FOUND (no such queue);
+   * plus UNAVAILABLE (store unavailable), DEADLINE_EXCEEDED, CANCELLED.
+   *
+   * @generated from rpc casq.v1.QueueService.LookupShards
+   */
+  lookupShards: {
+    methodKind: "unary";
+    input: typeof LookupShardsRequestSchema;
+    output: typeof LookupShardsResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_casq_v1_queue_service, 0);
