@@ -1,0 +1,291 @@
+/**
+ * File-backend specifics that the shared conformance suite cannot see: the
+ * on-disk format, internal names, object/prefix collisions, stale and live
+ * locks of real (dead or running) processes, lock timeouts and aborts, two
+ * store instances on one directory, and error classification.
+ */
+import { createHash, randomBytes } from "node:crypto";
+import { existsSync } from "node:fs";
+import { mkdir, mkdtemp, readdir, readFile, rm, utimes, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { spawnFixture } from "../../../test/store/fixtures/spawn-fixture.ts";
+import { FILE_STORE_INTERNAL_DIR, FileStore, fileStoreOwnerToken } from "./file-store.ts";
+import { isStoreError, type StoreErrorKind } from "./store-errors.ts";
+
+const encoder = new TextEncoder();
+const decoder = new TextDecoder();
+const bytes = (text: string) => encoder.encode(text);
+
+async function rejectionKind(action: () => Promise<unknown>): Promise<StoreErrorKind> {
+  try {
+    await action();
+  } catch (error) {
+    if (isStoreError(error)) return error.kind;
+    throw error;
+  }
+  throw new Error("expected the call to reject, but it resolved");
+}
+
+function lockDirOf(root: string, key: string): string {
+  return path.join(root, FILE_STORE_INTERNAL_DIR, "locks", createHash("sha256").update(key).digest("hex"));
+}
+
+/** Makes the key's lock look held by `ownerToken` (as the on-disk protocol writes it). */
+async function plantLock(root: string, key: string, ownerToken: string): Promise<string> {
+  const dir = lockDirOf(root, key);
+  await mkdir(dir, { recursive: true });
+  const marker = path.join(dir, `${ownerToken}.${randomBytes(8).toString("hex")}`);
+  await writeFile(marker, "{}\n");
+  return marker;
+}
+
+/** The owner token of a real process that has exited. */
+async function deadOwnerToken(): Promise<string> {
+  const child = spawnFixture("owner-token.ts", []);
+  const token = await child.waitForLine(() => true);
+  await child.exited;
+  return token;
+}
+
+describe("FileStore", () => {
+  let root: string;
+  let store: FileStore;
+
+  beforeEach(async () => {
+    root = path.join(await mkdtemp(path.join(tmpdir(), "casq-file-store-")), "nested", "data");
+    store = new FileStore({ root });
+  });
+
+  afterEach(async () => {
+    await store.close();
+    await rm(path.dirname(path.dirname(root)), { recursive: true, force: true });
+  });
+
+  it("creates its root directory and describes itself as file:<absolute root>", () => {
+    expect(existsSync(root)).toBe(true);
+    expect(store.description).toBe(`file:${root}`);
+    expect(new FileStore({ root: "./relative-dir-not-created-by-this-test/../" }).root).toBe(process.cwd());
+  });
+
+  it("stores an object at its natural path: a version header line, then the exact bytes", async () => {
+    const { etag } = await store.put("queues/q/0.json", bytes('{"a":1}'), { ifAbsent: true });
+    const raw = await readFile(path.join(root, "queues", "q", "0.json"), "latin1");
+    const [header, ...rest] = raw.split("\n");
+    expect(header).toMatch(/^casq-object\/1 [0-9a-f]{32}$/);
+    expect(etag).toBe(`"${header?.split(" ")[1]}"`);
+    expect(rest.join("\n")).toBe('{"a":1}');
+    expect(fileStoreOwnerToken()).toMatch(/^\d+\.\d+\.[0-9a-f]{12}$/);
+    expect(fileStoreOwnerToken().startsWith(`${process.pid}.`)).toBe(true);
+  });
+
+  it("never lists or reads internal files, and refuses keys that could name them", async () => {
+    await store.put("dir/doc.json", bytes("doc"), { ifAbsent: true });
+    await writeFile(path.join(root, "dir", "doc.json~tmp~not-a-real-owner"), "half written");
+    await writeFile(path.join(root, "dir", "orphan.json~tmp~1.0.abc.def"), "half written");
+    expect((await store.list("")).map((entry) => entry.key)).toEqual(["dir/doc.json"]);
+    expect(decoder.decode((await store.get("dir/doc.json"))?.body)).toBe("doc");
+    expect(await store.get("dir/orphan.json")).toBeUndefined();
+    for (const key of ["~casq/locks", "dir/doc.json~tmp~x", "a~b"])
+      expect(await rejectionKind(() => store.get(key)), key).toBe("invalid");
+  });
+
+  it("reads a file copied in by hand whole, and the first CAS over it adds a header", async () => {
+    await mkdir(path.join(root, "hand"), { recursive: true });
+    await writeFile(path.join(root, "hand", "doc.json"), '{"restored":true}');
+    const read = await store.get("hand/doc.json");
+    expect(decoder.decode(read?.body)).toBe('{"restored":true}');
+    expect(read?.etag).toMatch(/^"raw-/);
+    expect((await store.list("hand/"))[0]).toEqual({ key: "hand/doc.json", etag: read?.etag, size: 17 });
+    const next = await store.put("hand/doc.json", bytes('{"restored":true}'), { ifMatch: read?.etag ?? "" });
+    expect(next.etag).not.toBe(read?.etag);
+    expect((await store.get("hand/doc.json"))?.etag).toBe(next.etag);
+  });
+
+  it("refuses a key that is both an object and a prefix of other keys, as invalid", async () => {
+    await store.put("a", bytes("file"), { ifAbsent: true });
+    expect(await rejectionKind(() => store.put("a/b", bytes("x"), { ifAbsent: true }))).toBe("invalid");
+    expect(await store.get("a/b")).toBeUndefined();
+    await store.put("c/d", bytes("x"), { ifAbsent: true });
+    expect(await rejectionKind(() => store.put("c", bytes("x"), { ifAbsent: true }))).toBe("invalid");
+    expect(await store.get("c")).toBeUndefined();
+    await store.delete("c");
+    expect(await rejectionKind(() => store.delete("c", { ifMatch: '"x"' }))).toBe("precondition_failed");
+    expect((await store.list("")).map((entry) => entry.key)).toEqual(["a", "c/d"]);
+    expect(await readdir(root)).not.toContain(expect.stringContaining("~tmp~"));
+  });
+
+  it("accepts segments that merely start with dots", async () => {
+    await store.put("..hidden/x..y", bytes("dots"), { ifAbsent: true });
+    expect(decoder.decode((await store.get("..hidden/x..y"))?.body)).toBe("dots");
+    expect((await store.list("..h")).map((entry) => entry.key)).toEqual(["..hidden/x..y"]);
+  });
+
+  it("refuses key segments longer than the file system can name with a temp suffix", async () => {
+    const long = "x".repeat(201);
+    expect(await rejectionKind(() => store.put(long, bytes("x"), { ifAbsent: true }))).toBe("invalid");
+    expect(await rejectionKind(() => store.get(`a/${long}`))).toBe("invalid");
+    await store.put("x".repeat(200), bytes("ok"), { ifAbsent: true });
+  });
+
+  it("breaks the lock of a dead process at once and sweeps its temp files", async () => {
+    const dead = await deadOwnerToken();
+    const key = "queues/q/0.json";
+    const created = await store.put(key, bytes("v1"), { ifAbsent: true });
+    const marker = await plantLock(root, key, dead);
+    const deadTemp = path.join(root, "queues", "q", `0.json~tmp~${dead}.0123456789abcdef`);
+    await writeFile(deadTemp, "torn");
+
+    const fresh = new FileStore({ root, lockTimeoutMs: 5_000 });
+    try {
+      await fresh.put(key, bytes("v2"), { ifMatch: created.etag });
+      expect(decoder.decode((await fresh.get(key))?.body)).toBe("v2");
+    } finally {
+      await fresh.close();
+    }
+    expect(existsSync(marker)).toBe(false);
+    expect(existsSync(deadTemp)).toBe(false);
+    expect(await readdir(lockDirOf(root, key)).catch(() => [])).toEqual([]);
+  });
+
+  it("waits for the lock of a live process, times out unavailable writing nothing, and proceeds once it is killed", async () => {
+    const holder = spawnFixture("owner-token.ts", ["stay"]);
+    try {
+      const live = await holder.waitForLine(() => true);
+      const key = "held.json";
+      const created = await store.put(key, bytes("v1"), { ifAbsent: true });
+      await plantLock(root, key, live);
+
+      const impatient = new FileStore({ root, lockTimeoutMs: 300 });
+      try {
+        expect(await rejectionKind(() => impatient.put(key, bytes("v2"), { ifMatch: created.etag }))).toBe(
+          "unavailable",
+        );
+        expect(await rejectionKind(() => impatient.delete(key))).toBe("unavailable");
+        expect(decoder.decode((await impatient.get(key))?.body)).toBe("v1");
+        expect((await readdir(root)).filter((name) => name.includes("~tmp~"))).toEqual([]);
+
+        holder.child.kill("SIGKILL");
+        await holder.exited;
+        await impatient.put(key, bytes("v2"), { ifMatch: created.etag });
+        expect(decoder.decode((await impatient.get(key))?.body)).toBe("v2");
+      } finally {
+        await impatient.close();
+      }
+    } finally {
+      holder.child.kill("SIGKILL");
+    }
+  });
+
+  it("breaks a lock it cannot check by pid (another machine) only after lockStaleMs without a refresh", async () => {
+    const key = "remote.json";
+    const created = await store.put(key, bytes("v1"), { ifAbsent: true });
+    const marker = await plantLock(root, key, "4242.0.000000000000");
+
+    const other = new FileStore({ root, lockStaleMs: 60_000, lockTimeoutMs: 200 });
+    try {
+      expect(await rejectionKind(() => other.put(key, bytes("v2"), { ifMatch: created.etag }))).toBe(
+        "unavailable",
+      );
+      const longAgo = new Date(Date.now() - 120_000);
+      await utimes(marker, longAgo, longAgo);
+      await other.put(key, bytes("v2"), { ifMatch: created.etag });
+      expect(decoder.decode((await other.get(key))?.body)).toBe("v2");
+    } finally {
+      await other.close();
+    }
+  });
+
+  it("an abort while waiting for the lock rejects unavailable and writes nothing", async () => {
+    const holder = spawnFixture("owner-token.ts", ["stay"]);
+    try {
+      const key = "abort.json";
+      const created = await store.put(key, bytes("v1"), { ifAbsent: true });
+      await plantLock(root, key, await holder.waitForLine(() => true));
+      const controller = new AbortController();
+      const attempt = rejectionKind(() =>
+        store.put(key, bytes("v2"), { ifMatch: created.etag }, { signal: controller.signal }),
+      );
+      setTimeout(() => controller.abort(), 50);
+      expect(await attempt).toBe("unavailable");
+      await rm(lockDirOf(root, key), { recursive: true });
+      expect(decoder.decode((await store.get(key))?.body)).toBe("v1");
+      expect((await readdir(root)).filter((name) => name.includes("~"))).toEqual([FILE_STORE_INTERNAL_DIR]);
+    } finally {
+      holder.child.kill("SIGKILL");
+    }
+  });
+
+  it("an abort during a large write either rejects unavailable with nothing written, or the write landed", async () => {
+    const big = randomBytes(32 * 1024 * 1024);
+    const controller = new AbortController();
+    setTimeout(() => controller.abort(), 5);
+    const outcome = await store.put("big.bin", big, { ifAbsent: true }, { signal: controller.signal }).then(
+      (result) => ({ landed: true as const, etag: result.etag }),
+      (error: unknown) => ({ landed: false as const, error }),
+    );
+    const stored = await store.get("big.bin");
+    if (outcome.landed) {
+      expect(stored?.etag).toBe(outcome.etag);
+    } else {
+      expect(isStoreError(outcome.error, "unavailable")).toBe(true);
+      expect(stored).toBeUndefined();
+    }
+    expect((await readdir(root)).filter((name) => name.includes("~tmp~"))).toEqual([]);
+  });
+
+  it("two store instances on one directory: exactly one of many concurrent CAS writers wins", async () => {
+    const second = new FileStore({ root });
+    try {
+      let etag = (await store.put("shared.json", bytes("start"), { ifAbsent: true })).etag;
+      for (let round = 0; round < 3; round += 1) {
+        const writers = Array.from({ length: 16 }, (_, index) => ({
+          store: index % 2 === 0 ? store : second,
+          body: `round ${round} writer ${index}`,
+        }));
+        const results = await Promise.allSettled(
+          writers.map((writer) => writer.store.put("shared.json", bytes(writer.body), { ifMatch: etag })),
+        );
+        const winners = results.flatMap((result, index) => (result.status === "fulfilled" ? [index] : []));
+        expect(winners).toHaveLength(1);
+        for (const result of results)
+          if (result.status === "rejected")
+            expect(isStoreError(result.reason, "precondition_failed")).toBe(true);
+        const read = await second.get("shared.json");
+        expect(decoder.decode(read?.body)).toBe(writers[winners[0] ?? -1]?.body);
+        etag = read?.etag ?? "";
+      }
+    } finally {
+      await second.close();
+    }
+  });
+
+  it("close waits for calls in flight; later calls reject unavailable", async () => {
+    const pending = store.put("late.json", randomBytes(1024 * 1024), { ifAbsent: true });
+    await store.close();
+    await expect(pending).resolves.toHaveProperty("etag");
+    expect(await rejectionKind(() => store.get("late.json"))).toBe("unavailable");
+  });
+
+  it.skipIf(process.getuid?.() === 0)("an unwritable directory is unavailable, not a crash", async () => {
+    const locked = path.join(root, "locked");
+    await mkdir(locked, { mode: 0o500 });
+    expect(await rejectionKind(() => store.put("locked/doc.json", bytes("x"), { ifAbsent: true }))).toBe(
+      "unavailable",
+    );
+  });
+
+  it.skipIf(!existsSync("/sys/kernel"))(
+    "a root the OS refuses to create throws unavailable at construction",
+    () => {
+      let thrown: unknown;
+      try {
+        new FileStore({ root: "/sys/casq-file-store-test" });
+      } catch (error) {
+        thrown = error;
+      }
+      expect(isStoreError(thrown, "unavailable")).toBe(true);
+    },
+  );
+});
