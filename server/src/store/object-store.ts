@@ -15,7 +15,12 @@
 /** An object read from the store: its bytes and the etag that names this exact version. */
 export interface StoredObject {
   readonly body: Uint8Array;
-  /** Opaque version tag; changes on every successful write of the key. */
+  /**
+   * Opaque version tag. It changes whenever the content changes; the file and
+   * memory stores change it on every write, while S3 derives it from the bytes
+   * (MD5), so rewriting identical bytes keeps it. CAS is correct either way,
+   * and casq documents never repeat their bytes (each write has a unique id).
+   */
   readonly etag: string;
 }
 
