@@ -1,0 +1,540 @@
+/**
+ * The shard document format v1 (`"format": "casq.shard.v1"`): canonical JSON
+ * encoding and strict parsing. See `docs/document-format.md` for every field.
+ *
+ * Canonical: keys in a fixed order, collections in a fixed order
+ * (subscriptions by name, messages/deliveries by offset, dedup ids by expiry,
+ * dead letters oldest first), defaults omitted, no whitespace. The same state
+ * always gives the same bytes, and `encode(decode(bytes))` reproduces `bytes`.
+ *
+ * Strict: a document that is not UTF-8 JSON, has an unknown format version,
+ * a missing or unknown field, or a value of the wrong type or range is
+ * refused with `CasqError("data_loss")`. Compatibility rule: casq never
+ * writes over a document it cannot fully read; a newer format gets a new
+ * version string, and an older casq refuses it instead of downgrading it.
+ */
+import { CasqError } from "../errors.ts";
+import { base64Length } from "./approx-size.ts";
+import { PRIORITY_MAX, PRIORITY_MIN } from "./input-validation.ts";
+import { type BackoffPolicy, configProblem, type QueueConfig } from "./queue-config.ts";
+import { isSettled, sortedStringMap } from "./shard-mechanics.ts";
+import type {
+  BrokerRecord,
+  DedupEntry,
+  Lease,
+  MessageRecord,
+  ShardCounters,
+  SubscriptionCounters,
+  SubscriptionState,
+} from "./shard-records.ts";
+import type { ShardState } from "./shard-state.ts";
+
+/** The format version this casq reads and writes. */
+export const SHARD_FORMAT = "casq.shard.v1";
+
+// ---------------------------------------------------------------- encoding
+
+const encoder = new TextEncoder();
+const json = JSON.stringify;
+
+/** Cached JSON of immutable message contents: everything before `targets`, and the payload tail. */
+const fragments = new WeakMap<MessageRecord, { head: string; tail: string }>();
+
+function messageFragments(m: MessageRecord): { head: string; tail: string } {
+  let f = fragments.get(m);
+  if (f !== undefined) return f;
+  let head = `{"offset":${m.offset},"id":${json(m.id)},"enqueued_at":${m.enqueuedAt}`;
+  if (m.runAt !== m.enqueuedAt) head += `,"run_at":${m.runAt}`;
+  if (m.priority !== 0) head += `,"priority":${m.priority}`;
+  if (m.key !== undefined) head += `,"key":${json(m.key)}`;
+  if (m.maxAttempts !== undefined) head += `,"max_attempts":${m.maxAttempts}`;
+  if (m.dedupId !== undefined) head += `,"dedup_id":${json(m.dedupId)}`;
+  if (Object.keys(m.headers).length > 0) head += `,"headers":${json(m.headers)}`;
+  if (m.traceContext !== undefined) head += `,"trace_context":${json(m.traceContext)}`;
+  const payload = Buffer.from(m.payload.buffer, m.payload.byteOffset, m.payload.byteLength).toString(
+    "base64",
+  );
+  f = { head, tail: `,"payload":"${payload}"}` };
+  fragments.set(m, f);
+  return f;
+}
+
+function messageJson(m: MessageRecord, targets: readonly string[] | undefined): string {
+  const f = messageFragments(m);
+  return targets === undefined ? f.head + f.tail : `${f.head},"targets":${json(targets)}${f.tail}`;
+}
+
+function configJson(c: QueueConfig): string {
+  return json({
+    lease_ttl_ms: c.leaseTtlMs,
+    max_attempts: c.maxAttempts,
+    backoff: {
+      initial_ms: c.backoff.initialMs,
+      multiplier: c.backoff.multiplier,
+      max_ms: c.backoff.maxMs,
+      jitter: c.backoff.jitter,
+    },
+    dedup_window_ms: c.dedupWindowMs,
+    retention_ms: c.retentionMs,
+    max_payload_bytes: c.maxPayloadBytes,
+    max_document_bytes: c.maxDocumentBytes,
+    max_batch: c.maxBatch,
+    dead_letter_limit: c.deadLetterLimit,
+    max_headers: c.maxHeaders,
+    max_header_bytes: c.maxHeaderBytes,
+    max_subscriptions: c.maxSubscriptions,
+  });
+}
+
+function subscriptionCountersJson(c: SubscriptionCounters): string {
+  return `"enqueued":${c.enqueued},"delivered":${c.delivered},"acked":${c.acked},"redelivered":${c.redelivered},"dead_lettered":${c.deadLettered},"dead_evicted":${c.deadEvicted},"purged":${c.purged},"redriven":${c.redriven}`;
+}
+
+function subscriptionJson(state: ShardState, sub: SubscriptionState, ordered: ShardStateMessages): string {
+  // acked_below: the lowest untargeted retained offset this subscription has not settled (else next_offset);
+  // acked: settled untargeted retained offsets above it.
+  let ackedBelow = state.nextOffset;
+  const acked: number[] = [];
+  for (const m of ordered) {
+    if (m.targets !== undefined) continue;
+    if (ackedBelow === state.nextOffset) {
+      if (!isSettled(m, sub)) ackedBelow = m.msg.offset;
+    } else if (sub.settled.has(m.msg.offset)) {
+      acked.push(m.msg.offset);
+    }
+  }
+  const deliveries: string[] = [];
+  for (const offset of [...sub.deliveries.keys()].sort((a, b) => a - b)) {
+    const d = sub.deliveries.get(offset);
+    if (d === undefined) continue;
+    let s = `{"offset":${offset},"attempts":${d.attempt}`;
+    if (d.base !== 0) s += `,"attempts_at_redrive":${d.base}`;
+    if (d.availableAt !== undefined) s += `,"available_at":${d.availableAt}`;
+    if (d.lease !== undefined) {
+      const l = d.lease;
+      s += `,"lease":{"worker":${json(l.worker)},"claimed_at":${l.claimedAt},"deadline":${l.deadline},"ttl_ms":${l.ttlMs}}`;
+    }
+    deliveries.push(`${s}}`);
+  }
+  const dead: string[] = [];
+  for (const dl of sub.dead.values()) {
+    dead.push(
+      `{"dead_at":${dl.deadAt},"attempts":${dl.attempts},"reason":${json(dl.reason)},"message":${messageJson(dl.message, undefined)}}`,
+    );
+  }
+  return `{"name":${json(sub.name)},"created_at":${sub.createdAt},"acked_below":${ackedBelow},"acked":[${acked.join(",")}],"deliveries":[${deliveries.join(",")}],"dead_letters":[${dead.join(",")}],"counters":{${subscriptionCountersJson(sub.counters)}}}`;
+}
+
+type ShardStateMessages = ReturnType<ShardState["sortedMessages"]>;
+
+/** The canonical document bytes of a shard. O(document). */
+export function encodeShard(state: ShardState): Uint8Array {
+  const c = state.counters;
+  const broker = state.broker;
+  const ordered = state.sortedMessages();
+  const parts: string[] = [
+    `{"format":"${SHARD_FORMAT}","queue":${json(state.queue)},"shard":${state.shard},"created_at":${state.createdAt}`,
+    `,"write_id":${state.writeId === undefined ? "null" : json(state.writeId)}`,
+    `,"broker":${broker === undefined ? "null" : `{"id":${json(broker.id)},"address":${json(broker.address)},"epoch":${broker.epoch},"lease_until":${broker.leaseUntil}}`}`,
+    `,"next_offset":${state.nextOffset},"config":${configJson(state.config)}`,
+    `,"counters":{${subscriptionCountersJson(c)},"dropped":${c.dropped}}`,
+    `,"subscriptions":[`,
+  ];
+  const names = state.subscriptionNames();
+  names.forEach((name, i) => {
+    const sub = state.subs.get(name);
+    if (sub !== undefined) parts.push((i > 0 ? "," : "") + subscriptionJson(state, sub, ordered));
+  });
+  const dedup = [...state.dedup.values()].sort((a, b) =>
+    a.expiresAt !== b.expiresAt ? a.expiresAt - b.expiresAt : a.dedupId < b.dedupId ? -1 : 1,
+  );
+  parts.push(
+    `],"dedup":[${dedup.map((e) => `{"dedup_id":${json(e.dedupId)},"id":${json(e.id)},"offset":${e.offset},"expires_at":${e.expiresAt}}`).join(",")}]`,
+    `,"messages":[`,
+  );
+  ordered.forEach((m, i) => {
+    parts.push((i > 0 ? "," : "") + messageJson(m.msg, m.targets));
+  });
+  parts.push("]}");
+  return encoder.encode(parts.join(""));
+}
+
+// ---------------------------------------------------------------- parsing
+
+/** A parsed, type-checked document, before cross-references are checked by `ShardState.decode`. */
+export interface ShardDocument {
+  readonly queue: string;
+  readonly shard: number;
+  readonly createdAt: number;
+  readonly writeId: string | undefined;
+  readonly broker: BrokerRecord | undefined;
+  readonly nextOffset: number;
+  readonly config: QueueConfig;
+  readonly counters: ShardCounters;
+  readonly subscriptions: readonly {
+    readonly name: string;
+    readonly createdAt: number;
+    readonly ackedBelow: number;
+    readonly acked: readonly number[];
+    readonly deliveries: readonly {
+      readonly offset: number;
+      readonly attempt: number;
+      readonly base: number;
+      readonly availableAt: number | undefined;
+      readonly lease: Lease | undefined;
+    }[];
+    readonly deadLetters: readonly {
+      readonly message: MessageRecord;
+      readonly reason: string;
+      readonly attempts: number;
+      readonly deadAt: number;
+    }[];
+    readonly counters: SubscriptionCounters;
+  }[];
+  readonly dedup: readonly DedupEntry[];
+  readonly messages: readonly { readonly msg: MessageRecord; readonly targets: string[] | undefined }[];
+}
+
+class Corrupt extends Error {}
+
+function fail(path: string, problem: string): never {
+  throw new Corrupt(`${path}: ${problem}`);
+}
+
+type Obj = Record<string, unknown>;
+
+function object(
+  value: unknown,
+  path: string,
+  required: readonly string[],
+  optional: readonly string[] = [],
+): Obj {
+  if (typeof value !== "object" || value === null || Array.isArray(value)) fail(path, "expected an object");
+  const o = value as Obj;
+  for (const key of required) if (!Object.hasOwn(o, key)) fail(path, `missing field "${key}"`);
+  for (const key of Object.keys(o)) {
+    if (!required.includes(key) && !optional.includes(key)) fail(path, `unknown field "${key}"`);
+  }
+  return o;
+}
+
+function array(value: unknown, path: string): unknown[] {
+  if (!Array.isArray(value)) fail(path, "expected an array");
+  return value;
+}
+
+function integer(value: unknown, path: string, min = 0, max = Number.MAX_SAFE_INTEGER): number {
+  if (typeof value !== "number" || !Number.isSafeInteger(value) || value < min || value > max) {
+    fail(path, `expected an integer in [${min}, ${max}], got ${json(value)}`);
+  }
+  return value;
+}
+
+function text(value: unknown, path: string, nonEmpty = false): string {
+  if (typeof value !== "string") fail(path, `expected a string, got ${json(value)}`);
+  if (nonEmpty && value === "") fail(path, "expected a non-empty string");
+  return value;
+}
+
+function optional<T>(
+  o: Obj,
+  key: string,
+  read: (v: unknown, path: string) => T,
+  path: string,
+): T | undefined {
+  return Object.hasOwn(o, key) ? read(o[key], `${path}.${key}`) : undefined;
+}
+
+function stringMap(value: unknown, path: string): Record<string, string> {
+  if (typeof value !== "object" || value === null || Array.isArray(value)) fail(path, "expected an object");
+  const map = value as Obj;
+  for (const key of Object.keys(map)) text(map[key], `${path}.${key}`);
+  return sortedStringMap(map as Record<string, string>);
+}
+
+const BASE64 = /^[A-Za-z0-9+/]*={0,2}$/;
+
+function payload(value: unknown, path: string): Uint8Array {
+  const s = text(value, path);
+  if (s.length % 4 !== 0 || !BASE64.test(s)) fail(path, "expected standard padded base64");
+  const bytes = Buffer.from(s, "base64");
+  if (base64Length(bytes.byteLength) !== s.length || bytes.toString("base64") !== s) {
+    fail(path, "base64 is not canonical");
+  }
+  return new Uint8Array(bytes);
+}
+
+const MESSAGE_REQUIRED = ["offset", "id", "enqueued_at", "payload"] as const;
+const MESSAGE_OPTIONAL = [
+  "run_at",
+  "priority",
+  "key",
+  "max_attempts",
+  "dedup_id",
+  "headers",
+  "trace_context",
+] as const;
+
+function message(value: unknown, path: string, allowTargets: boolean) {
+  const o = object(
+    value,
+    path,
+    MESSAGE_REQUIRED,
+    allowTargets ? [...MESSAGE_OPTIONAL, "targets"] : MESSAGE_OPTIONAL,
+  );
+  const enqueuedAt = integer(o.enqueued_at, `${path}.enqueued_at`);
+  const runAt = optional(o, "run_at", integer, path) ?? enqueuedAt;
+  if (runAt < enqueuedAt) fail(`${path}.run_at`, "must not be before enqueued_at");
+  const msg: MessageRecord = {
+    id: text(o.id, `${path}.id`, true),
+    offset: integer(o.offset, `${path}.offset`),
+    payload: payload(o.payload, `${path}.payload`),
+    headers: optional(o, "headers", stringMap, path) ?? sortedStringMap({}),
+    key: optional(o, "key", text, path),
+    priority: optional(o, "priority", (v, p) => integer(v, p, PRIORITY_MIN, PRIORITY_MAX), path) ?? 0,
+    runAt,
+    maxAttempts: optional(o, "max_attempts", (v, p) => integer(v, p, 1, 1_000), path),
+    dedupId: optional(o, "dedup_id", (v, p) => text(v, p, true), path),
+    enqueuedAt,
+    traceContext: optional(o, "trace_context", stringMap, path),
+  };
+  const targets = optional(
+    o,
+    "targets",
+    (v, p) => array(v, p).map((t, i) => text(t, `${p}[${i}]`, true)),
+    path,
+  );
+  return { msg, targets };
+}
+
+const SUB_COUNTERS = [
+  "enqueued",
+  "delivered",
+  "acked",
+  "redelivered",
+  "dead_lettered",
+  "dead_evicted",
+  "purged",
+  "redriven",
+] as const;
+
+function subscriptionCounters(
+  value: unknown,
+  path: string,
+  extra: readonly string[] = [],
+): SubscriptionCounters {
+  const o = object(value, path, [...SUB_COUNTERS, ...extra]);
+  const n = (key: string) => integer(o[key], `${path}.${key}`);
+  return {
+    enqueued: n("enqueued"),
+    delivered: n("delivered"),
+    acked: n("acked"),
+    redelivered: n("redelivered"),
+    deadLettered: n("dead_lettered"),
+    deadEvicted: n("dead_evicted"),
+    purged: n("purged"),
+    redriven: n("redriven"),
+  };
+}
+
+function finite(value: unknown, path: string): number {
+  if (typeof value !== "number" || !Number.isFinite(value))
+    fail(path, `expected a number, got ${json(value)}`);
+  return value;
+}
+
+function config(value: unknown, path: string): QueueConfig {
+  const keys = [
+    "lease_ttl_ms",
+    "max_attempts",
+    "backoff",
+    "dedup_window_ms",
+    "retention_ms",
+    "max_payload_bytes",
+    "max_document_bytes",
+    "max_batch",
+    "dead_letter_limit",
+    "max_headers",
+    "max_header_bytes",
+    "max_subscriptions",
+  ];
+  const o = object(value, path, keys);
+  const b = object(o.backoff, `${path}.backoff`, ["initial_ms", "multiplier", "max_ms", "jitter"]);
+  const backoff: BackoffPolicy = {
+    initialMs: finite(b.initial_ms, `${path}.backoff.initial_ms`),
+    multiplier: finite(b.multiplier, `${path}.backoff.multiplier`),
+    maxMs: finite(b.max_ms, `${path}.backoff.max_ms`),
+    jitter: finite(b.jitter, `${path}.backoff.jitter`),
+  };
+  const n = (key: string) => finite(o[key], `${path}.${key}`);
+  const c: QueueConfig = {
+    leaseTtlMs: n("lease_ttl_ms"),
+    maxAttempts: n("max_attempts"),
+    backoff: Object.freeze(backoff),
+    dedupWindowMs: n("dedup_window_ms"),
+    retentionMs: n("retention_ms"),
+    maxPayloadBytes: n("max_payload_bytes"),
+    maxDocumentBytes: n("max_document_bytes"),
+    maxBatch: n("max_batch"),
+    deadLetterLimit: n("dead_letter_limit"),
+    maxHeaders: n("max_headers"),
+    maxHeaderBytes: n("max_header_bytes"),
+    maxSubscriptions: n("max_subscriptions"),
+  };
+  const problem = configProblem(c);
+  if (problem !== undefined) fail(path, problem);
+  return Object.freeze(c);
+}
+
+function lease(value: unknown, path: string): Lease {
+  const o = object(value, path, ["worker", "claimed_at", "deadline", "ttl_ms"]);
+  return {
+    worker: text(o.worker, `${path}.worker`),
+    claimedAt: integer(o.claimed_at, `${path}.claimed_at`),
+    deadline: integer(o.deadline, `${path}.deadline`),
+    ttlMs: integer(o.ttl_ms, `${path}.ttl_ms`, 1),
+  };
+}
+
+function subscription(value: unknown, path: string): ShardDocument["subscriptions"][number] {
+  const o = object(value, path, [
+    "name",
+    "created_at",
+    "acked_below",
+    "acked",
+    "deliveries",
+    "dead_letters",
+    "counters",
+  ]);
+  const name = text(o.name, `${path}.name`, true);
+  if (!/^[a-z0-9][a-z0-9._-]{0,127}$/.test(name)) fail(`${path}.name`, "not a valid subscription name");
+  return {
+    name,
+    createdAt: integer(o.created_at, `${path}.created_at`),
+    ackedBelow: integer(o.acked_below, `${path}.acked_below`),
+    acked: array(o.acked, `${path}.acked`).map((v, i) => integer(v, `${path}.acked[${i}]`)),
+    deliveries: array(o.deliveries, `${path}.deliveries`).map((v, i) => {
+      const p = `${path}.deliveries[${i}]`;
+      const d = object(v, p, ["offset", "attempts"], ["attempts_at_redrive", "available_at", "lease"]);
+      return {
+        offset: integer(d.offset, `${p}.offset`),
+        attempt: integer(d.attempts, `${p}.attempts`),
+        base: optional(d, "attempts_at_redrive", integer, p) ?? 0,
+        availableAt: optional(d, "available_at", integer, p),
+        lease: optional(d, "lease", lease, p),
+      };
+    }),
+    deadLetters: array(o.dead_letters, `${path}.dead_letters`).map((v, i) => {
+      const p = `${path}.dead_letters[${i}]`;
+      const d = object(v, p, ["dead_at", "attempts", "reason", "message"]);
+      return {
+        deadAt: integer(d.dead_at, `${p}.dead_at`),
+        attempts: integer(d.attempts, `${p}.attempts`),
+        reason: text(d.reason, `${p}.reason`),
+        message: message(d.message, `${p}.message`, false).msg,
+      };
+    }),
+    counters: subscriptionCounters(o.counters, `${path}.counters`),
+  };
+}
+
+/**
+ * Parses and type-checks document bytes. Throws `CasqError("data_loss")`
+ * for anything that is not a well-formed v1 shard document.
+ */
+export function parseShardDocument(bytes: Uint8Array): ShardDocument {
+  let root: unknown;
+  try {
+    root = JSON.parse(new TextDecoder("utf-8", { fatal: true }).decode(bytes));
+  } catch (error) {
+    throw new CasqError(
+      "data_loss",
+      `shard document is not valid UTF-8 JSON (${error instanceof Error ? error.message : String(error)}); it may be truncated or corrupt — refusing to load or overwrite it, restore it from a backup or move it aside`,
+      {},
+      { cause: error },
+    );
+  }
+  const top = typeof root === "object" && root !== null && !Array.isArray(root) ? (root as Obj) : undefined;
+  const format = top?.format;
+  if (format !== SHARD_FORMAT) {
+    const newer = typeof format === "string" && format.startsWith("casq.shard.");
+    throw new CasqError(
+      "data_loss",
+      newer
+        ? `shard document has format ${json(format)}, this casq only understands ${SHARD_FORMAT}: written by a newer casq? refusing to touch it — upgrade this broker`
+        : `object is not a casq shard document (format ${json(format)}, expected ${SHARD_FORMAT}); refusing to load or overwrite it`,
+    );
+  }
+  const queueHint = typeof top?.queue === "string" ? top.queue : "?";
+  try {
+    const o = object(
+      root,
+      "document",
+      [
+        "format",
+        "queue",
+        "shard",
+        "created_at",
+        "write_id",
+        "broker",
+        "next_offset",
+        "config",
+        "counters",
+        "subscriptions",
+        "dedup",
+        "messages",
+      ],
+      [],
+    );
+    let broker: BrokerRecord | undefined;
+    if (o.broker !== null) {
+      const b = object(o.broker, "document.broker", ["id", "address", "epoch", "lease_until"]);
+      broker = {
+        id: text(b.id, "document.broker.id"),
+        address: text(b.address, "document.broker.address"),
+        epoch: integer(b.epoch, "document.broker.epoch"),
+        leaseUntil: integer(b.lease_until, "document.broker.lease_until"),
+      };
+    }
+    const queue = text(o.queue, "document.queue", true);
+    if (!/^[a-z0-9][a-z0-9._-]{0,127}$/.test(queue)) fail("document.queue", "not a valid queue name");
+    const shardCounters = object(o.counters, "document.counters", [...SUB_COUNTERS, "dropped"]);
+    return {
+      queue,
+      shard: integer(o.shard, "document.shard"),
+      createdAt: integer(o.created_at, "document.created_at"),
+      writeId: o.write_id === null ? undefined : text(o.write_id, "document.write_id"),
+      broker,
+      nextOffset: integer(o.next_offset, "document.next_offset"),
+      config: config(o.config, "document.config"),
+      counters: {
+        ...subscriptionCounters(shardCounters, "document.counters", ["dropped"]),
+        dropped: integer(shardCounters.dropped, "document.counters.dropped"),
+      },
+      subscriptions: array(o.subscriptions, "document.subscriptions").map((v, i) =>
+        subscription(v, `document.subscriptions[${i}]`),
+      ),
+      dedup: array(o.dedup, "document.dedup").map((v, i) => {
+        const p = `document.dedup[${i}]`;
+        const e = object(v, p, ["dedup_id", "id", "offset", "expires_at"]);
+        return {
+          dedupId: text(e.dedup_id, `${p}.dedup_id`, true),
+          id: text(e.id, `${p}.id`, true),
+          offset: integer(e.offset, `${p}.offset`),
+          expiresAt: integer(e.expires_at, `${p}.expires_at`),
+        };
+      }),
+      messages: array(o.messages, "document.messages").map((v, i) =>
+        message(v, `document.messages[${i}]`, true),
+      ),
+    };
+  } catch (error) {
+    if (!(error instanceof Corrupt)) throw error;
+    throw new CasqError(
+      "data_loss",
+      `shard document of queue ${queueHint} is corrupt at ${error.message}; refusing to load or overwrite it — restore it from a backup or move it aside`,
+      {},
+      { cause: error },
+    );
+  }
+}

@@ -1,0 +1,120 @@
+/**
+ * Enqueue: add a batch of messages, all or nothing.
+ *
+ * Each new message gets the next offset (offsets only grow and are never
+ * reused) and becomes pending in every subscription that exists now
+ * (fan-out): runnable at once, or at its `run_at` / after its delay.
+ *
+ * Deduplication: a message whose dedup id was enqueued within the last
+ * `dedupWindowMs` (or earlier in the same batch) is a duplicate: the result
+ * names the ORIGINAL message's id and offset and nothing is added. Dedup ids
+ * are per shard, so producers that rely on dedup must route a dedup id to a
+ * stable shard (the broker does that by key, or by dedup id when a message
+ * has no key).
+ *
+ * Limits (rejecting the whole batch, state unchanged): more than `maxBatch`
+ * messages, a payload above `maxPayloadBytes`, too many or too large headers
+ * -> `resource_exhausted`; a document that would grow beyond
+ * `maxDocumentBytes` -> `resource_exhausted` ("queue shard is full"), while
+ * claims, acks and nacks keep working so consumers can drain it.
+ *
+ * Cost: O(batch x subscriptions x log n).
+ */
+import { CasqError } from "../errors.ts";
+import { dedupBytes, messageBytes } from "./approx-size.ts";
+import { normalizeNewMessage } from "./input-validation.ts";
+import type { EnqueueItemResult, EnqueueOperation, EnqueueResult } from "./operations.ts";
+import { onFullySettled, putDedup, schedule } from "./shard-mechanics.ts";
+import type { MessageRecord, RetainedMessage } from "./shard-records.ts";
+import type { ShardState } from "./shard-state.ts";
+
+/** Applies an enqueue (see module header). */
+export function applyEnqueue(state: ShardState, op: EnqueueOperation, now: number): EnqueueResult {
+  const config = state.config;
+  const inputs = op.messages;
+  if (!Array.isArray(inputs) || inputs.length === 0) {
+    throw new CasqError("invalid_argument", "enqueue needs at least one message");
+  }
+  if (inputs.length > config.maxBatch) {
+    throw new CasqError(
+      "resource_exhausted",
+      `batch of ${inputs.length} messages exceeds the queue's max_batch of ${config.maxBatch}; split it into smaller batches`,
+    );
+  }
+
+  // Phase 1: validate and plan, touching nothing.
+  const results: EnqueueItemResult[] = [];
+  const fresh: MessageRecord[] = [];
+  const batchDedup = new Map<string, EnqueueItemResult>();
+  const batchIds = new Set<string>();
+  let addedBytes = 0;
+  let offset = state.next;
+  inputs.forEach((input, i) => {
+    const msg = normalizeNewMessage(input, offset, config, now, `message ${i}`);
+    if (msg.dedupId !== undefined && config.dedupWindowMs > 0) {
+      const known = state.dedup.get(msg.dedupId);
+      const original =
+        known !== undefined && known.expiresAt > now
+          ? { id: known.id, offset: known.offset, duplicate: true }
+          : batchDedup.get(msg.dedupId);
+      if (original !== undefined) {
+        results.push({ id: original.id, offset: original.offset, duplicate: true });
+        return;
+      }
+    }
+    const owner = state.ids.get(msg.id);
+    if (owner !== undefined || batchIds.has(msg.id)) {
+      throw new CasqError(
+        "already_exists",
+        `message ${i}: id ${JSON.stringify(msg.id)} is already used by ${owner === undefined ? "another message of this batch" : `the message at offset ${owner}`} in queue ${state.queue} shard ${state.shard}; message ids must be unique`,
+        { queue: state.queue, shard: state.shard },
+      );
+    }
+    batchIds.add(msg.id);
+    const result = { id: msg.id, offset, duplicate: false };
+    results.push(result);
+    if (msg.dedupId !== undefined && config.dedupWindowMs > 0) {
+      batchDedup.set(msg.dedupId, result);
+      addedBytes += dedupBytes({ dedupId: msg.dedupId, id: msg.id, offset, expiresAt: 0 });
+    }
+    fresh.push(msg);
+    addedBytes += messageBytes(msg);
+    offset += 1;
+  });
+  if (fresh.length > 0 && state.approxBytes() + addedBytes > config.maxDocumentBytes) {
+    throw new CasqError(
+      "resource_exhausted",
+      `queue shard is full: queue ${state.queue} shard ${state.shard} would grow to about ${state.approxBytes() + addedBytes} bytes, above max_document_bytes ${config.maxDocumentBytes}; ack or purge messages, or raise max_document_bytes`,
+      { queue: state.queue, shard: state.shard },
+    );
+  }
+
+  // Phase 2: apply.
+  for (const msg of fresh) {
+    const m: RetainedMessage = {
+      msg,
+      targets: undefined,
+      pending: state.subs.size,
+      bytes: messageBytes(msg),
+    };
+    state.messages.set(msg.offset, m);
+    state.ids.set(msg.id, msg.offset);
+    state.bytes += m.bytes;
+    state.next = msg.offset + 1;
+    state.counters.enqueued += 1;
+    if (msg.dedupId !== undefined && config.dedupWindowMs > 0) {
+      putDedup(state, {
+        dedupId: msg.dedupId,
+        id: msg.id,
+        offset: msg.offset,
+        expiresAt: now + config.dedupWindowMs,
+      });
+    }
+    for (const sub of state.subs.values()) {
+      sub.counters.enqueued += 1;
+      schedule(sub, m, undefined, now);
+    }
+    if (m.pending === 0) onFullySettled(state, m, now); // no subscription: nobody will ever claim it
+  }
+  return { kind: "enqueue", results, changed: fresh.length > 0 };
+}

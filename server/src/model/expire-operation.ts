@@ -1,0 +1,84 @@
+/**
+ * Expire: the housekeeping sweep due at `now`. The broker includes one in
+ * every commit, so the document is always swept as of its last write.
+ *
+ * 1. Leases whose deadline passed (`deadline <= now`) count as a failed
+ *    attempt: if the message has attempts left it becomes claimable again
+ *    right away (no backoff: the worker probably died, the lease wait was the
+ *    delay) and its next claim gets attempt + 1; if not, it is dead-lettered
+ *    with the reason "lease expired".
+ * 2. Dedup ids whose window passed are forgotten.
+ * 3. Messages every subscription has settled are dropped once
+ *    `enqueued_at + retention_ms` passed.
+ *
+ * Delayed messages need no sweep: their `run_at` / `available_at` is stored
+ * and they simply become claimable when it passes.
+ *
+ * Cost: O(due items x log n); nothing that is not due is looked at.
+ */
+import type { ExpireOperation, ExpireResult } from "./operations.ts";
+import { deadLetter, deleteDedup, dropMessage, maxAttemptsOf, schedule } from "./shard-mechanics.ts";
+import type { ShardState } from "./shard-state.ts";
+
+/** Applies an expire sweep (see module header). */
+export function applyExpire(state: ShardState, _op: ExpireOperation, now: number): ExpireResult {
+  let leasesExpired = 0;
+  let redelivered = 0;
+  let deadLettered = 0;
+  for (;;) {
+    const e = state.leaseIndex.peek();
+    if (e === undefined || e.deadline > now) break;
+    state.leaseIndex.pop();
+    if (state.subs.get(e.sub.name) !== e.sub) continue; // subscription deleted
+    const d = e.sub.deliveries.get(e.offset);
+    const lease = d?.lease;
+    if (d === undefined || lease === undefined || d.attempt !== e.attempt || lease.deadline !== e.deadline) {
+      continue; // settled, released, extended or re-claimed since
+    }
+    const m = state.messages.get(e.offset);
+    if (m === undefined) continue; // cannot happen: delivery records go with the message
+    leasesExpired += 1;
+    const max = maxAttemptsOf(state, m.msg);
+    if (d.attempt - d.base >= max) {
+      deadLetter(
+        state,
+        e.sub,
+        m,
+        `lease expired on attempt ${d.attempt} (worker ${lease.worker} neither acked nor heartbeated within ${lease.ttlMs} ms); no attempts left (max_attempts ${max})`,
+        now,
+      );
+      deadLettered += 1;
+    } else {
+      d.lease = undefined;
+      schedule(e.sub, m, d, now);
+      e.sub.counters.redelivered += 1;
+      state.counters.redelivered += 1;
+      redelivered += 1;
+    }
+  }
+
+  let dedupPruned = 0;
+  for (;;) {
+    const e = state.dedupIndex.peek();
+    if (e === undefined || e.expiresAt > now) break;
+    state.dedupIndex.pop();
+    if (state.dedup.get(e.dedupId)?.expiresAt !== e.expiresAt) continue; // replaced since
+    deleteDedup(state, e.dedupId);
+    dedupPruned += 1;
+  }
+
+  let messagesDropped = 0;
+  const retention = state.config.retentionMs;
+  for (;;) {
+    const e = state.retentionIndex.peek();
+    if (e === undefined || e.at > now) break;
+    state.retentionIndex.pop();
+    const m = state.messages.get(e.offset);
+    if (m === undefined || m.pending !== 0 || m.msg.enqueuedAt + retention > now) continue;
+    dropMessage(state, m);
+    messagesDropped += 1;
+  }
+
+  const changed = leasesExpired + dedupPruned + messagesDropped > 0;
+  return { kind: "expire", leasesExpired, redelivered, deadLettered, dedupPruned, messagesDropped, changed };
+}

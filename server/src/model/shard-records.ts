@@ -1,0 +1,180 @@
+/**
+ * The in-memory records a shard is made of (model-internal).
+ *
+ * Message contents ({@link MessageRecord}) are immutable once enqueued and
+ * shared between the retained message and any dead-letter copies; only the
+ * small per-subscription delivery state changes. Which subscriptions still
+ * owe work on a message is derived from the subscription's ack state (start
+ * offset + settled set) or, for a message that was redriven, from its explicit
+ * `targets` list. See `docs/document-format.md` for how this is persisted.
+ */
+import type { BinaryHeap } from "./binary-heap.ts";
+
+/** The broker that leads a shard, as recorded in the document. */
+export interface BrokerRecord {
+  /** Unique id of the broker process. */
+  readonly id: string;
+  /** Where clients reach it (host:port), for redirects. */
+  readonly address: string;
+  /** Leadership epoch; a takeover writes a higher one. */
+  readonly epoch: number;
+  /** Leadership is valid until this time (ms since epoch) unless renewed. */
+  readonly leaseUntil: number;
+}
+
+/** The immutable content of a message. */
+export interface MessageRecord {
+  readonly id: string;
+  readonly offset: number;
+  readonly payload: Uint8Array;
+  /** Null-prototype object, keys sorted. */
+  readonly headers: Readonly<Record<string, string>>;
+  readonly key: string | undefined;
+  readonly priority: number;
+  /** >= enqueuedAt. */
+  readonly runAt: number;
+  readonly maxAttempts: number | undefined;
+  readonly dedupId: string | undefined;
+  readonly enqueuedAt: number;
+  readonly traceContext: Readonly<Record<string, string>> | undefined;
+}
+
+/** A message still in the shard. */
+export interface RetainedMessage {
+  readonly msg: MessageRecord;
+  /**
+   * Undefined for an ordinary message (every subscription decides by its ack
+   * state). After a redrive: exactly the subscriptions that still owe work on
+   * it, sorted; a subscription is removed when it settles the message.
+   */
+  targets: string[] | undefined;
+  /** Index: number of subscriptions that have not settled it. 0 = may leave the shard once retention passed. */
+  pending: number;
+  /** Index: estimated encoded size. */
+  readonly bytes: number;
+}
+
+/** A worker's hold on one delivery. */
+export interface Lease {
+  readonly worker: string;
+  readonly claimedAt: number;
+  readonly deadline: number;
+  /** The TTL the lease was claimed with; heartbeats extend by it. */
+  readonly ttlMs: number;
+}
+
+/** Delivery state of one unsettled message in one subscription (absent until first claimed or redriven). */
+export interface Delivery {
+  /** Deliveries made so far (the current receipt's attempt). Never decreases. */
+  attempt: number;
+  /** Value of `attempt` at the last redrive (0 if never): failures that count = attempt - base. */
+  base: number;
+  /** Not runnable before this time (set by nack backoff). */
+  availableAt: number | undefined;
+  lease: Lease | undefined;
+}
+
+/** A dead-lettered message with why and when. */
+export interface DeadLetter {
+  readonly message: MessageRecord;
+  readonly reason: string;
+  /** Deliveries made when it died. */
+  readonly attempts: number;
+  readonly deadAt: number;
+  /** Index: estimated encoded size. */
+  readonly bytes: number;
+}
+
+/** A remembered dedup id. */
+export interface DedupEntry {
+  readonly dedupId: string;
+  readonly id: string;
+  readonly offset: number;
+  readonly expiresAt: number;
+}
+
+/** Monotonic counters of a subscription. */
+export interface SubscriptionCounters {
+  /** Messages that became pending for it (enqueued while it existed, or backfilled by "earliest"). */
+  enqueued: number;
+  /** Deliveries (claims). */
+  delivered: number;
+  acked: number;
+  /** Failed deliveries given another try (lease expiries + nacks). */
+  redelivered: number;
+  deadLettered: number;
+  deadEvicted: number;
+  /** Messages settled by purge. */
+  purged: number;
+  redriven: number;
+}
+
+/** Monotonic counters of a shard (sums over subscriptions, plus shard-level events). */
+export interface ShardCounters extends SubscriptionCounters {
+  /** Messages removed from the document (settled everywhere and past retention, or purged). */
+  dropped: number;
+}
+
+/** Zeroed subscription counters. */
+export function zeroSubscriptionCounters(): SubscriptionCounters {
+  return {
+    enqueued: 0,
+    delivered: 0,
+    acked: 0,
+    redelivered: 0,
+    deadLettered: 0,
+    deadEvicted: 0,
+    purged: 0,
+    redriven: 0,
+  };
+}
+
+/** Zeroed shard counters. */
+export function zeroShardCounters(): ShardCounters {
+  return { ...zeroSubscriptionCounters(), dropped: 0 };
+}
+
+/** Runnable-index entry: higher priority first, then lower offset. */
+export interface ReadyEntry {
+  readonly priority: number;
+  readonly offset: number;
+}
+
+/** Wake-up entry: message `offset` becomes runnable at `at`. */
+export interface DelayedEntry {
+  readonly at: number;
+  readonly offset: number;
+}
+
+/** One subscription (consumer group). */
+export interface SubscriptionState {
+  readonly name: string;
+  readonly createdAt: number;
+  /** Untargeted messages below this offset are settled for it. */
+  readonly start: number;
+  /** Offsets >= start of retained untargeted messages it has settled (acked, dead-lettered or purged). */
+  readonly settled: Set<number>;
+  /** Delivery state of unsettled messages it has claimed (or had redriven). */
+  readonly deliveries: Map<number, Delivery>;
+  /** Dead letters by offset, in insertion order (oldest first). */
+  readonly dead: Map<number, DeadLetter>;
+  readonly counters: SubscriptionCounters;
+  /** Index: runnable candidates (lazy deletion). */
+  readonly ready: BinaryHeap<ReadyEntry>;
+  /** Index: candidates becoming runnable later (lazy deletion). */
+  readonly delayed: BinaryHeap<DelayedEntry>;
+}
+
+/** Lease-deadline index entry. */
+export interface LeaseEntry {
+  readonly deadline: number;
+  readonly sub: SubscriptionState;
+  readonly offset: number;
+  readonly attempt: number;
+}
+
+/** Dedup-expiry index entry. */
+export interface DedupExpiryEntry {
+  readonly expiresAt: number;
+  readonly dedupId: string;
+}

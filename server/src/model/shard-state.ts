@@ -1,0 +1,346 @@
+/**
+ * The in-memory state of one queue shard: the whole JSON document, plus
+ * indexes that make every operation cheap.
+ *
+ * In plain words: a shard is one object in the store. The leading broker
+ * keeps it in memory as a `ShardState`, applies each batch of operations to
+ * it (`applyOperation`, which mutates in place), then writes `encode()` back
+ * with a CAS. A broker that takes the shard over, or re-reads it after an
+ * ambiguous write, rebuilds it with `ShardState.decode()`.
+ *
+ * Costs: operations touch only what they name (maps by offset and id, a
+ * priority heap of runnable messages and a heap of wake-up times per
+ * subscription, a heap of lease deadlines, of dedup expiries and of
+ * retention drops), so a claim or an ack is O(log n), not O(queue).
+ * `encode()` is O(document) (message JSON fragments are cached, since
+ * message contents never change). `decode()` is O(n log n).
+ *
+ * Members marked `@internal` belong to the model's operation modules; code
+ * outside `server/src/model` reads a shard only through this class's public
+ * members, `shard-stats.ts` and operation results.
+ */
+import { CasqError } from "../errors.ts";
+import { DOCUMENT_BASE_BYTES, deadLetterBytes, messageBytes, SETTLED_SLOT_BYTES } from "./approx-size.ts";
+import { BinaryHeap } from "./binary-heap.ts";
+import { encodeShard, parseShardDocument } from "./document-codec.ts";
+import {
+  DEFAULT_QUEUE_CONFIG,
+  mergeConfig,
+  type QueueConfig,
+  type QueueConfigPatch,
+} from "./queue-config.ts";
+import {
+  addDelivery,
+  addSubscription,
+  delayedBefore,
+  indexLease,
+  isSettled,
+  newSubscription,
+  putDedup,
+  schedule,
+} from "./shard-mechanics.ts";
+import {
+  type BrokerRecord,
+  type DedupEntry,
+  type DedupExpiryEntry,
+  type DelayedEntry,
+  type LeaseEntry,
+  type RetainedMessage,
+  type ShardCounters,
+  type SubscriptionState,
+  zeroShardCounters,
+} from "./shard-records.ts";
+
+export type { BrokerRecord } from "./shard-records.ts";
+
+/** Queue (and subscription) names: `[a-z0-9][a-z0-9._-]{0,127}`. */
+export const NAME_PATTERN = /^[a-z0-9][a-z0-9._-]{0,127}$/;
+
+/** The subscription every new queue shard has. */
+export const DEFAULT_SUBSCRIPTION = "default";
+
+/** Throws `invalid_argument` unless `name` is a valid queue/subscription name. */
+export function validateName(what: "queue" | "subscription", name: unknown): asserts name is string {
+  if (typeof name !== "string" || !NAME_PATTERN.test(name)) {
+    throw new CasqError(
+      "invalid_argument",
+      `${what} name ${JSON.stringify(name)} is invalid: use 1-128 characters of a-z 0-9 . _ - starting with a letter or digit`,
+    );
+  }
+}
+
+function leaseBefore(a: LeaseEntry, b: LeaseEntry): boolean {
+  if (a.deadline !== b.deadline) return a.deadline < b.deadline;
+  if (a.sub.name !== b.sub.name) return a.sub.name < b.sub.name;
+  if (a.offset !== b.offset) return a.offset < b.offset;
+  return a.attempt < b.attempt;
+}
+
+function dedupBefore(a: DedupExpiryEntry, b: DedupExpiryEntry): boolean {
+  return a.expiresAt !== b.expiresAt ? a.expiresAt < b.expiresAt : a.dedupId < b.dedupId;
+}
+
+/** One queue shard's complete state (see module header). */
+export class ShardState {
+  /** Queue name. */
+  readonly queue: string;
+  /** Shard number within the queue. */
+  readonly shard: number;
+  /** Set by the broker to a fresh unique id before each write; on re-read it tells whether an ambiguous write landed. */
+  writeId: string | undefined = undefined;
+  /** The leading broker, as recorded in the document. */
+  broker: BrokerRecord | undefined = undefined;
+
+  /** @internal When the shard was created (ms). */
+  readonly createdAt: number;
+  /** @internal The config in force; read it through {@link ShardState.config}. */
+  cfg: QueueConfig;
+  /** @internal Next offset to assign. */
+  next = 0;
+  /** @internal Retained messages by offset. */
+  readonly messages = new Map<number, RetainedMessage>();
+  /** @internal False when `messages` is not in ascending offset order (after a redrive re-inserted one). */
+  messagesSorted = true;
+  /** @internal Offset of each retained message by id. */
+  readonly ids = new Map<string, number>();
+  /** @internal Subscriptions by name. */
+  readonly subs = new Map<string, SubscriptionState>();
+  /** @internal Remembered dedup ids. */
+  readonly dedup = new Map<string, DedupEntry>();
+  /** @internal Monotonic shard counters. */
+  readonly counters: ShardCounters = zeroShardCounters();
+  /** @internal Lease deadlines, for the expiry sweep. */
+  readonly leaseIndex = new BinaryHeap<LeaseEntry>(leaseBefore);
+  /** @internal Dedup expiries. */
+  readonly dedupIndex = new BinaryHeap<DedupExpiryEntry>(dedupBefore);
+  /** @internal Retention drop times of fully settled messages. */
+  readonly retentionIndex = new BinaryHeap<DelayedEntry>(delayedBefore);
+  /** @internal Running size estimate (without write id, broker and settled slots). */
+  bytes = DOCUMENT_BASE_BYTES;
+  /** @internal Sum over retained messages of (subscriptions - pending): see `SETTLED_SLOT_BYTES`. */
+  settledSlots = 0;
+
+  /** @internal Use {@link ShardState.create} or {@link ShardState.decode}. */
+  constructor(init: { queue: string; shard: number; createdAt: number; config: QueueConfig }) {
+    this.queue = init.queue;
+    this.shard = init.shard;
+    this.createdAt = init.createdAt;
+    this.cfg = init.config;
+  }
+
+  /**
+   * A new, empty shard with the `default` subscription. Throws
+   * `invalid_argument` for a bad queue name, shard number or config.
+   */
+  static create(params: {
+    queue: string;
+    shard: number;
+    config?: QueueConfigPatch;
+    now: number;
+  }): ShardState {
+    validateName("queue", params.queue);
+    if (!Number.isSafeInteger(params.shard) || params.shard < 0) {
+      throw new CasqError("invalid_argument", `shard must be a non-negative integer, got ${params.shard}`);
+    }
+    checkNow(params.now);
+    const config = mergeConfig(DEFAULT_QUEUE_CONFIG, params.config ?? {});
+    const state = new ShardState({ queue: params.queue, shard: params.shard, createdAt: params.now, config });
+    addSubscription(state, newSubscription(DEFAULT_SUBSCRIPTION, params.now, 0));
+    return state;
+  }
+
+  /**
+   * Rebuilds a shard from its document. Throws `CasqError("data_loss")` when
+   * the bytes are not a valid casq shard document of a known format version;
+   * such a document must never be overwritten.
+   */
+  static decode(bytes: Uint8Array): ShardState {
+    const doc = parseShardDocument(bytes);
+    const fail = (what: string): never => {
+      throw new CasqError(
+        "data_loss",
+        `shard document of queue ${doc.queue} shard ${doc.shard} is inconsistent (${what}); refusing to load or overwrite it — restore it from a backup or move it aside`,
+        { queue: doc.queue, shard: doc.shard },
+      );
+    };
+    const state = new ShardState({
+      queue: doc.queue,
+      shard: doc.shard,
+      createdAt: doc.createdAt,
+      config: doc.config,
+    });
+    state.writeId = doc.writeId;
+    state.broker = doc.broker;
+    state.next = doc.nextOffset;
+    Object.assign(state.counters, doc.counters);
+
+    let previous = -1;
+    for (const dm of doc.messages) {
+      const offset = dm.msg.offset;
+      if (offset <= previous) fail(`messages are not in strictly ascending offset order at offset ${offset}`);
+      if (offset >= state.next) fail(`message offset ${offset} is not below next_offset ${state.next}`);
+      previous = offset;
+      if (state.ids.has(dm.msg.id)) fail(`message id ${JSON.stringify(dm.msg.id)} appears twice`);
+      const m: RetainedMessage = {
+        msg: dm.msg,
+        targets: dm.targets,
+        pending: 0,
+        bytes: messageBytes(dm.msg),
+      };
+      state.messages.set(offset, m);
+      state.ids.set(dm.msg.id, offset);
+      state.bytes += m.bytes;
+    }
+
+    for (const ds of doc.subscriptions) {
+      if (state.subs.has(ds.name)) fail(`subscription ${ds.name} appears twice`);
+      if (ds.ackedBelow > state.next) fail(`subscription ${ds.name}: acked_below is above next_offset`);
+      const sub = newSubscription(ds.name, ds.createdAt, ds.ackedBelow, ds.counters);
+      let last = -1;
+      for (const offset of ds.acked) {
+        if (offset <= last || offset < ds.ackedBelow || offset >= state.next) {
+          fail(`subscription ${ds.name}: acked offsets must ascend within [acked_below, next_offset)`);
+        }
+        const m = state.messages.get(offset);
+        if (m === undefined || m.targets !== undefined) {
+          fail(`subscription ${ds.name}: acked offset ${offset} is not a retained untargeted message`);
+        }
+        last = offset;
+        sub.settled.add(offset);
+      }
+      addSubscription(state, sub);
+    }
+
+    for (const m of state.messages.values()) {
+      if (m.targets === undefined) continue;
+      let before = "";
+      for (const name of m.targets) {
+        if (!state.subs.has(name) || name <= before) {
+          fail(`message ${m.msg.offset}: targets must be existing subscriptions, sorted and unique`);
+        }
+        before = name;
+      }
+    }
+
+    for (const ds of doc.subscriptions) {
+      const sub = state.subs.get(ds.name) as SubscriptionState;
+      let last = -1;
+      for (const dd of ds.deliveries) {
+        const m = state.messages.get(dd.offset);
+        if (dd.offset <= last) fail(`subscription ${ds.name}: deliveries are not in ascending offset order`);
+        last = dd.offset;
+        if (m === undefined || isSettled(m, sub)) {
+          fail(
+            `subscription ${ds.name}: delivery at offset ${dd.offset} is not an unsettled retained message`,
+          );
+        }
+        if (dd.base > dd.attempt || (dd.lease !== undefined && dd.attempt === dd.base)) {
+          fail(`subscription ${ds.name}: delivery at offset ${dd.offset} has impossible attempt counts`);
+        }
+        addDelivery(state, sub, dd.offset, {
+          attempt: dd.attempt,
+          base: dd.base,
+          availableAt: dd.availableAt,
+          lease: dd.lease,
+        });
+      }
+      for (const dl of ds.deadLetters) {
+        const offset = dl.message.offset;
+        if (offset >= state.next || sub.dead.has(offset)) {
+          fail(
+            `subscription ${ds.name}: dead letter offset ${offset} is duplicated or not below next_offset`,
+          );
+        }
+        const m = state.messages.get(offset);
+        if (m !== undefined && (!isSettled(m, sub) || m.msg.id !== dl.message.id)) {
+          fail(`subscription ${ds.name}: dead letter ${offset} contradicts the retained message`);
+        }
+        const bytes = deadLetterBytes(dl.message, dl.reason);
+        sub.dead.set(offset, { ...dl, bytes });
+        state.bytes += bytes;
+      }
+    }
+
+    for (const e of doc.dedup) {
+      if (state.dedup.has(e.dedupId)) fail(`dedup id ${JSON.stringify(e.dedupId)} appears twice`);
+      if (e.offset >= state.next) fail(`dedup id ${JSON.stringify(e.dedupId)} names a future offset`);
+      putDedup(state, e);
+    }
+
+    // Indexes: pending counts, runnable/wake-up heaps, lease deadlines, retention drops.
+    for (const m of state.messages.values()) {
+      for (const sub of state.subs.values()) {
+        if (isSettled(m, sub)) continue;
+        m.pending += 1;
+        const d = sub.deliveries.get(m.msg.offset);
+        if (d?.lease !== undefined) indexLease(state, sub, m.msg.offset, d);
+        else schedule(sub, m, d, undefined);
+      }
+      state.settledSlots += state.subs.size - m.pending;
+      if (m.pending === 0) {
+        state.retentionIndex.push({ at: m.msg.enqueuedAt + state.cfg.retentionMs, offset: m.msg.offset });
+      }
+    }
+    return state;
+  }
+
+  /** The canonical document: same state, same bytes. O(document). */
+  encode(): Uint8Array {
+    return encodeShard(this);
+  }
+
+  /** A deep, independent copy (decode of the encoding); for tests and simulation. */
+  clone(): ShardState {
+    return ShardState.decode(this.encode());
+  }
+
+  /** The queue config in force. */
+  get config(): QueueConfig {
+    return this.cfg;
+  }
+
+  /** The offset the next enqueued message gets; offsets are never reused. */
+  get nextOffset(): number {
+    return this.next;
+  }
+
+  /**
+   * Running estimate of the encoded size in bytes, O(1); used for the
+   * `maxDocumentBytes` limit. Within a small factor of `encode().length`.
+   */
+  approxBytes(): number {
+    let extra = 0;
+    if (this.writeId !== undefined) extra += this.writeId.length;
+    if (this.broker !== undefined) extra += this.broker.id.length + this.broker.address.length;
+    return this.bytes + this.settledSlots * SETTLED_SLOT_BYTES + extra;
+  }
+
+  /** Subscription names, sorted. */
+  subscriptionNames(): string[] {
+    return [...this.subs.keys()].sort();
+  }
+
+  /** True when the shard has a subscription of that name. O(1). */
+  hasSubscription(name: string): boolean {
+    return this.subs.has(name);
+  }
+
+  /** @internal Retained messages in ascending offset order (re-sorts the map if a redrive disturbed it). */
+  sortedMessages(): RetainedMessage[] {
+    const list = [...this.messages.values()];
+    if (!this.messagesSorted) {
+      list.sort((a, b) => a.msg.offset - b.msg.offset);
+      this.messages.clear();
+      for (const m of list) this.messages.set(m.msg.offset, m);
+      this.messagesSorted = true;
+    }
+    return list;
+  }
+}
+
+/** Throws `internal` unless `now` is a usable time (the broker passes its clock's `now()`). */
+export function checkNow(now: number): void {
+  if (!Number.isSafeInteger(now) || now < 0) {
+    throw new CasqError("internal", `now must be a non-negative integer of ms since the epoch, got ${now}`);
+  }
+}

@@ -1,0 +1,172 @@
+/**
+ * Read-only questions the broker and operators ask about a shard.
+ *
+ * - `computeStats`: counts per subscription (ready / delayed / in flight /
+ *   dead), oldest unacked age, counters, size. O(messages x subscriptions):
+ *   for metrics scrapes and the CLI, not for the commit path.
+ * - `nextWakeAt`: the one time the broker should arm a timer for (a delayed
+ *   or backed-off message becomes claimable, or a lease runs out and needs
+ *   an `expire`). O(subscriptions) plus stale index entries.
+ * - `hasRunnable`: may a claim on this subscription return something now?
+ *   O(log n) amortised; lets the broker decide to wake long-poll waiters.
+ * - `nextHousekeepingAt`: when dedup ids or retained messages fall due
+ *   (work for `expire` that nobody is waiting on).
+ *
+ * These functions never change the document. They may tidy the in-memory
+ * indexes (drop stale entries, move due wake-ups into the runnable index),
+ * which is invisible in `encode()`.
+ */
+
+import { isSettled, nextDelayedAt, peekRunnable, promoteDue, runnableAt } from "./shard-mechanics.ts";
+import type { BrokerRecord, ShardCounters, SubscriptionCounters } from "./shard-records.ts";
+import type { ShardState } from "./shard-state.ts";
+
+/** Counts for one subscription at a point in time. */
+export interface SubscriptionStats {
+  readonly name: string;
+  readonly createdAt: number;
+  /** Claimable now. */
+  readonly ready: number;
+  /** Waiting for `run_at` or nack backoff. */
+  readonly delayed: number;
+  /** Leased to a worker (including leases past their deadline that `expire` has not swept yet). */
+  readonly inFlight: number;
+  /** Of `inFlight`, leases whose deadline has passed. */
+  readonly expiredLeases: number;
+  /** Dead letters kept. */
+  readonly dead: number;
+  /** Age of the oldest message it has not settled (ms), undefined when none. */
+  readonly oldestUnackedAgeMs: number | undefined;
+  readonly counters: Readonly<SubscriptionCounters>;
+}
+
+/** Counts for one shard at a point in time. */
+export interface ShardStats {
+  readonly queue: string;
+  readonly shard: number;
+  readonly nextOffset: number;
+  /** Messages still in the document. */
+  readonly messages: number;
+  /** Sums over subscriptions. */
+  readonly ready: number;
+  readonly delayed: number;
+  readonly inFlight: number;
+  readonly dead: number;
+  /** Dedup ids remembered. */
+  readonly dedupIds: number;
+  readonly approxBytes: number;
+  readonly maxDocumentBytes: number;
+  readonly broker: BrokerRecord | undefined;
+  readonly counters: Readonly<ShardCounters>;
+  readonly subscriptions: readonly SubscriptionStats[];
+}
+
+/** Counts and counters of a shard (see module header). */
+export function computeStats(state: ShardState, now: number): ShardStats {
+  const subscriptions: SubscriptionStats[] = [];
+  let ready = 0;
+  let delayed = 0;
+  let inFlight = 0;
+  let dead = 0;
+  for (const name of state.subscriptionNames()) {
+    const sub = state.subs.get(name);
+    if (sub === undefined) continue;
+    const s = {
+      ready: 0,
+      delayed: 0,
+      inFlight: 0,
+      expiredLeases: 0,
+      oldest: undefined as number | undefined,
+    };
+    for (const m of state.messages.values()) {
+      if (isSettled(m, sub)) continue;
+      if (s.oldest === undefined || m.msg.enqueuedAt < s.oldest) s.oldest = m.msg.enqueuedAt;
+      const d = sub.deliveries.get(m.msg.offset);
+      if (d?.lease !== undefined) {
+        s.inFlight += 1;
+        if (d.lease.deadline <= now) s.expiredLeases += 1;
+      } else if (runnableAt(m, d) <= now) s.ready += 1;
+      else s.delayed += 1;
+    }
+    subscriptions.push({
+      name,
+      createdAt: sub.createdAt,
+      ready: s.ready,
+      delayed: s.delayed,
+      inFlight: s.inFlight,
+      expiredLeases: s.expiredLeases,
+      dead: sub.dead.size,
+      oldestUnackedAgeMs: s.oldest === undefined ? undefined : Math.max(0, now - s.oldest),
+      counters: { ...sub.counters },
+    });
+    ready += s.ready;
+    delayed += s.delayed;
+    inFlight += s.inFlight;
+    dead += sub.dead.size;
+  }
+  return {
+    queue: state.queue,
+    shard: state.shard,
+    nextOffset: state.nextOffset,
+    messages: state.messages.size,
+    ready,
+    delayed,
+    inFlight,
+    dead,
+    dedupIds: state.dedup.size,
+    approxBytes: state.approxBytes(),
+    maxDocumentBytes: state.config.maxDocumentBytes,
+    broker: state.broker,
+    counters: { ...state.counters },
+    subscriptions,
+  };
+}
+
+/**
+ * The earliest time a delayed or backed-off message becomes claimable, or a
+ * lease runs out (and needs an `expire`); undefined when nothing is waiting.
+ *
+ * Pass `now` (recommended): wake-ups already due are moved into the
+ * runnable index first, so the answer is a future time, or a past lease
+ * deadline that only an `expire` commit clears. Without `now` a due but
+ * unclaimed delayed message keeps being reported, and a timer armed on it
+ * would fire in a loop.
+ */
+export function nextWakeAt(state: ShardState, now?: number): number | undefined {
+  let earliest: number | undefined;
+  for (const sub of state.subs.values()) {
+    if (now !== undefined) promoteDue(state, sub, now);
+    const at = nextDelayedAt(state, sub);
+    if (at !== undefined && (earliest === undefined || at < earliest)) earliest = at;
+  }
+  for (;;) {
+    const e = state.leaseIndex.peek();
+    if (e === undefined) break;
+    const d = state.subs.get(e.sub.name) === e.sub ? e.sub.deliveries.get(e.offset) : undefined;
+    if (d?.lease !== undefined && d.attempt === e.attempt && d.lease.deadline === e.deadline) {
+      if (earliest === undefined || e.deadline < earliest) earliest = e.deadline;
+      break;
+    }
+    state.leaseIndex.pop(); // stale
+  }
+  return earliest;
+}
+
+/** True when a claim on `subscription` at `now` would return at least one message (false if it does not exist). */
+export function hasRunnable(state: ShardState, subscription: string, now: number): boolean {
+  const sub = state.subs.get(subscription);
+  return sub !== undefined && peekRunnable(state, sub, now) !== undefined;
+}
+
+/**
+ * The earliest time an `expire` would forget a dedup id or drop a retained
+ * message; undefined when none is pending. (Lease expiries are covered by
+ * {@link nextWakeAt}.) May report a time that turns out to need no work.
+ */
+export function nextHousekeepingAt(state: ShardState): number | undefined {
+  const dedup = state.dedupIndex.peek()?.expiresAt;
+  const retention = state.retentionIndex.peek()?.at;
+  if (dedup === undefined) return retention;
+  if (retention === undefined) return dedup;
+  return Math.min(dedup, retention);
+}
