@@ -1,0 +1,343 @@
+/**
+ * The casq server: one broker behind one port that speaks gRPC, gRPC-Web and
+ * Connect (`casq serve` wraps {@link startCasqServer}).
+ *
+ * Startup, in order: open the store (wrapped to retry transient failures),
+ * bind the port (so the advertised address is known before any shard
+ * document names this broker), build the broker with the queue catalog as
+ * its source of shard counts, probe the store once for health, and start
+ * serving QueueService, AdminService, grpc.health.v1.Health and server
+ * reflection (v1 and v1alpha).
+ *
+ * Graceful close, in order:
+ * 1. health says NOT_SERVING, the port stops accepting, and new casq.v1 calls
+ *    on open connections get UNAVAILABLE "broker shutting down";
+ * 2. Work streams are drained: no more jobs, `draining` sent, the worker's
+ *    acks/nacks/heartbeats still answered for a grace period, then the stream
+ *    ends with UNAVAILABLE "broker shutting down";
+ * 3. calls in flight finish (their commits land);
+ * 4. the broker stops with `release`: buffered operations are committed and
+ *    every shard lease is handed back, so another broker takes over at once;
+ * 5. connections are closed and the store is released.
+ * Every step is bounded by `timeoutMs` overall; what is left then is cut.
+ * A non-graceful close skips straight to cutting connections and stops the
+ * broker without releasing leases (other brokers take over after the lease
+ * runs out, as after a crash).
+ */
+
+import { randomUUID } from "node:crypto";
+import { setMaxListeners } from "node:events";
+import { hostname } from "node:os";
+import { AdminService, file_casq_v1_admin_service } from "@casq/sdk/gen/casq/v1/admin_service_pb.ts";
+import { file_casq_v1_errors } from "@casq/sdk/gen/casq/v1/errors_pb.ts";
+import { file_casq_v1_queue_service, QueueService } from "@casq/sdk/gen/casq/v1/queue_service_pb.ts";
+import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
+import { connectNodeAdapter } from "@connectrpc/connect-node";
+import { type Logger, pino } from "pino";
+import { Broker } from "../broker/broker.ts";
+import { QueueCatalog } from "../broker/queue-catalog.ts";
+import type { CommitOptions } from "../broker/shard-leader.ts";
+import type { ShardObserver } from "../broker/shard-observer.ts";
+import type { ObjectStore } from "../store/object-store.ts";
+import { openStore } from "../store/open-store.ts";
+import { RetryingStore } from "../store/retrying-store.ts";
+import { type Clock, systemClock } from "../util/clock.ts";
+import { type Random, systemRandom } from "../util/random.ts";
+import { createAdminService } from "./admin-service.ts";
+import { createAuthInterceptor, loadTokenFile } from "./auth.ts";
+import { CallTracker } from "./call-tracker.ts";
+import { file_grpc_health_v1_health, Health } from "./grpc-descriptors.ts";
+import { createErrorInterceptor } from "./grpc-errors.ts";
+import { createHealthService, HealthMonitor } from "./health-service.ts";
+import { loggingShardObserver } from "./lifecycle-log.ts";
+import {
+  type DualHandler,
+  formatAddress,
+  type RunningListener,
+  startListener,
+  type TlsFiles,
+} from "./listener.ts";
+import { createQueueService } from "./queue-service.ts";
+import { createReflectionService, DescriptorIndex, REFLECTION_SERVICES } from "./reflection-service.ts";
+import type { ServiceContext } from "./service-context.ts";
+import { ShardClaimer } from "./shard-claims.ts";
+import { ShardDirectory } from "./shard-directory.ts";
+import { WorkRegistry } from "./work-registry.ts";
+
+/** Options of {@link startCasqServer}. */
+export interface CasqServerOptions {
+  /**
+   * Where the state lives: a store URL (`file:./casq-data`, `memory:`,
+   * `s3://bucket/prefix?...`; opened and wrapped to retry transient
+   * failures) or a ready {@link ObjectStore} (used as is; the server closes it).
+   */
+  readonly store: string | ObjectStore;
+  /** `HOST:PORT` to listen on (`[v6]:PORT`, `:PORT` for all interfaces); port 0 picks a free port. */
+  readonly listen: string;
+  /**
+   * `HOST:PORT` written into shard documents and redirects, i.e. where other
+   * brokers send clients. Default: the bound address (with this machine's
+   * host name instead of a wildcard address).
+   */
+  readonly advertise?: string;
+  /** Serve TLS with these files; with `clientCaFile`, require client certificates (mutual TLS). */
+  readonly tls?: TlsFiles;
+  /** Bearer token file (format in `auth.ts` / docs/protocol.md); unset: no authentication. */
+  readonly authTokensFile?: string;
+  /** Structured logger. Default: pino at info level on stderr. */
+  readonly logger?: Logger;
+  /** Enqueue to a missing queue creates it with one shard. Default true. */
+  readonly autoCreateQueues?: boolean;
+  /** Tuning of every shard's commit loop. */
+  readonly commit?: Partial<CommitOptions>;
+  /** Clock of the engine. Default: the system clock. */
+  readonly clock?: Clock;
+  /** Randomness of the engine (ids, jitter). Default: Math.random. */
+  readonly random?: Random;
+  /** Broker id (unique per process start). Default: `<host>-<pid>-<random>`. */
+  readonly brokerId?: string;
+  /** Re-read a cached queue manifest after this long (ms). Default 5000. */
+  readonly catalogRefreshMs?: number;
+  /** Probe the store for health this often (ms). Default 5000. */
+  readonly healthProbeIntervalMs?: number;
+  /** Largest request message accepted (bytes); larger is RESOURCE_EXHAUSTED. Default 64 MiB. */
+  readonly maxRequestBytes?: number;
+  /** Extra observer of the shard leaders (metrics, traces). */
+  readonly observer?: ShardObserver;
+}
+
+/** Options of {@link RunningCasqServer.close}. */
+export interface CloseOptions {
+  /** Drain and hand leases back (true, the default), or cut everything now (false). */
+  readonly graceful?: boolean;
+  /** Bound on the whole graceful shutdown (ms). Default 30000. */
+  readonly timeoutMs?: number;
+}
+
+/** A started server. */
+export interface RunningCasqServer {
+  /** The bound address, `HOST:PORT` (the actual port when 0 was asked for). */
+  readonly address: string;
+  /** The address clients are redirected to (see {@link CasqServerOptions.advertise}). */
+  readonly advertisedAddress: string;
+  /** The broker serving the shards. */
+  readonly broker: Broker;
+  /** The queue catalog (manifests). */
+  readonly catalog: QueueCatalog;
+  /** The object store in use. */
+  readonly store: ObjectStore;
+  /** Open Work streams and active workers. */
+  readonly work: WorkRegistry;
+  /** Calls in flight. */
+  readonly calls: CallTracker;
+  /** Health status of the server. */
+  readonly health: HealthMonitor;
+  /** Stops the server (see the module header); safe to call more than once. */
+  close(options?: CloseOptions): Promise<void>;
+}
+
+const SERVED_SERVICES = [
+  QueueService.typeName,
+  AdminService.typeName,
+  Health.typeName,
+  ...REFLECTION_SERVICES.map((s) => s.typeName),
+];
+
+/** Starts a casq server (see the module header). Rejects with the system error when the port cannot be bound. */
+export async function startCasqServer(options: CasqServerOptions): Promise<RunningCasqServer> {
+  const logger = options.logger ?? pino({ level: "info", base: { service: "casq" } }, pino.destination(2));
+  const clock = options.clock ?? systemClock;
+  const random = options.random ?? systemRandom;
+  const tokens =
+    options.authTokensFile === undefined ? undefined : await loadTokenFile(options.authTokensFile);
+  const store =
+    typeof options.store === "string"
+      ? new RetryingStore(openStore(options.store), {
+          clock,
+          random,
+          onRetry: (e) => logger.debug({ op: e.op, key: e.key, attempt: e.attempt }, "store call retried"),
+        })
+      : options.store;
+
+  const calls = new CallTracker();
+  const work = new WorkRegistry();
+  const health = new HealthMonitor(store, clock, logger, options.healthProbeIntervalMs);
+  const shutdown = new AbortController();
+  // Every call's context listens on this signal: many at once is normal, not a leak.
+  setMaxListeners(0, shutdown.signal);
+
+  // The port is bound first: the broker's advertised address goes into the shard
+  // documents it writes. Until the handler is ready, requests get 503.
+  let handler: DualHandler = (_req, res) => {
+    res.writeHead(503, { "content-type": "text/plain" });
+    res.end("casq server is starting\n");
+  };
+  let listener: RunningListener;
+  try {
+    listener = await startListener({
+      listen: options.listen,
+      ...(options.tls ? { tls: options.tls } : {}),
+      handler: (req, res) => handler(req, res),
+      logger,
+    });
+  } catch (error) {
+    await store.close().catch(() => {});
+    throw error;
+  }
+  const address = formatAddress(listener.host, listener.port);
+  const advertisedAddress =
+    options.advertise ?? (isWildcard(listener.host) ? formatAddress(hostname(), listener.port) : address);
+
+  const identity = {
+    id: options.brokerId ?? `${hostname()}-${process.pid}-${randomUUID().slice(0, 8)}`,
+    address: advertisedAddress,
+  };
+  const catalog = new QueueCatalog({
+    store,
+    clock,
+    ...(options.catalogRefreshMs === undefined ? {} : { refreshMs: options.catalogRefreshMs }),
+  });
+  const broker = new Broker({
+    store,
+    identity,
+    clock,
+    random,
+    shardsFor: (queue) => catalog.shardsFor(queue),
+    observer: loggingShardObserver(logger, options.observer),
+    ...(options.commit ? { commit: options.commit } : {}),
+  });
+  const ctx: ServiceContext = {
+    broker,
+    catalog,
+    store,
+    clock,
+    directory: new ShardDirectory({ broker, store, clock }),
+    claimer: new ShardClaimer(broker, clock),
+    logger,
+    autoCreateQueues: options.autoCreateQueues ?? true,
+    work,
+  };
+  const index = new DescriptorIndex(
+    [
+      file_casq_v1_queue_service,
+      file_casq_v1_admin_service,
+      file_casq_v1_errors,
+      file_grpc_health_v1_health,
+      ...REFLECTION_SERVICES.map((s) => s.file),
+    ],
+    SERVED_SERVICES,
+  );
+  const interceptors: Interceptor[] = [calls.interceptor()];
+  if (tokens) interceptors.push(createAuthInterceptor(tokens, logger));
+  interceptors.push(createErrorInterceptor(logger));
+  handler = connectNodeAdapter({
+    routes: (router) => {
+      router.service(QueueService, createQueueService(ctx));
+      router.service(AdminService, createAdminService(ctx));
+      router.service(Health, createHealthService(health, [QueueService.typeName, AdminService.typeName]));
+      for (const service of REFLECTION_SERVICES) router.service(service, createReflectionService(index));
+    },
+    interceptors,
+    shutdownSignal: shutdown.signal,
+    readMaxBytes: options.maxRequestBytes ?? 64 * 1024 * 1024,
+  });
+  await health.start();
+
+  if (!tokens && !isLoopback(listener.host))
+    logger.warn(
+      { address },
+      "no authentication configured and listening beyond loopback: anyone who can reach this port can use every queue (set an auth token file)",
+    );
+  logger.info(
+    {
+      address,
+      advertise: advertisedAddress,
+      broker: identity.id,
+      store: store.description,
+      tls: options.tls ? (options.tls.clientCaFile ? "mutual" : "server") : "off",
+      auth: tokens ? `${tokens.size} tokens` : "off",
+      health: health.status === 1 ? "SERVING" : "NOT_SERVING",
+    },
+    "casq server listening",
+  );
+
+  let closing: Promise<void> | undefined;
+  const close = (closeOptions: CloseOptions = {}): Promise<void> => {
+    closing ??= stop(closeOptions);
+    return closing;
+  };
+
+  const stop = async ({ graceful = true, timeoutMs = 30_000 }: CloseOptions): Promise<void> => {
+    const started = clock.now();
+    const left = () => Math.max(0, timeoutMs - (clock.now() - started));
+    logger.info(
+      { graceful, timeoutMs, workStreams: work.openStreams, calls: calls.inFlight },
+      "casq server shutting down",
+    );
+    health.beginShutdown();
+    calls.drain();
+    const stopAccepting = listener.stopAccepting();
+    if (graceful) {
+      await withDeadline(work.drainAll(Math.min(5_000, Math.floor(timeoutMs / 2)), clock.now()), left());
+      work.abortAll("broker shutting down: reconnect to another broker");
+      await withDeadline(calls.idle(), left());
+    } else {
+      work.abortAll("broker shutting down: reconnect to another broker");
+    }
+    shutdown.abort(new ConnectError("broker shutting down: retry at another broker", Code.Unavailable));
+    await health.stop();
+    if (graceful) {
+      if (!(await withDeadline(broker.stop({ release: true }), left())))
+        logger.warn(
+          "shard leases could not all be released in time; other brokers take over when they expire",
+        );
+    } else {
+      broker.stop({ release: false }).catch(() => {});
+    }
+    // Calls are done by now: give HTTP/2 clients a moment to see GOAWAY, then cut what is left
+    // (e.g. streams whose response ended but whose client never closed its side).
+    await listener.closeConnections({ graceful, timeoutMs: graceful ? Math.min(500, left()) : 0 });
+    await stopAccepting;
+    await store.close().catch((error: unknown) => logger.warn({ err: error }, "closing the store failed"));
+    logger.info({ durationMs: clock.now() - started }, "casq server stopped");
+  };
+
+  return {
+    address,
+    advertisedAddress,
+    broker,
+    catalog,
+    store,
+    work,
+    calls,
+    health,
+    close,
+  };
+}
+
+/**
+ * Waits for `promise` to settle, at most `ms`. Resolves true when it
+ * fulfilled in time, false when it failed or the time ran out (never rejects).
+ */
+async function withDeadline(promise: Promise<unknown>, ms: number): Promise<boolean> {
+  let timer: NodeJS.Timeout | undefined;
+  const result = await Promise.race([
+    promise.then(
+      () => true,
+      () => false,
+    ),
+    new Promise<boolean>((resolve) => {
+      timer = setTimeout(() => resolve(false), ms);
+    }),
+  ]);
+  clearTimeout(timer);
+  return result;
+}
+
+function isWildcard(host: string): boolean {
+  return host === "0.0.0.0" || host === "::" || host === "";
+}
+
+function isLoopback(host: string): boolean {
+  return host === "localhost" || host === "::1" || host.startsWith("127.");
+}

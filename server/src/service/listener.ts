@@ -1,0 +1,205 @@
+/**
+ * The one listening port of a casq server, serving gRPC, gRPC-Web and the
+ * Connect protocol over HTTP/2 and HTTP/1.1.
+ *
+ * - **TLS**: an `http2.createSecureServer` with `allowHTTP1`: ALPN picks h2
+ *   or http/1.1 per connection. With a client CA, client certificates are
+ *   required and verified.
+ * - **Cleartext**: gRPC clients speak HTTP/2 with prior knowledge (h2c),
+ *   while `curl` and browsers' fetch speak HTTP/1.1, and Node's cleartext
+ *   HTTP/2 server refuses HTTP/1.1. So a plain TCP server reads the first
+ *   bytes of each connection: if they are the HTTP/2 connection preface
+ *   (`PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n`) the socket goes to an HTTP/2 server,
+ *   otherwise to an HTTP/1.1 server. The bytes read are put back
+ *   (`unshift`); the HTTP/2 session picks buffered data up when it starts.
+ *
+ * Shutdown is two steps: {@link RunningListener.stopAccepting} closes the
+ * port (connections stay up, calls in flight continue), and
+ * {@link RunningListener.closeConnections} ends them: gracefully (HTTP/2
+ * GOAWAY, idle HTTP/1.1 connections closed) with a deadline after which
+ * everything is destroyed, or at once.
+ */
+import { readFile } from "node:fs/promises";
+import http, { type IncomingMessage, type ServerResponse } from "node:http";
+import http2, { type Http2ServerRequest, type Http2ServerResponse, type Http2Session } from "node:http2";
+import net from "node:net";
+import type { Logger } from "pino";
+
+/** TLS files of a server. */
+export interface TlsFiles {
+  /** PEM certificate chain of the server. */
+  readonly certFile: string;
+  /** PEM private key of the server. */
+  readonly keyFile: string;
+  /** PEM CA bundle; when set, clients must present a certificate it signed (mutual TLS). */
+  readonly clientCaFile?: string;
+}
+
+/** A request handler for both HTTP versions (what connectNodeAdapter returns). */
+export type DualHandler = (
+  req: IncomingMessage | Http2ServerRequest,
+  res: ServerResponse | Http2ServerResponse,
+) => void;
+
+/** Options of {@link startListener}. */
+export interface ListenerOptions {
+  /** `HOST:PORT`, `[IPv6]:PORT` or `:PORT` (all interfaces); port 0 picks a free port. */
+  readonly listen: string;
+  readonly tls?: TlsFiles;
+  readonly handler: DualHandler;
+  readonly logger: Logger;
+  /** A connection that sends nothing for this long before its first request is closed. Default 10 s. */
+  readonly prefaceTimeoutMs?: number;
+}
+
+/** A bound listener. */
+export interface RunningListener {
+  /** The bound host (as given, or the wildcard address). */
+  readonly host: string;
+  /** The bound port. */
+  readonly port: number;
+  /** True when serving TLS. */
+  readonly tls: boolean;
+  /** Stops accepting new connections (the port is closed; open connections stay up). */
+  stopAccepting(): Promise<void>;
+  /** Ends every open connection (see the module header). */
+  closeConnections(options: { graceful: boolean; timeoutMs: number }): Promise<void>;
+}
+
+/** The HTTP/2 connection preface every prior-knowledge h2c client sends first. */
+const H2_PREFACE = Buffer.from("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", "latin1");
+
+/** Splits `HOST:PORT` (also `[v6]:PORT` and `:PORT`). Throws with a clear message. */
+export function parseListenAddress(listen: string): { host: string; port: number } {
+  const match = /^(?:\[([^\]]+)\]|([^:[\]]*)):(\d{1,5})$/.exec(listen.trim());
+  const port = Number(match?.[3]);
+  if (!match || !Number.isInteger(port) || port > 65535)
+    throw new Error(
+      `listen address ${JSON.stringify(listen)} is not HOST:PORT (e.g. 127.0.0.1:50051, [::1]:0, :50051)`,
+    );
+  const host = match[1] ?? match[2] ?? "";
+  return { host: host === "" ? "0.0.0.0" : host, port };
+}
+
+/** Formats a host and port as `HOST:PORT` (brackets around IPv6). */
+export function formatAddress(host: string, port: number): string {
+  return host.includes(":") ? `[${host}]:${port}` : `${host}:${port}`;
+}
+
+/** Binds the port and starts serving (see the module header). Rejects with the system error (EADDRINUSE, ...). */
+export async function startListener(options: ListenerOptions): Promise<RunningListener> {
+  const { host, port } = parseListenAddress(options.listen);
+  const sessions = new Set<Http2Session>();
+  const trackSession = (session: Http2Session) => {
+    sessions.add(session);
+    session.on("close", () => sessions.delete(session));
+    session.on("error", (error) => options.logger.debug({ err: error }, "HTTP/2 session error"));
+  };
+
+  let server: net.Server;
+  let h1: http.Server | undefined;
+  const undecided = new Set<net.Socket>();
+
+  if (options.tls) {
+    const [cert, key, ca] = await Promise.all([
+      readFile(options.tls.certFile),
+      readFile(options.tls.keyFile),
+      options.tls.clientCaFile ? readFile(options.tls.clientCaFile) : Promise.resolve(undefined),
+    ]);
+    const secure = http2.createSecureServer(
+      {
+        cert,
+        key,
+        allowHTTP1: true,
+        ...(ca ? { ca, requestCert: true, rejectUnauthorized: true } : {}),
+      },
+      options.handler,
+    );
+    secure.on("session", trackSession);
+    secure.on("tlsClientError", (error) => options.logger.debug({ err: error }, "TLS handshake failed"));
+    server = secure;
+  } else {
+    const h2 = http2.createServer({}, options.handler);
+    h2.on("session", trackSession);
+    h1 = http.createServer(options.handler);
+    const plainH1 = h1;
+    const timeoutMs = options.prefaceTimeoutMs ?? 10_000;
+    server = net.createServer((socket) => {
+      undecided.add(socket);
+      let head: Buffer = Buffer.alloc(0);
+      const timer = setTimeout(() => socket.destroy(), timeoutMs);
+      const cleanup = () => {
+        clearTimeout(timer);
+        undecided.delete(socket);
+        socket.removeListener("data", onData);
+        socket.removeListener("error", onError);
+        socket.removeListener("close", cleanup);
+      };
+      const onError = () => cleanup();
+      const onData = (chunk: Buffer) => {
+        head = head.length === 0 ? chunk : Buffer.concat([head, chunk]);
+        const n = Math.min(head.length, H2_PREFACE.length);
+        const isH2 = head.subarray(0, n).equals(H2_PREFACE.subarray(0, n));
+        if (isH2 && head.length < H2_PREFACE.length) return; // need more bytes to decide
+        cleanup();
+        socket.pause();
+        socket.unshift(head);
+        if (isH2) {
+          h2.emit("connection", socket);
+        } else {
+          plainH1.emit("connection", socket);
+          socket.resume();
+        }
+      };
+      socket.on("data", onData);
+      socket.on("error", onError);
+      socket.on("close", cleanup);
+    });
+  }
+
+  await new Promise<void>((resolve, reject) => {
+    const onError = (error: Error) => reject(error);
+    server.once("error", onError);
+    server.listen(port, host, () => {
+      server.removeListener("error", onError);
+      resolve();
+    });
+  });
+  server.on("error", (error) => options.logger.error({ err: error }, "listener error"));
+  const sockets = new Set<net.Socket>();
+  server.on("connection", (socket: net.Socket) => {
+    sockets.add(socket);
+    socket.once("close", () => sockets.delete(socket));
+  });
+  const bound = server.address();
+  const boundPort = typeof bound === "object" && bound !== null ? bound.port : port;
+
+  return {
+    host,
+    port: boundPort,
+    tls: options.tls !== undefined,
+    async stopAccepting() {
+      // The port closes at once; the close callback waits for the connections (see closeConnections).
+      if (server.listening) server.close(() => {});
+    },
+    async closeConnections({ graceful, timeoutMs }) {
+      for (const socket of undecided) socket.destroy();
+      if (graceful) {
+        // HTTP/2: GOAWAY, let open streams finish; HTTP/1.1: close idle keep-alive connections.
+        const closing = [...sessions].map(
+          (session) =>
+            new Promise<void>((resolve) => (session.closed ? resolve() : session.close(() => resolve()))),
+        );
+        h1?.closeIdleConnections();
+        let timer: NodeJS.Timeout | undefined;
+        const deadline = new Promise<void>((resolve) => {
+          timer = setTimeout(resolve, timeoutMs);
+        });
+        await Promise.race([Promise.all(closing), deadline]);
+        clearTimeout(timer);
+      }
+      for (const session of sessions) session.destroy();
+      for (const socket of sockets) socket.destroy();
+    },
+  };
+}

@@ -1,0 +1,134 @@
+/**
+ * casq.v1.QueueService: thin handlers over the broker.
+ *
+ * Each handler validates the request (INVALID_ARGUMENT before anything is
+ * applied), makes sure the queue exists (the catalog; Enqueue may create it),
+ * calls the broker, and converts the answer to its wire form. Errors are
+ * thrown as they come and turned into gRPC statuses by the error interceptor
+ * (`grpc-errors.ts`). The Work stream lives in `work-stream.ts`.
+ */
+import type { MessageInitShape } from "@bufbuild/protobuf";
+import type { ClaimedMessageSchema } from "@casq/sdk/gen/casq/v1/message_pb.ts";
+import type { QueueService } from "@casq/sdk/gen/casq/v1/queue_service_pb.ts";
+import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
+import { claimedToProto, leaderToProto } from "./conversions.ts";
+import { ackReceipts, heartbeatReceipts, nackReceipts } from "./lease-requests.ts";
+import { parseReceipts } from "./receipts.ts";
+import type { ServiceContext } from "./service-context.ts";
+import {
+  checkClaimWait,
+  checkLeaseTtl,
+  checkMaxMessages,
+  checkNackDelay,
+  checkNewMessages,
+  checkQueueName,
+  checkSubscriptionName,
+  checkWorkerId,
+  nackReason,
+  traceContextFromHeaders,
+} from "./validation.ts";
+import { createWorkHandler } from "./work-stream.ts";
+
+/** A long-poll Claim answers this long before the call's own deadline, so the empty answer arrives in time. */
+const DEADLINE_MARGIN_MS = 100;
+
+/** The QueueService implementation. */
+export function createQueueService(ctx: ServiceContext): ServiceImpl<typeof QueueService> {
+  return {
+    async enqueue(req, call) {
+      const queue = checkQueueName(req.queue);
+      const inputs = checkNewMessages(
+        req.messages,
+        ctx.clock.now(),
+        traceContextFromHeaders(call.requestHeader),
+      );
+      await ctx.catalog.ensure(queue, ctx.autoCreateQueues);
+      const outcomes = await ctx.broker.enqueue(queue, inputs, call.signal);
+      return {
+        messages: outcomes.map((o) => ({
+          id: o.id,
+          shard: o.shard,
+          offset: BigInt(o.offset),
+          duplicate: o.duplicate,
+        })),
+      };
+    },
+
+    async claim(req, call) {
+      const queue = checkQueueName(req.queue);
+      const subscription = checkSubscriptionName(req.subscription);
+      const workerId = checkWorkerId(req.workerId);
+      const max = checkMaxMessages(req.maxMessages);
+      let waitMs = checkClaimWait(req.wait);
+      const leaseTtlMs = checkLeaseTtl(req.leaseTtl);
+      const remaining = call.timeoutMs();
+      if (remaining !== undefined) waitMs = Math.max(0, Math.min(waitMs, remaining - DEADLINE_MARGIN_MS));
+      const manifest = await ctx.catalog.require(queue);
+      const deliveries = await ctx.claimer.claim(
+        { queue, subscription, workerId, max, leaseTtlMs, signal: call.signal },
+        manifest.shardCount,
+        waitMs,
+      );
+      const messages: MessageInitShape<typeof ClaimedMessageSchema>[] = deliveries.map((d) =>
+        claimedToProto(queue, d.shard, d.message),
+      );
+      return { messages };
+    },
+
+    async heartbeat(req, _call) {
+      const workerId = checkWorkerId(req.workerId);
+      const target = await leaseTarget(ctx, req.queue, req.subscription, req.receipts);
+      const { results } = await heartbeatReceipts(target, workerId, req.receipts);
+      return { results };
+    },
+
+    async ack(req, _call) {
+      const target = await leaseTarget(ctx, req.queue, req.subscription, req.receipts);
+      return { results: await ackReceipts(target, req.receipts) };
+    },
+
+    async nack(req, _call) {
+      const delayMs = checkNackDelay(req.delay);
+      const target = await leaseTarget(ctx, req.queue, req.subscription, req.receipts);
+      const reason = nackReason(req.reason);
+      const results = await nackReceipts(target, req.receipts, {
+        ...(delayMs === undefined ? {} : { delayMs }),
+        deadLetter: req.deadLetter,
+        ...(reason === undefined ? {} : { reason }),
+      });
+      return { results };
+    },
+
+    work: createWorkHandler(ctx),
+
+    async lookupShards(req, call: HandlerContext) {
+      const queue = checkQueueName(req.queue);
+      const manifest = await ctx.catalog.require(queue);
+      const routes = await ctx.directory.routes(queue, manifest.shardCount, call.signal);
+      return {
+        shards: routes.map((r) => ({
+          shard: r.shard,
+          ...(r.live && r.record ? { leader: leaderToProto(r.record) } : {}),
+        })),
+      };
+    },
+  };
+}
+
+/**
+ * Validates the queue, subscription and receipts of a receipt request (the
+ * receipts' form first, their shard once the queue's shard count is known)
+ * and loads the queue's shard count.
+ */
+async function leaseTarget(
+  ctx: ServiceContext,
+  queueField: string,
+  subscriptionField: string,
+  receipts: string[],
+) {
+  const queue = checkQueueName(queueField);
+  const subscription = checkSubscriptionName(subscriptionField);
+  parseReceipts(receipts, Number.MAX_SAFE_INTEGER);
+  const manifest = await ctx.catalog.require(queue);
+  return { broker: ctx.broker, queue, subscription, shardCount: manifest.shardCount };
+}

@@ -1,0 +1,185 @@
+/**
+ * Claims across the shards of a queue, for the Claim RPC and the Work stream.
+ *
+ * A claim visits the queue's shards round-robin and asks each shard's
+ * leader for what is still wanted; each shard's claim is one operation of
+ * that shard's group commit, so a message is returned only once its lease is
+ * durable. Shards led by another broker answer with a redirect and are
+ * skipped: the claim serves the shards this broker leads (taking over shards
+ * whose leader is gone), and fails with a redirect only when every shard is
+ * led elsewhere. A shard that fails otherwise (store outage, unreadable
+ * document) does not hide the others; its error is raised only when no shard
+ * could be asked at all.
+ *
+ * Long poll: when nothing is runnable, {@link ShardClaimer.waitForRunnable}
+ * listens to the commits of the served shards and wakes as soon as one
+ * leaves a runnable message for the subscription (an enqueue, a nack, an
+ * expired lease, a delayed message coming due — the leader's timer commits
+ * then), or when the wait ends.
+ *
+ * Unlike `Broker.claim`, this passes the caller's lease TTL to the model.
+ */
+import type { Broker, Delivery } from "../broker/broker.ts";
+import { expectKind } from "../broker/broker.ts";
+import { CasqError, isCasqError } from "../errors.ts";
+import type { ShardState } from "../model/shard-state.ts";
+import { hasRunnable } from "../model/shard-stats.ts";
+import type { Clock } from "../util/clock.ts";
+
+/** What to claim. */
+export interface ClaimParams {
+  readonly queue: string;
+  readonly subscription: string;
+  readonly workerId: string;
+  /** Most messages, at least 1. */
+  readonly max: number;
+  /** Lease TTL; undefined means the queue's. */
+  readonly leaseTtlMs: number | undefined;
+  readonly signal?: AbortSignal;
+}
+
+/** The result of one pass over the shards. */
+export interface ClaimPass {
+  readonly deliveries: Delivery[];
+  /** Shards that answered (this broker leads them now). */
+  readonly served: number[];
+  /** Shards led by another broker, with the redirect each answered. */
+  readonly redirected: Map<number, CasqError>;
+  /** Shards that failed otherwise, with their errors. */
+  readonly failed: Map<number, unknown>;
+}
+
+/** Claims from shard leaders (see the module header). */
+export class ShardClaimer {
+  private readonly broker: Broker;
+  private readonly clock: Clock;
+  private readonly cursor = new Map<string, number>();
+
+  constructor(broker: Broker, clock: Clock) {
+    this.broker = broker;
+    this.clock = clock;
+  }
+
+  /** One pass over `shards`, starting round-robin, until `max` messages are claimed. */
+  async claimOnce(params: ClaimParams, shards: readonly number[]): Promise<ClaimPass> {
+    const pass: ClaimPass = { deliveries: [], served: [], redirected: new Map(), failed: new Map() };
+    if (shards.length === 0) return pass;
+    const start = this.nextStart(params.queue, shards.length);
+    for (let i = 0; i < shards.length && pass.deliveries.length < params.max; i++) {
+      const shard = shards[(start + i) % shards.length] as number;
+      try {
+        const result = expectKind(
+          await this.broker.leader(params.queue, shard).submit(
+            {
+              kind: "claim",
+              subscription: params.subscription,
+              workerId: params.workerId,
+              max: params.max - pass.deliveries.length,
+              ...(params.leaseTtlMs === undefined ? {} : { leaseTtlMs: params.leaseTtlMs }),
+            },
+            params.signal ? { signal: params.signal } : undefined,
+          ),
+          "claim",
+        );
+        pass.served.push(shard);
+        for (const message of result.messages) pass.deliveries.push({ shard, message });
+      } catch (error) {
+        if (isCasqError(error, "redirect")) pass.redirected.set(shard, error);
+        else pass.failed.set(shard, error);
+        // A cancelled call stops the pass.
+        if (params.signal?.aborted) break;
+      }
+    }
+    return pass;
+  }
+
+  /**
+   * The Claim RPC: claim from every shard; when nothing is runnable, wait up
+   * to `waitMs` for a commit that makes something runnable, then claim again.
+   */
+  async claim(params: ClaimParams, shardCount: number, waitMs: number): Promise<Delivery[]> {
+    const all = Array.from({ length: shardCount }, (_, shard) => shard);
+    const deadline = this.clock.now() + waitMs;
+    for (;;) {
+      const pass = await this.claimOnce(params, all);
+      if (pass.deliveries.length > 0) return pass.deliveries;
+      throwIfNothingServed(pass, shardCount);
+      if (params.signal?.aborted) throw cancelled();
+      if (this.clock.now() >= deadline) return [];
+      await this.waitForRunnable(params.queue, pass.served, params.subscription, deadline, params.signal);
+      if (params.signal?.aborted) throw cancelled();
+    }
+  }
+
+  /**
+   * Resolves when a commit on one of `shards` leaves a runnable message for
+   * `subscription`, at `deadline`, or when `signal` aborts (never rejects).
+   */
+  waitForRunnable(
+    queue: string,
+    shards: readonly number[],
+    subscription: string,
+    deadline: number,
+    signal?: AbortSignal,
+  ): Promise<void> {
+    return new Promise<void>((resolve) => {
+      const timer = new AbortController();
+      const unsubscribers: (() => void)[] = [];
+      let done = false;
+      const finish = () => {
+        if (done) return;
+        done = true;
+        for (const off of unsubscribers) off();
+        timer.abort();
+        signal?.removeEventListener("abort", finish);
+        resolve();
+      };
+      if (signal?.aborted) return finish();
+      signal?.addEventListener("abort", finish, { once: true });
+      this.clock.sleep(Math.max(0, deadline - this.clock.now()), timer.signal).then(finish, () => {});
+      const onCommit = (state: ShardState) => {
+        if (hasRunnable(state, subscription, this.clock.now())) finish();
+      };
+      for (const shard of shards) {
+        let leader: ReturnType<Broker["leader"]>;
+        try {
+          leader = this.broker.leader(queue, shard);
+        } catch {
+          return finish();
+        }
+        unsubscribers.push(leader.onCommit(onCommit));
+        // A commit may have landed between the claim and this subscription: look once more.
+        leader
+          .read((state) => hasRunnable(state, subscription, this.clock.now()))
+          .then(
+            (runnable) => {
+              if (runnable) finish();
+            },
+            () => finish(),
+          );
+      }
+    });
+  }
+
+  private nextStart(queue: string, count: number): number {
+    const next = this.cursor.get(queue) ?? 0;
+    this.cursor.set(queue, (next + 1) % 1_000_000);
+    return next % count;
+  }
+}
+
+/**
+ * Throws when a pass served no shard at all: the first non-redirect failure
+ * if there was one, else a redirect (every shard is led elsewhere).
+ */
+export function throwIfNothingServed(pass: ClaimPass, shardCount: number): void {
+  if (pass.served.length > 0) return;
+  const failure = pass.failed.values().next();
+  if (!failure.done) throw failure.value;
+  const redirect = pass.redirected.values().next();
+  if (!redirect.done && pass.redirected.size >= shardCount) throw redirect.value;
+}
+
+function cancelled(): CasqError {
+  return new CasqError("cancelled", "the call was cancelled while waiting for messages");
+}

@@ -1,0 +1,565 @@
+/**
+ * QueueService.Work: the worker's bidirectional stream (protocol in
+ * `proto/casq/v1/work.proto` and `docs/protocol.md`).
+ *
+ * One stream is one session of one worker on one subscription:
+ *
+ * 1. **Open.** The first message must be `open`. The broker checks it, looks
+ *    at every shard of the queue (taking over shards nobody leads), and
+ *    answers `opened` with the lease TTL, the heartbeat interval and the
+ *    routing: the shards this stream serves (the ones this broker leads) and
+ *    every shard's leader. If another broker leads every shard, the stream
+ *    ends with a redirect instead.
+ * 2. **Jobs.** A claim loop runs while the worker has credit: it claims up to
+ *    `credit` messages from the served shards (one operation of each shard's
+ *    group commit, so a job is sent only once its lease is durable), sends
+ *    each as a `job` and uses one credit per job. With credit and nothing
+ *    runnable it waits for a commit that makes something runnable. Credit is
+ *    only ever added by `open` and `credit` messages.
+ * 3. **Requests.** `heartbeat`, `ack` and `nack` run concurrently with the
+ *    claim loop and with each other; each is answered (by request_id) once
+ *    durable, or with `request_failed` carrying the status the unary RPC
+ *    would return. A failed request never ends the stream.
+ * 4. **Leases lost.** The stream remembers the jobs it sent until they are
+ *    acked or nacked. After every commit of a shard it checks them, and a
+ *    job the worker no longer holds (expired and swept, purged, subscription
+ *    deleted, ...) is reported with `leases_lost`; so are receipts a
+ *    heartbeat finds lost.
+ * 5. **End.** Half-close: no more jobs, outstanding requests are answered,
+ *    then status OK. Graceful server shutdown: no more jobs, `draining` with
+ *    the grace period, requests answered until the worker holds nothing from
+ *    this stream or the grace ends, then UNAVAILABLE "broker shutting down".
+ *    Leases are never released by the end of a stream.
+ */
+import { randomUUID } from "node:crypto";
+import type { MessageInitShape } from "@bufbuild/protobuf";
+import type { QueueService } from "@casq/sdk/gen/casq/v1/queue_service_pb.ts";
+import type { WorkOpen, WorkRequest, WorkResponseSchema } from "@casq/sdk/gen/casq/v1/work_pb.ts";
+import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
+import { CasqError, isCasqError } from "../errors.ts";
+import type { Receipt } from "../model/operations.ts";
+import { inspectMessage } from "../model/shard-inspect.ts";
+import type { ShardState } from "../model/shard-state.ts";
+import { AsyncQueue } from "./async-queue.ts";
+import { claimedToProto, leaderToProto, receiptText, toDuration } from "./conversions.ts";
+import { toRpcStatus } from "./grpc-errors.ts";
+import { ackReceipts, heartbeatReceipts, type LeaseTarget, nackReceipts } from "./lease-requests.ts";
+import type { ServiceContext } from "./service-context.ts";
+import { type ClaimPass, throwIfNothingServed } from "./shard-claims.ts";
+import {
+  checkLeaseTtl,
+  checkNackDelay,
+  checkQueueName,
+  checkSubscriptionName,
+  checkWorkerId,
+  nackReason,
+} from "./validation.ts";
+import type { WorkSessionHandle } from "./work-registry.ts";
+
+/** Most credit a worker may have outstanding. */
+export const MAX_CREDITS = 1000;
+
+/** With credit and nothing runnable, re-visit every shard at least this often (to pick up orphaned shards). */
+const PROBE_INTERVAL_MS = 5_000;
+
+/** Held jobs of a shard are checked against its commits at most this often. */
+const LEASE_CHECK_MS = 200;
+
+type WorkResponseInit = MessageInitShape<typeof WorkResponseSchema>;
+
+/** The Work handler. */
+export function createWorkHandler(ctx: ServiceContext): ServiceImpl<typeof QueueService>["work"] {
+  return (requests, call) => workStream(ctx, requests, call);
+}
+
+async function* workStream(
+  ctx: ServiceContext,
+  requests: AsyncIterable<WorkRequest>,
+  call: HandlerContext,
+): AsyncIterable<WorkResponseInit> {
+  if (ctx.work.draining)
+    throw new CasqError("unavailable", "broker shutting down: open the Work stream at another broker");
+  const iterator = requests[Symbol.asyncIterator]();
+  const first = await iterator.next();
+  if (first.done) throw invalid("the stream ended before its first message: send open first");
+  if (first.value.command.case !== "open")
+    throw invalid(
+      `the first message of a Work stream must be open, got ${first.value.command.case ?? "nothing"}`,
+    );
+  const session = await WorkSession.open(ctx, first.value.command.value, first.value.requestId, call);
+  yield* session.run(iterator);
+}
+
+function invalid(message: string): CasqError {
+  return new CasqError("invalid_argument", message);
+}
+
+/** One open Work stream (see the module header). */
+class WorkSession implements WorkSessionHandle {
+  readonly sessionId = randomUUID();
+  private readonly outbox = new AsyncQueue<WorkResponseInit>();
+  /** Jobs sent and not yet settled by this worker, per shard, by receipt text. */
+  private readonly held = new Map<number, Map<string, Receipt>>();
+  private served: number[] = [];
+  private readonly lastLeaseCheck = new Map<number, number>();
+  private credits: number;
+  private pending = 0;
+  private halfClosed = false;
+  private claiming = true;
+  private readonly claimAbort = new AbortController();
+  private wakeController = new AbortController();
+  private changeWaiters: (() => void)[] = [];
+  private readonly unsubscribers: (() => void)[] = [];
+  private claimLoopDone: Promise<void> = Promise.resolve();
+  private endedResolve!: () => void;
+  private readonly ended = new Promise<void>((resolve) => {
+    this.endedResolve = resolve;
+  });
+
+  private constructor(
+    private readonly ctx: ServiceContext,
+    private readonly call: HandlerContext,
+    readonly queue: string,
+    readonly subscription: string,
+    readonly workerId: string,
+    private readonly shardCount: number,
+    private readonly leaseTtlOverrideMs: number | undefined,
+    credits: number,
+  ) {
+    this.credits = credits;
+  }
+
+  /** Validates an open, checks the queue and its shards, and answers `opened`. */
+  static async open(
+    ctx: ServiceContext,
+    open: WorkOpen,
+    requestId: bigint,
+    call: HandlerContext,
+  ): Promise<WorkSession> {
+    const queue = checkQueueName(open.queue, "open.queue");
+    const subscription = checkSubscriptionName(open.subscription, "open.subscription");
+    const workerId = checkWorkerId(open.workerId, "open.worker_id");
+    if (open.credits > MAX_CREDITS)
+      throw invalid(`open.credits must be between 0 and ${MAX_CREDITS}, got ${open.credits}`);
+    const leaseTtlMs = checkLeaseTtl(open.leaseTtl, "open.lease_ttl");
+    const manifest = await ctx.catalog.require(queue);
+
+    // Look at every shard: which ones this broker serves, and whether the subscription exists.
+    const probes = await Promise.all(
+      Array.from({ length: manifest.shardCount }, async (_, shard) => {
+        try {
+          const seen = await ctx.broker.leader(queue, shard).read((state) => ({
+            hasSubscription: state.subscriptionNames().includes(subscription),
+            leaseTtlMs: state.config.leaseTtlMs,
+          }));
+          return { shard, seen };
+        } catch (error) {
+          return { shard, error };
+        }
+      }),
+    );
+    const pass: ClaimPass = { deliveries: [], served: [], redirected: new Map(), failed: new Map() };
+    let queueLeaseTtlMs: number | undefined;
+    let subscriptionFound = false;
+    for (const probe of probes) {
+      if ("seen" in probe && probe.seen) {
+        pass.served.push(probe.shard);
+        queueLeaseTtlMs ??= probe.seen.leaseTtlMs;
+        if (probe.seen.hasSubscription) subscriptionFound = true;
+      } else if (isCasqError(probe.error, "redirect")) pass.redirected.set(probe.shard, probe.error);
+      else pass.failed.set(probe.shard, probe.error);
+    }
+    throwIfNothingServed(pass, manifest.shardCount);
+    if (!subscriptionFound)
+      throw new CasqError(
+        "not_found",
+        `subscription "${subscription}" does not exist on queue ${queue}; create it with AdminService.CreateSubscription`,
+        { queue },
+      );
+
+    const session = new WorkSession(
+      ctx,
+      call,
+      queue,
+      subscription,
+      workerId,
+      manifest.shardCount,
+      leaseTtlMs,
+      open.credits,
+    );
+    session.served = pass.served;
+    const effectiveTtl = leaseTtlMs ?? queueLeaseTtlMs ?? 60_000;
+    session.outbox.push({
+      requestId,
+      event: {
+        case: "opened",
+        value: {
+          sessionId: session.sessionId,
+          brokerId: ctx.broker.identity.id,
+          queue,
+          subscription,
+          leaseTtl: toDuration(effectiveTtl),
+          heartbeatInterval: toDuration(Math.max(1, Math.floor(effectiveTtl / 3))),
+          maxCredits: MAX_CREDITS,
+          routing: await session.routing(),
+        },
+      },
+    });
+    ctx.logger.debug(
+      { session: session.sessionId, queue, subscription, worker: workerId, credits: open.credits },
+      "work stream opened",
+    );
+    return session;
+  }
+
+  /** Runs the session: yields every response until the stream ends. */
+  async *run(requests: AsyncIterator<WorkRequest>): AsyncIterable<WorkResponseInit> {
+    const unregister = this.ctx.work.add(this);
+    const onCancel = () => this.finish(new CasqError("cancelled", "the worker cancelled the stream"));
+    this.call.signal.addEventListener("abort", onCancel, { once: true });
+    for (let shard = 0; shard < this.shardCount; shard++) {
+      this.unsubscribers.push(
+        this.ctx.broker.leader(this.queue, shard).onCommit((state) => this.checkLeases(state)),
+      );
+    }
+    this.readRequests(requests).catch((error: unknown) => this.finish(error));
+    this.claimLoopDone = this.claimLoop().catch((error: unknown) => this.finish(error));
+    try {
+      yield* this.outbox;
+    } finally {
+      this.call.signal.removeEventListener("abort", onCancel);
+      this.stopClaims();
+      for (const off of this.unsubscribers.splice(0)) off();
+      unregister();
+      this.endedResolve();
+    }
+  }
+
+  async drain(graceMs: number): Promise<void> {
+    if (this.outbox.closed) return this.ended;
+    this.stopClaims();
+    await this.claimLoopDone;
+    this.outbox.push({ event: { case: "draining", value: { grace: toDuration(graceMs) } } });
+    const deadline = this.ctx.clock.now() + graceMs;
+    while (!this.outbox.closed && (this.heldCount() > 0 || this.pending > 0)) {
+      const remaining = deadline - this.ctx.clock.now();
+      if (remaining <= 0) break;
+      const timer = new AbortController();
+      await Promise.race([this.changed(), this.ctx.clock.sleep(remaining, timer.signal).catch(() => {})]);
+      timer.abort();
+    }
+    this.finish(new CasqError("unavailable", "broker shutting down: reconnect to another broker"));
+    return this.ended;
+  }
+
+  abort(reason: string): void {
+    this.finish(new CasqError("unavailable", reason));
+  }
+
+  // ------------------------------------------------------------ requests
+
+  private async readRequests(requests: AsyncIterator<WorkRequest>): Promise<void> {
+    for (;;) {
+      let next: IteratorResult<WorkRequest>;
+      try {
+        next = await requests.next();
+      } catch (error) {
+        // The request side failed (client cancelled or the connection broke).
+        this.finish(error);
+        return;
+      }
+      if (this.outbox.closed) return;
+      if (next.done) break;
+      this.dispatch(next.value);
+    }
+    // Half-close: no more jobs; answer what is outstanding, then end with OK.
+    this.halfClosed = true;
+    this.stopClaims();
+    while (this.pending > 0 && !this.outbox.closed) await this.changed();
+    this.finish(undefined);
+  }
+
+  private dispatch(request: WorkRequest): void {
+    const command = request.command;
+    switch (command.case) {
+      case "open":
+        throw invalid("open may only be the first message of a Work stream");
+      case "credit": {
+        const add = command.value.credits;
+        if (add < 1) throw invalid("credit.credits must be at least 1");
+        if (this.credits + add > MAX_CREDITS)
+          throw invalid(
+            `credit would raise the outstanding credit to ${this.credits + add}, above max_credits ${MAX_CREDITS}: grant one credit per finished job`,
+          );
+        this.credits += add;
+        this.wakeClaims();
+        return;
+      }
+      case "heartbeat": {
+        const receipts = command.value.receipts;
+        this.track(request.requestId, async () => {
+          const reply = await heartbeatReceipts(this.target(), this.workerId, receipts);
+          const lost = reply.lost.map((r) => receiptText(r.shard, r)).filter((text) => this.release(text));
+          if (lost.length > 0) this.reportLost(lost, "lease lost (found by a heartbeat)");
+          return { case: "heartbeated", value: { results: reply.results } };
+        });
+        return;
+      }
+      case "ack": {
+        const receipts = command.value.receipts;
+        for (const text of receipts) this.release(text);
+        this.track(request.requestId, async () => ({
+          case: "acked",
+          value: { results: await ackReceipts(this.target(), receipts) },
+        }));
+        return;
+      }
+      case "nack": {
+        const nack = command.value;
+        this.track(request.requestId, async () => {
+          const delayMs = checkNackDelay(nack.delay, "nack.delay");
+          const reason = nackReason(nack.reason);
+          for (const text of nack.receipts) this.release(text);
+          const results = await nackReceipts(this.target(), nack.receipts, {
+            ...(delayMs === undefined ? {} : { delayMs }),
+            deadLetter: nack.deadLetter,
+            ...(reason === undefined ? {} : { reason }),
+          });
+          return { case: "nacked", value: { results } };
+        });
+        return;
+      }
+      default:
+        throw invalid("empty WorkRequest: set one of open, credit, heartbeat, ack or nack");
+    }
+  }
+
+  /** Runs one request concurrently and answers it by request id. */
+  private track(requestId: bigint, work: () => Promise<WorkResponseInit["event"]>): void {
+    this.pending += 1;
+    work()
+      .then(
+        (event) => this.outbox.push({ requestId, event }),
+        (error: unknown) =>
+          this.outbox.push({
+            requestId,
+            event: { case: "requestFailed", value: { status: toRpcStatus(error, this.call.signal) } },
+          }),
+      )
+      .finally(() => {
+        this.pending -= 1;
+        this.notifyChange();
+      });
+  }
+
+  private target(): LeaseTarget {
+    return {
+      broker: this.ctx.broker,
+      queue: this.queue,
+      subscription: this.subscription,
+      shardCount: this.shardCount,
+    };
+  }
+
+  // ------------------------------------------------------------ jobs
+
+  private async claimLoop(): Promise<void> {
+    const all = Array.from({ length: this.shardCount }, (_, shard) => shard);
+    let failures = 0;
+    while (this.claiming) {
+      const wake = this.wakeSignal();
+      if (this.credits <= 0) {
+        await untilAborted(wake);
+        continue;
+      }
+      const pass = await this.ctx.claimer.claimOnce(
+        {
+          queue: this.queue,
+          subscription: this.subscription,
+          workerId: this.workerId,
+          max: this.credits,
+          leaseTtlMs: this.leaseTtlOverrideMs,
+          signal: this.claimAbort.signal,
+        },
+        all,
+      );
+      if (!this.halfClosed && !this.outbox.closed) {
+        for (const d of pass.deliveries) {
+          this.credits -= 1;
+          this.hold(d.shard, d.message.receipt);
+          this.outbox.push({ event: { case: "job", value: claimedToProto(this.queue, d.shard, d.message) } });
+        }
+      } else if (pass.deliveries.length > 0) {
+        this.ctx.logger.debug(
+          { session: this.sessionId, claimed: pass.deliveries.length },
+          "jobs claimed as the worker half-closed were not sent; their leases will expire",
+        );
+      }
+      if (!this.claiming) return;
+      this.updateRouting(pass);
+      if (pass.served.length === 0) {
+        // Nothing could be asked. A redirect (every shard led elsewhere), a
+        // missing queue or subscription, or an unreadable document ends the
+        // stream; a store outage is retried with backoff.
+        const failed = [...pass.failed.values()];
+        const fatal = failed.find(
+          (e) => !isCasqError(e) || (e.code !== "unavailable" && e.code !== "cancelled"),
+        );
+        const redirect = pass.redirected.values().next();
+        const ending = fatal ?? (failed.length === 0 && !redirect.done ? redirect.value : undefined);
+        if (ending !== undefined) {
+          this.stopClaims();
+          await this.settleThenFinish(ending);
+          return;
+        }
+        failures += 1;
+        await this.ctx.clock.sleep(Math.min(5_000, 100 * 2 ** Math.min(failures, 6)), wake).catch(() => {});
+        continue;
+      }
+      failures = 0;
+      if (pass.deliveries.length > 0) continue;
+      await this.ctx.claimer.waitForRunnable(
+        this.queue,
+        pass.served,
+        this.subscription,
+        this.ctx.clock.now() + PROBE_INTERVAL_MS,
+        wake,
+      );
+    }
+  }
+
+  private stopClaims(): void {
+    this.claiming = false;
+    this.claimAbort.abort();
+    this.wakeClaims();
+  }
+
+  private wakeClaims(): void {
+    this.wakeController.abort();
+  }
+
+  /** The signal that the next {@link wakeClaims} aborts (taken before checking state, so no wake-up is missed). */
+  private wakeSignal(): AbortSignal {
+    if (this.wakeController.signal.aborted) this.wakeController = new AbortController();
+    return this.wakeController.signal;
+  }
+
+  // ------------------------------------------------------------ routing
+
+  private updateRouting(pass: ClaimPass): void {
+    if (this.claimAbort.signal.aborted) return;
+    const served = [...pass.served].sort((a, b) => a - b);
+    if (served.length === this.served.length && served.every((s, i) => s === this.served[i])) return;
+    this.served = served;
+    this.routing().then(
+      (routing) => this.outbox.push({ event: { case: "routing", value: routing } }),
+      () => {},
+    );
+  }
+
+  private async routing() {
+    const routes = await this.ctx.directory.routes(this.queue, this.shardCount);
+    return {
+      servingShards: [...this.served],
+      shards: routes.map((r) => ({
+        shard: r.shard,
+        ...(r.live && r.record ? { leader: leaderToProto(r.record) } : {}),
+      })),
+    };
+  }
+
+  // ------------------------------------------------------------ leases
+
+  private hold(shard: number, receipt: Receipt): void {
+    const forShard = this.held.get(shard) ?? new Map<string, Receipt>();
+    this.held.set(shard, forShard);
+    forShard.set(receiptText(shard, receipt), receipt);
+  }
+
+  /** Forgets a job the worker settled or lost; true when it was held by this stream. */
+  private release(text: string): boolean {
+    for (const forShard of this.held.values()) {
+      if (forShard.delete(text)) {
+        this.notifyChange();
+        return true;
+      }
+    }
+    return false;
+  }
+
+  private heldCount(): number {
+    let n = 0;
+    for (const forShard of this.held.values()) n += forShard.size;
+    return n;
+  }
+
+  /** After a commit of a shard: reports held jobs whose lease this worker no longer holds. */
+  private checkLeases(state: ShardState): void {
+    const forShard = this.held.get(state.shard);
+    if (!forShard || forShard.size === 0 || this.outbox.closed) return;
+    // At most one check per shard every LEASE_CHECK_MS: a skipped commit is covered by a later
+    // one (an idle leader still commits a lease renewal every few seconds).
+    const now = this.ctx.clock.now();
+    if (now - (this.lastLeaseCheck.get(state.shard) ?? 0) < LEASE_CHECK_MS) return;
+    this.lastLeaseCheck.set(state.shard, now);
+    const lost = new Map<string, string[]>();
+    for (const [text, receipt] of forShard) {
+      const reason = lostReason(state, this.subscription, receipt);
+      if (reason === undefined) continue;
+      forShard.delete(text);
+      const list = lost.get(reason) ?? [];
+      lost.set(reason, list);
+      list.push(text);
+    }
+    if (lost.size === 0) return;
+    for (const [reason, receipts] of lost) this.reportLost(receipts, reason);
+    this.notifyChange();
+  }
+
+  private reportLost(receipts: string[], reason: string): void {
+    this.outbox.push({ event: { case: "leasesLost", value: { receipts, reason } } });
+  }
+
+  // ------------------------------------------------------------ ending
+
+  /** Ends the stream: OK when `error` is undefined, else with that error's status. */
+  private finish(error: unknown): void {
+    if (this.outbox.closed) return;
+    this.stopClaims();
+    if (error === undefined) this.outbox.end();
+    else this.outbox.fail(error);
+    this.notifyChange();
+  }
+
+  /** Waits for outstanding requests to be answered, then ends with `error`. */
+  private async settleThenFinish(error: unknown): Promise<void> {
+    while (this.pending > 0 && !this.outbox.closed) await this.changed();
+    this.finish(error);
+  }
+
+  private changed(): Promise<void> {
+    return new Promise<void>((resolve) => this.changeWaiters.push(resolve));
+  }
+
+  private notifyChange(): void {
+    for (const resolve of this.changeWaiters.splice(0)) resolve();
+  }
+}
+
+/** Why a worker no longer holds a delivery, or undefined when it still does. */
+function lostReason(state: ShardState, subscription: string, receipt: Receipt): string | undefined {
+  const inspection = inspectMessage(state, receipt.offset);
+  if (inspection === undefined) return "the message left the queue (purged, or its queue was deleted)";
+  const status = inspection.subscriptions[subscription];
+  if (status === undefined) return "the subscription was deleted";
+  if (status.state === "in_flight") return status.attempts === receipt.attempt ? undefined : "lease expired";
+  if (status.state === "pending") return "lease expired";
+  if (status.state === "dead_lettered") return "dead-lettered";
+  return "settled elsewhere (acked or purged)";
+}
+
+/** Resolves when `signal` aborts. */
+function untilAborted(signal: AbortSignal): Promise<void> {
+  if (signal.aborted) return Promise.resolve();
+  return new Promise((resolve) => signal.addEventListener("abort", () => resolve(), { once: true }));
+}

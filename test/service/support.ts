@@ -1,0 +1,103 @@
+/**
+ * Helpers for the service tests: in-process casq servers on loopback ports
+ * (memory or shared stores), and real clients over HTTP/2 (gRPC) and
+ * HTTP/1.1 (Connect JSON) from @connectrpc/connect-node.
+ */
+import { AdminService } from "@casq/sdk/gen/casq/v1/admin_service_pb.ts";
+import { QueueService } from "@casq/sdk/gen/casq/v1/queue_service_pb.ts";
+import { type Client, createClient, type Interceptor, type Transport } from "@connectrpc/connect";
+import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
+import { pino } from "pino";
+import {
+  type CasqServerOptions,
+  type RunningCasqServer,
+  startCasqServer,
+} from "../../server/src/service/casq-server.ts";
+import { MemoryStore } from "../../server/src/store/memory-store.ts";
+import type { ObjectStore } from "../../server/src/store/object-store.ts";
+
+/** A silent logger (set CASQ_TEST_LOG=debug to see the server's lines). */
+export const quietLogger = pino({ level: process.env.CASQ_TEST_LOG ?? "silent" });
+
+/** A store whose close() does nothing, so several servers (and restarts) can share it. */
+export function sharedStore(inner: ObjectStore = new MemoryStore()): ObjectStore {
+  return {
+    description: inner.description,
+    get: (key, options) => inner.get(key, options),
+    put: (key, body, condition, options) => inner.put(key, body, condition, options),
+    delete: (key, options) => inner.delete(key, options),
+    list: (prefix, options) => inner.list(prefix, options),
+    close: async () => {},
+  };
+}
+
+/** Starts a server on 127.0.0.1:0 with a fresh memory store unless told otherwise. */
+export function startTestServer(options: Partial<CasqServerOptions> = {}): Promise<RunningCasqServer> {
+  return startCasqServer({
+    store: new MemoryStore(),
+    listen: "127.0.0.1:0",
+    logger: quietLogger,
+    healthProbeIntervalMs: 200,
+    ...options,
+  });
+}
+
+/** Clients of both services over one transport. */
+export interface Clients {
+  readonly queue: Client<typeof QueueService>;
+  readonly admin: Client<typeof AdminService>;
+  readonly transport: Transport;
+}
+
+/** gRPC over HTTP/2 (h2c) to `address`. */
+export function grpcClients(address: string, interceptors: Interceptor[] = []): Clients {
+  const transport = createGrpcTransport({ baseUrl: `http://${address}`, interceptors });
+  return {
+    queue: createClient(QueueService, transport),
+    admin: createClient(AdminService, transport),
+    transport,
+  };
+}
+
+/** The Connect protocol with JSON over HTTP/1.1 to `address` (what curl speaks). */
+export function connectJsonClients(address: string, interceptors: Interceptor[] = []): Clients {
+  const transport = createConnectTransport({
+    baseUrl: `http://${address}`,
+    httpVersion: "1.1",
+    useBinaryFormat: false,
+    interceptors,
+  });
+  return {
+    queue: createClient(QueueService, transport),
+    admin: createClient(AdminService, transport),
+    transport,
+  };
+}
+
+/** An interceptor that adds `authorization: Bearer <token>`. */
+export function bearer(token: string): Interceptor {
+  return (next) => (req) => {
+    req.header.set("authorization", `Bearer ${token}`);
+    return next(req);
+  };
+}
+
+/** UTF-8 bytes of a string. */
+export function bytes(text: string): Uint8Array {
+  return new TextEncoder().encode(text);
+}
+
+/** Text of UTF-8 bytes. */
+export function text(data: Uint8Array | undefined): string {
+  return new TextDecoder().decode(data);
+}
+
+/** Waits until `check` returns true (polling), or fails after `timeoutMs`. */
+export async function eventually(check: () => boolean | Promise<boolean>, timeoutMs = 5_000): Promise<void> {
+  const until = Date.now() + timeoutMs;
+  for (;;) {
+    if (await check()) return;
+    if (Date.now() > until) throw new Error("condition not met in time");
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+}
