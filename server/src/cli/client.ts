@@ -1,0 +1,388 @@
+/**
+ * How CLI commands talk to a casq broker: gRPC over HTTP/2 (connect-node's
+ * gRPC transport), plaintext or TLS, with an optional bearer token.
+ *
+ * Redirects: a broker that does not lead the shard a request needs answers
+ * UNAVAILABLE with the trailer `casq-leader-address` (and a
+ * casq.v1.LeaderRedirect detail). {@link CasqClient.call} resends such a
+ * request once to that address; every request the CLI sends is safe to resend
+ * (see the redirect convention in proto/casq/v1/errors.proto).
+ *
+ * Errors: {@link describeRpcError} turns a failed call into a {@link CliError}
+ * a human understands, with the exit code of its kind (connection failed,
+ * not found, usage, server error).
+ */
+import { readFileSync } from "node:fs";
+import type * as http2 from "node:http2";
+import { type Client, Code, ConnectError, createClient, type Interceptor } from "@connectrpc/connect";
+import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
+import { type Command, Option } from "commander";
+import { AdminService, LeaderRedirectSchema, QueueService } from "./api.ts";
+import { CliError, ExitCode, usageError } from "./cli-error.ts";
+import { hostPortText, parseDurationMs } from "./parse.ts";
+
+/** The default broker address of every client command. */
+export const DEFAULT_SERVER = "127.0.0.1:50051";
+
+/** Trailer that names the leader in a redirect. */
+export const LEADER_ADDRESS_TRAILER = "casq-leader-address";
+
+/** How to reach the broker; filled from the connection flags. */
+export interface ClientOptions {
+  /** `HOST:PORT` of the broker. */
+  readonly server: string;
+  /** Bearer token sent as `authorization: Bearer TOKEN`. */
+  readonly token?: string;
+  /** Use TLS (implied by `ca`, `cert` and `key`). */
+  readonly tls?: boolean;
+  /** PEM file with the CA certificate(s) to trust instead of the system ones. */
+  readonly ca?: string;
+  /** PEM client certificate for mutual TLS. */
+  readonly clientCert?: string;
+  /** PEM private key of the client certificate. */
+  readonly clientKey?: string;
+  /** Deadline of each unary call, in milliseconds. */
+  readonly timeout?: number;
+}
+
+/** The two casq services on one broker. */
+export interface CasqClients {
+  /** Producer and worker API. */
+  readonly queue: Client<typeof QueueService>;
+  /** Administration API. */
+  readonly admin: Client<typeof AdminService>;
+}
+
+/** Per-call options the CLI passes to unary calls. */
+export interface UnaryCallOptions {
+  /** Deadline of the call in milliseconds. */
+  readonly timeoutMs: number;
+}
+
+/**
+ * Adds the connection flags (`--server`, `--token`, `--tls`, `--ca`,
+ * `--client-cert`, `--client-key`, `--timeout`) with their environment variables to a command.
+ */
+export function addConnectionOptions(command: Command): Command {
+  return command
+    .addOption(
+      new Option("--server <host:port>", "address of the casq broker")
+        .env("CASQ_SERVER")
+        .default(DEFAULT_SERVER)
+        .argParser(hostPortText),
+    )
+    .addOption(
+      new Option("--token <token>", "bearer token for a server started with --auth-tokens").env("CASQ_TOKEN"),
+    )
+    .addOption(new Option("--tls", "connect with TLS (system CAs unless --ca)").env("CASQ_TLS"))
+    .addOption(new Option("--ca <file>", "PEM CA certificate(s) to trust; implies --tls").env("CASQ_CA"))
+    .addOption(
+      new Option("--client-cert <file>", "PEM client certificate for mutual TLS; implies --tls").env(
+        "CASQ_CLIENT_CERT",
+      ),
+    )
+    .addOption(new Option("--client-key <file>", "PEM private key of --client-cert").env("CASQ_CLIENT_KEY"))
+    .addOption(
+      new Option("--timeout <duration>", "deadline of each request, e.g. 10s")
+        .default(30_000, "30s")
+        .argParser(parseDurationMs),
+    );
+}
+
+/**
+ * A connection to a broker (and to the leaders it redirects to): one HTTP/2
+ * session per address, closed by {@link CasqClient.close}.
+ */
+export class CasqClient {
+  /** The broker addressed by `--server`. */
+  readonly server: string;
+  readonly #options: ClientOptions;
+  readonly #sessions = new Map<string, Http2SessionManager>();
+  readonly #clients = new Map<string, CasqClients>();
+  #nodeOptions: http2.SecureClientSessionOptions | undefined;
+
+  constructor(options: ClientOptions) {
+    this.#options = options;
+    this.server = options.server;
+    if (options.clientKey !== undefined && options.clientCert === undefined) {
+      throw usageError("--client-key needs --client-cert (the client certificate it belongs to).");
+    }
+    if (options.clientCert !== undefined && options.clientKey === undefined) {
+      throw usageError("--client-cert needs --client-key (the private key of the client certificate).");
+    }
+  }
+
+  /** True when calls use TLS. */
+  get tls(): boolean {
+    const o = this.#options;
+    return Boolean(o.tls || o.ca !== undefined || o.clientCert !== undefined);
+  }
+
+  /** Deadline of unary calls, in milliseconds. */
+  get timeoutMs(): number {
+    return this.#options.timeout ?? 30_000;
+  }
+
+  /** The clients for one broker address (default: `--server`). */
+  clients(address: string = this.server): CasqClients {
+    const cached = this.#clients.get(address);
+    if (cached !== undefined) return cached;
+    const baseUrl = `${this.tls ? "https" : "http"}://${address}`;
+    const session = new Http2SessionManager(baseUrl, { idleConnectionTimeoutMs: 60_000 }, this.#tlsOptions());
+    const interceptors: Interceptor[] = [];
+    const token = this.#options.token;
+    if (token !== undefined && token !== "") {
+      interceptors.push((next) => (request) => {
+        request.header.set("authorization", `Bearer ${token}`);
+        return next(request);
+      });
+    }
+    const transport = createGrpcTransport({ baseUrl, sessionManager: session, interceptors });
+    const clients = {
+      queue: createClient(QueueService, transport),
+      admin: createClient(AdminService, transport),
+    };
+    this.#sessions.set(address, session);
+    this.#clients.set(address, clients);
+    return clients;
+  }
+
+  /**
+   * Runs one request against `--server`; when it is redirected (UNAVAILABLE
+   * with `casq-leader-address`), runs it once more against the leader. Any
+   * failure becomes a {@link CliError}.
+   */
+  async call<T>(request: (clients: CasqClients, options: UnaryCallOptions) => Promise<T>): Promise<T> {
+    const options = { timeoutMs: this.timeoutMs };
+    let address = this.server;
+    try {
+      return await request(this.clients(address), options);
+    } catch (error) {
+      const leader = leaderAddressOf(error);
+      if (leader === undefined || leader === address) throw describeRpcError(error, address, this.tls);
+      address = leader;
+    }
+    try {
+      return await request(this.clients(address), options);
+    } catch (error) {
+      throw describeRpcError(error, address, this.tls, { redirectedFrom: this.server });
+    }
+  }
+
+  /** Closes every HTTP/2 session. */
+  close(): void {
+    for (const session of this.#sessions.values()) session.abort();
+    this.#sessions.clear();
+    this.#clients.clear();
+  }
+
+  #tlsOptions(): http2.SecureClientSessionOptions {
+    if (this.#nodeOptions !== undefined) return this.#nodeOptions;
+    const o = this.#options;
+    const options: http2.SecureClientSessionOptions = {};
+    if (o.ca !== undefined) options.ca = readPem(o.ca, "--ca");
+    if (o.clientCert !== undefined) options.cert = readPem(o.clientCert, "--client-cert");
+    if (o.clientKey !== undefined) options.key = readPem(o.clientKey, "--client-key");
+    this.#nodeOptions = options;
+    return options;
+  }
+}
+
+function readPem(path: string, flag: string): Buffer {
+  try {
+    return readFileSync(path);
+  } catch (error) {
+    throw usageError(`${flag} ${path}: cannot read the file (${(error as Error).message}).`);
+  }
+}
+
+/** Builds a {@link CasqClient} from the parsed connection flags of a command. */
+export function clientFromOptions(options: ClientOptions): CasqClient {
+  return new CasqClient(options);
+}
+
+/**
+ * The leader address of a redirect (UNAVAILABLE with the trailer
+ * `casq-leader-address` or a casq.v1.LeaderRedirect detail), or undefined when
+ * `error` is not a redirect.
+ */
+export function leaderAddressOf(error: unknown): string | undefined {
+  if (!(error instanceof ConnectError) || error.code !== Code.Unavailable) return undefined;
+  const trailer = error.metadata.get(LEADER_ADDRESS_TRAILER);
+  if (trailer !== null && trailer !== "") return trailer;
+  try {
+    const detail = error.findDetails(LeaderRedirectSchema)[0];
+    if (detail !== undefined && detail.leaderAddress !== "") return detail.leaderAddress;
+  } catch {
+    // Undecodable details: not a redirect we can follow.
+  }
+  return undefined;
+}
+
+/** gRPC's canonical names of the status codes. */
+export const GRPC_CODE_NAMES: Readonly<Record<number, string>> = {
+  0: "OK",
+  1: "CANCELLED",
+  2: "UNKNOWN",
+  3: "INVALID_ARGUMENT",
+  4: "DEADLINE_EXCEEDED",
+  5: "NOT_FOUND",
+  6: "ALREADY_EXISTS",
+  7: "PERMISSION_DENIED",
+  8: "RESOURCE_EXHAUSTED",
+  9: "FAILED_PRECONDITION",
+  10: "ABORTED",
+  11: "OUT_OF_RANGE",
+  12: "UNIMPLEMENTED",
+  13: "INTERNAL",
+  14: "UNAVAILABLE",
+  15: "DATA_LOSS",
+  16: "UNAUTHENTICATED",
+};
+
+const REFUSED = new Set(["ECONNREFUSED"]);
+const UNRESOLVED = new Set(["ENOTFOUND", "EAI_AGAIN", "EAI_NONAME"]);
+const CUT = new Set([
+  "ECONNRESET",
+  "EPIPE",
+  "ETIMEDOUT",
+  "EHOSTUNREACH",
+  "ENETUNREACH",
+  "ERR_HTTP2_GOAWAY_SESSION",
+]);
+
+/** The Node.js error code (`ECONNREFUSED`, `ERR_TLS_...`) somewhere in an error's cause chain. */
+export function systemErrorCode(error: unknown): string | undefined {
+  let current: unknown = error;
+  for (let depth = 0; depth < 5 && current !== undefined && current !== null; depth++) {
+    const code = (current as { code?: unknown }).code;
+    if (typeof code === "string") return code;
+    current = (current as { cause?: unknown }).cause;
+  }
+  return undefined;
+}
+
+function isTlsProblem(code: string | undefined, message: string): boolean {
+  if (
+    code !== undefined &&
+    /^(ERR_TLS|ERR_SSL|CERT_|UNABLE_TO|DEPTH_ZERO|SELF_SIGNED|HOSTNAME_MISMATCH)/.test(code)
+  ) {
+    return true;
+  }
+  return /certificate|ssl|tls/i.test(message);
+}
+
+/**
+ * Turns a failed call into a {@link CliError} with a message for humans and
+ * the exit code of its kind. A {@link CliError} passes through unchanged.
+ */
+export function describeRpcError(
+  error: unknown,
+  address: string,
+  tls: boolean,
+  context: { redirectedFrom?: string } = {},
+): CliError {
+  if (error instanceof CliError) return error;
+  if (!(error instanceof ConnectError)) {
+    const message = error instanceof Error ? error.message : String(error);
+    return new CliError(ExitCode.serverError, `request to ${address} failed: ${message}`, { cause: error });
+  }
+  const via = context.redirectedFrom === undefined ? "" : ` (redirected there by ${context.redirectedFrom})`;
+  const sys = systemErrorCode(error.cause);
+  const raw = error.rawMessage;
+  if (error.code === Code.Unavailable || error.code === Code.Unknown || error.code === Code.Internal) {
+    if (sys !== undefined && REFUSED.has(sys)) {
+      return new CliError(
+        ExitCode.connectionFailed,
+        `connection refused: is casq serve running at ${address}?${via} (set --server or CASQ_SERVER)`,
+        { cause: error },
+      );
+    }
+    if (sys !== undefined && UNRESOLVED.has(sys)) {
+      return new CliError(
+        ExitCode.connectionFailed,
+        `cannot resolve the host of ${address}${via}: check --server / CASQ_SERVER`,
+        { cause: error },
+      );
+    }
+    if (isTlsProblem(sys, raw) && tls) {
+      return new CliError(
+        ExitCode.connectionFailed,
+        `TLS handshake with ${address} failed${via}: ${raw} (for a private CA pass --ca FILE)`,
+        { cause: error },
+      );
+    }
+    if (sys !== undefined && CUT.has(sys)) {
+      const hint = tls ? "" : "; if the server uses TLS, pass --tls (and --ca for a private CA)";
+      return new CliError(ExitCode.connectionFailed, `connection to ${address} failed${via}: ${raw}${hint}`, {
+        cause: error,
+      });
+    }
+    if (sys?.startsWith("ERR_HTTP2") && !tls) {
+      return new CliError(
+        ExitCode.connectionFailed,
+        `cannot talk gRPC to ${address}${via}: ${raw}. Is it a casq server? If it uses TLS, pass --tls.`,
+        { cause: error },
+      );
+    }
+  }
+  if (error.code === Code.Canceled && !tls && /http\/2 (stream|session)/i.test(raw)) {
+    // A TLS server drops the plaintext HTTP/2 preface: the stream dies with CANCEL.
+    return new CliError(
+      ExitCode.connectionFailed,
+      `${address}${via} closed the connection (${raw}); if the server uses TLS, pass --tls (and --ca for a private CA)`,
+      { cause: error },
+    );
+  }
+  const name = GRPC_CODE_NAMES[error.code] ?? `code ${error.code}`;
+  const text = raw === "" ? name : raw;
+  switch (error.code) {
+    case Code.NotFound:
+      return new CliError(ExitCode.notFound, `not found: ${text}`, { cause: error });
+    case Code.InvalidArgument:
+      return new CliError(ExitCode.usage, `invalid request: ${text}`, { cause: error });
+    case Code.Unauthenticated:
+      return new CliError(
+        ExitCode.serverError,
+        `${address} refused the call (UNAUTHENTICATED): ${text}. Pass --token or set CASQ_TOKEN.`,
+        { cause: error },
+      );
+    case Code.PermissionDenied:
+      return new CliError(
+        ExitCode.serverError,
+        `${address} refused the call (PERMISSION_DENIED): ${text}. Is the token allowed to do this?`,
+        { cause: error },
+      );
+    case Code.DeadlineExceeded:
+      return new CliError(
+        ExitCode.serverError,
+        `no answer from ${address}${via} in time (DEADLINE_EXCEEDED): ${text}. The request may or may not have been applied; raise --timeout or retry.`,
+        { cause: error },
+      );
+    case Code.Unimplemented:
+      return new CliError(
+        ExitCode.serverError,
+        `${address} does not implement this call (UNIMPLEMENTED): ${text}. Is it a casq broker of the same version?`,
+        { cause: error },
+      );
+    case Code.Unavailable: {
+      const leader = leaderAddressOf(error);
+      if (leader !== undefined) {
+        return new CliError(
+          ExitCode.serverError,
+          `${address}${via} redirected to ${leader} again (leadership is moving); retry in a moment.`,
+          { cause: error },
+        );
+      }
+      return new CliError(
+        ExitCode.serverError,
+        `${address}${via} is unavailable: ${text}. Retry in a moment.`,
+        {
+          cause: error,
+        },
+      );
+    }
+    default:
+      return new CliError(ExitCode.serverError, `${name}: ${text}`, { cause: error });
+  }
+}

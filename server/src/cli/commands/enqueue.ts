@@ -1,0 +1,253 @@
+/**
+ * `casq enqueue QUEUE [PAYLOAD]`: stores messages durably and prints their
+ * ids. With PAYLOAD, one message; without it, one message per stdin line
+ * (NDJSON, see message-input.ts), sent in batches of up to 1000 per Enqueue
+ * call, in input order, one batch at a time (so per-key order holds across
+ * batches). A progress bar on stderr shows large inputs when stderr is a
+ * terminal; otherwise a progress line is printed every few seconds.
+ */
+import { fstatSync } from "node:fs";
+import { createInterface } from "node:readline";
+import type { Command } from "commander";
+import { InvalidArgumentError, Option } from "commander";
+import { EnqueuedMessageSchema, type NewMessage } from "../api.ts";
+import { CliError, ExitCode, usageError } from "../cli-error.ts";
+import { addConnectionOptions, type CasqClient, type ClientOptions, clientFromOptions } from "../client.ts";
+import {
+  type MessageDefaults,
+  MessageLineError,
+  messageFromPayload,
+  parseMessageLine,
+} from "../message-input.ts";
+import { formatMs, jsonOption, messageJson, note, printLines } from "../output.ts";
+import { collect, intIn, parseDurationMs } from "../parse.ts";
+import { type ProgressReporter, startProgress } from "../progress.ts";
+
+interface EnqueueOptions extends ClientOptions {
+  key?: string;
+  priority?: number;
+  delay?: number;
+  header?: string[];
+  dedupId?: string;
+  maxAttempts?: number;
+  batchSize: number;
+  json?: boolean;
+  progress: boolean;
+}
+
+/** Registers `casq enqueue`. */
+export function registerEnqueue(program: Command): void {
+  const command = program
+    .command("enqueue")
+    .description("enqueue one message (PAYLOAD) or one message per stdin line (NDJSON) and print the ids")
+    .argument("<queue>", "queue name")
+    .argument("[payload]", "payload text; omit it to read messages from stdin, one per line")
+    .option("--key <key>", "partition key: messages with the same key share a shard and keep their order")
+    .option("--priority <n>", "claim priority, -1000..1000 (higher first)", intIn(-1000, 1000))
+    .option("--delay <duration>", "run no earlier than this from now, e.g. 30s, 5m", parseDurationMs)
+    .option("--header <name=value>", "application header (repeatable)", collect)
+    .option("--dedup-id <id>", "deduplication id of PAYLOAD: a repeat within the dedup window stores nothing")
+    .option(
+      "--max-attempts <n>",
+      "deliveries before dead-lettering, 1..1000 (default: the queue's)",
+      intIn(1, 1000),
+    )
+    .addOption(
+      new Option("--batch-size <n>", "messages per Enqueue call when reading stdin, 1..1000")
+        .default(1000)
+        .argParser(intIn(1, 1000)),
+    )
+    .addOption(jsonOption().default(false))
+    .option("--no-progress", "no progress bar or progress lines on stderr");
+  addConnectionOptions(command);
+  command.addHelpText(
+    "after",
+    `
+Each stdin line is a JSON object, a JSON string, or plain text (the line is the payload):
+  {"payload": "text", "key": "user-7", "priority": 5, "delay_ms": 1000, "headers": {"type": "email"},
+   "dedup_id": "order-42", "max_attempts": 3}
+  {"payload_base64": "AAEC"}        binary payload; "run_at": "2030-01-01T00:00:00Z" schedules absolutely
+Flags (--key, --priority, ...) are defaults for every line; a line's own fields win.
+
+Output: the message id (one per line with --json: {"line", "id", "shard", "offset", "duplicate"}).
+
+Examples:
+  $ casq enqueue emails '{"to":"ada@example.com"}'
+  $ casq enqueue emails hello --key user-7 --delay 10s --header content-type=text/plain
+  $ seq 1 10000 | casq enqueue numbers
+  $ jq -c '.[] | {payload: tojson, key: .user}' orders.json | casq enqueue orders --json > ids.ndjson`,
+  );
+  command.action(async (queue: string, payload: string | undefined, options: EnqueueOptions) => {
+    const defaults = flagDefaults(options);
+    const client = clientFromOptions(options);
+    try {
+      if (payload !== undefined) {
+        await enqueueOne(
+          client,
+          queue,
+          messageFromPayload(new TextEncoder().encode(payload), defaults),
+          options,
+        );
+      } else {
+        if (options.dedupId !== undefined) {
+          throw usageError(
+            "--dedup-id names one message; on stdin give each line its own dedup_id instead (see casq enqueue --help).",
+          );
+        }
+        if (process.stdin.isTTY) {
+          throw usageError(
+            "no payload: pass PAYLOAD, or pipe messages to stdin one per line (see casq enqueue --help).",
+          );
+        }
+        await enqueueStdin(client, queue, defaults, options);
+      }
+    } finally {
+      client.close();
+    }
+  });
+}
+
+function flagDefaults(options: EnqueueOptions): MessageDefaults {
+  const headers: Record<string, string> = {};
+  for (const header of options.header ?? []) {
+    const eq = header.indexOf("=");
+    if (eq <= 0) throw new InvalidArgumentError(`--header "${header}" is not NAME=VALUE`);
+    headers[header.slice(0, eq)] = header.slice(eq + 1);
+  }
+  return {
+    headers,
+    ...(options.key !== undefined && { key: options.key }),
+    ...(options.priority !== undefined && { priority: options.priority }),
+    ...(options.delay !== undefined && { delayMs: options.delay }),
+    ...(options.dedupId !== undefined && { dedupId: options.dedupId }),
+    ...(options.maxAttempts !== undefined && { maxAttempts: options.maxAttempts }),
+  };
+}
+
+async function enqueueOne(client: CasqClient, queue: string, message: NewMessage, options: EnqueueOptions) {
+  const response = await client.call((c, o) => c.queue.enqueue({ queue, messages: [message] }, o));
+  const result = response.messages[0];
+  if (result === undefined)
+    throw new CliError(ExitCode.serverError, "the server answered without a message id");
+  if (options.json) {
+    printLines(JSON.stringify({ line: 1, ...(messageJson(EnqueuedMessageSchema, result) as object) }));
+  } else {
+    printLines(result.duplicate ? `${result.id} (duplicate: stored before, nothing new stored)` : result.id);
+  }
+}
+
+async function enqueueStdin(
+  client: CasqClient,
+  queue: string,
+  defaults: MessageDefaults,
+  options: EnqueueOptions,
+) {
+  const started = Date.now();
+  const input = createInterface({ input: process.stdin, crlfDelay: Number.POSITIVE_INFINITY });
+  const progress: ProgressReporter = options.progress
+    ? startProgress(`enqueue ${queue}`, stdinSize())
+    : noProgress;
+  let batch: NewMessage[] = [];
+  let batchLines: number[] = [];
+  let lineNumber = 0;
+  let enqueued = 0;
+  let duplicates = 0;
+  let lastOkLine = 0;
+
+  const flush = async () => {
+    if (batch.length === 0) return;
+    const messages = batch;
+    const lines = batchLines;
+    batch = [];
+    batchLines = [];
+    const response = await client
+      .call((c, o) => c.queue.enqueue({ queue, messages }, o))
+      .catch((error: unknown) => {
+        progress.stop();
+        const first = lines[0] ?? 0;
+        const last = lines[lines.length - 1] ?? 0;
+        const done =
+          enqueued === 0
+            ? "nothing was enqueued"
+            : `lines up to ${lastOkLine} are enqueued (${enqueued} messages)`;
+        const cliError = error as CliError;
+        const nothingApplied =
+          cliError.exitCode === ExitCode.usage ||
+          cliError.exitCode === ExitCode.notFound ||
+          cliError.exitCode === ExitCode.connectionFailed;
+        if (nothingApplied && enqueued === 0) throw cliError;
+        if (nothingApplied) {
+          throw new CliError(
+            cliError.exitCode,
+            `${cliError.message}\n  ${done}; lines from ${first} on were not.`,
+          );
+        }
+        throw new CliError(
+          cliError.exitCode ?? ExitCode.serverError,
+          `${cliError.message}\n  ${done}; lines ${first}..${last} (this batch) may be partly stored ` +
+            "(each shard's part is atomic), later lines were not sent. Resume from line " +
+            `${first}; messages with dedup ids are safe to resend.`,
+        );
+      });
+    const out: string[] = [];
+    response.messages.forEach((result, index) => {
+      if (result.duplicate) duplicates++;
+      if (options.json) {
+        out.push(
+          JSON.stringify({ line: lines[index], ...(messageJson(EnqueuedMessageSchema, result) as object) }),
+        );
+      }
+    });
+    if (out.length > 0) printLines(...out);
+    enqueued += messages.length;
+    lastOkLine = lines[lines.length - 1] ?? lastOkLine;
+    progress.update(enqueued);
+  };
+
+  try {
+    for await (const text of input) {
+      lineNumber++;
+      progress.addBytes(Buffer.byteLength(text) + 1);
+      let message: NewMessage | undefined;
+      try {
+        message = parseMessageLine(text, lineNumber, defaults);
+      } catch (error) {
+        if (error instanceof MessageLineError) {
+          await flush();
+          progress.stop();
+          const done =
+            enqueued === 0 ? "nothing was enqueued" : `lines before it are enqueued (${enqueued} messages)`;
+          throw usageError(`${error.message}; ${done}.`);
+        }
+        throw error;
+      }
+      if (message === undefined) continue;
+      batch.push(message);
+      batchLines.push(lineNumber);
+      if (batch.length >= options.batchSize) await flush();
+    }
+    await flush();
+  } finally {
+    progress.stop();
+    input.close();
+  }
+  const elapsed = Date.now() - started;
+  const rate = elapsed > 0 ? Math.round((enqueued * 1000) / elapsed) : enqueued;
+  const dup = duplicates > 0 ? `, ${duplicates} duplicates (not stored again)` : "";
+  const summary = `enqueued ${enqueued} messages to ${queue}${dup} in ${formatMs(elapsed)} (${rate}/s)`;
+  if (options.json) note(summary);
+  else printLines(summary);
+  if (enqueued === 0) note("stdin held no messages (empty lines are skipped)");
+}
+
+/** Size of stdin in bytes when it is a regular file (for a percentage), else undefined. */
+function stdinSize(): number | undefined {
+  try {
+    const stat = fstatSync(0);
+    return stat.isFile() && stat.size > 0 ? stat.size : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+const noProgress: ProgressReporter = { addBytes() {}, update() {}, stop() {} };

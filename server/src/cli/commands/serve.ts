@@ -1,0 +1,274 @@
+/**
+ * `casq serve`: runs a casq broker in the foreground: the gRPC API
+ * (QueueService, AdminService, health, reflection) on `--listen`, state in
+ * the store named by `--store`. Every flag has an environment variable
+ * (CASQ_STORE, CASQ_LISTEN, ...), the flag winning.
+ *
+ * Shutdown: the first SIGTERM or SIGINT stops gracefully (no new calls,
+ * in-flight commits finish, Work streams are told to drain and end, shard
+ * leases are released so another broker takes over at once) and exits 0; a
+ * second signal exits immediately with 128 + the signal number.
+ */
+import { accessSync, constants } from "node:fs";
+import { type Command, InvalidArgumentError, Option } from "commander";
+import type { StoreUrl } from "../../store/open-store.ts";
+import { CliError, ExitCode, usageError } from "../cli-error.ts";
+import { systemErrorCode } from "../client.ts";
+import { hostPortText, parseDurationMs } from "../parse.ts";
+
+/** The embedded default store (the same as open-store.ts's DEFAULT_STORE_URL, which loads the S3 client). */
+const DEFAULT_STORE_URL = "file:./casq-data";
+
+/** The accepted store URL forms, for the help text. */
+const STORE_URL_FORMS = "file:PATH, s3://BUCKET/PREFIX or memory:";
+
+/** Default listen address of `casq serve`. */
+export const DEFAULT_LISTEN = "127.0.0.1:50051";
+
+const LOG_LEVELS = ["fatal", "error", "warn", "info", "debug", "trace", "silent"] as const;
+
+interface ServeOptions {
+  store: string;
+  listen: string;
+  advertise?: string;
+  logLevel: (typeof LOG_LEVELS)[number];
+  authTokens?: string;
+  tlsCert?: string;
+  tlsKey?: string;
+  tlsClientCa?: string;
+  autoCreateQueues: boolean;
+  shutdownTimeout: number;
+}
+
+/** Registers `casq serve`. */
+export function registerServe(program: Command): void {
+  program
+    .command("serve")
+    .description("run a casq broker: the gRPC API on --listen, all state in --store")
+    .addOption(
+      new Option("--store <url>", `where all state lives: ${STORE_URL_FORMS}`)
+        .env("CASQ_STORE")
+        .default(DEFAULT_STORE_URL),
+    )
+    .addOption(
+      new Option("--listen <host:port>", "address to serve gRPC on (port 0: any free port)")
+        .env("CASQ_LISTEN")
+        .default(DEFAULT_LISTEN)
+        .argParser(hostPortText),
+    )
+    .addOption(
+      new Option(
+        "--advertise <host:port>",
+        "address other brokers send clients to (default: the bound address)",
+      )
+        .env("CASQ_ADVERTISE")
+        .argParser(hostPortText),
+    )
+    .addOption(
+      new Option("--log-level <level>", "log level (JSON logs on stderr)")
+        .env("CASQ_LOG_LEVEL")
+        .choices(LOG_LEVELS)
+        .default("info"),
+    )
+    .addOption(
+      new Option(
+        "--auth-tokens <file>",
+        "require bearer tokens: one `TOKEN PERMISSIONS [NAME]` per line (produce, consume, admin)",
+      ).env("CASQ_AUTH_TOKENS"),
+    )
+    .addOption(
+      new Option("--tls-cert <file>", "serve TLS with this PEM certificate chain").env("CASQ_TLS_CERT"),
+    )
+    .addOption(new Option("--tls-key <file>", "PEM private key of --tls-cert").env("CASQ_TLS_KEY"))
+    .addOption(
+      new Option(
+        "--tls-client-ca <file>",
+        "require client certificates signed by this PEM CA (mutual TLS)",
+      ).env("CASQ_TLS_CLIENT_CA"),
+    )
+    .addOption(
+      new Option(
+        "--auto-create-queues <on|off>",
+        "on: an enqueue to a missing queue creates it (1 shard); off: NOT_FOUND",
+      )
+        .env("CASQ_AUTO_CREATE_QUEUES")
+        .default(true, "on")
+        .argParser(parseSwitch),
+    )
+    .addOption(
+      new Option("--shutdown-timeout <duration>", "longest graceful shutdown before streams are cut")
+        .env("CASQ_SHUTDOWN_TIMEOUT")
+        .default(30_000, "30s")
+        .argParser(parseDurationMs),
+    )
+    .addHelpText(
+      "after",
+      `
+Store URLs:
+  file:./casq-data                 a directory on local disk (the default; safe between processes)
+  s3://BUCKET/PREFIX?endpoint=http://127.0.0.1:9000&region=us-east-1&path_style=true
+                                   S3 or an S3-compatible server; credentials from the AWS chain
+  memory:                          in memory, gone when the process exits (tests)
+
+Stopping: SIGTERM or Ctrl-C stops gracefully (in-flight writes finish, workers are told to
+drain, shard leases are released so another broker takes over at once) and exits 0; a second
+signal exits at once (130 for SIGINT, 143 for SIGTERM).
+Exit codes: 0 stopped cleanly, 1 failed (store, port in use, ...), 2 bad flag or store URL.
+
+Examples:
+  $ casq serve
+  $ casq serve --store file:/var/lib/casq --listen 0.0.0.0:50051 --advertise casq-1.internal:50051
+  $ CASQ_STORE='s3://my-bucket/casq?region=eu-west-1' casq serve
+  $ casq serve --tls-cert server.pem --tls-key server-key.pem --auth-tokens tokens.txt`,
+    )
+    .action(async (options: ServeOptions) => {
+      await serve(options);
+    });
+}
+
+/** Parses on/off (also true/false, yes/no, 1/0). */
+function parseSwitch(value: string): boolean {
+  const v = value.trim().toLowerCase();
+  if (["on", "true", "yes", "1"].includes(v)) return true;
+  if (["off", "false", "no", "0"].includes(v)) return false;
+  throw new InvalidArgumentError(`"${value}" is not on or off.`);
+}
+
+function describeStore(url: string, parsed: StoreUrl): string {
+  switch (parsed.kind) {
+    case "file":
+      return `file:${parsed.root} (a directory on local disk)`;
+    case "s3":
+      return `s3://${parsed.bucket}/${parsed.prefix}${parsed.endpoint === undefined ? "" : ` at ${parsed.endpoint}`} (region ${parsed.region})`;
+    case "memory":
+      return "memory: (in this process only; everything is lost when it exits)";
+    default:
+      return url;
+  }
+}
+
+async function serve(options: ServeOptions): Promise<void> {
+  // Loaded here, not at the top: the store code pulls in the S3 client and the
+  // server stack, which the client commands do not need.
+  const { parseStoreUrl, StoreUrlError } = await import("../../store/open-store.ts");
+  const { pino } = await import("pino");
+  let parsed: StoreUrl;
+  try {
+    parsed = parseStoreUrl(options.store);
+  } catch (error) {
+    if (error instanceof StoreUrlError) throw usageError(`--store: ${error.message}`);
+    throw error;
+  }
+  if ((options.tlsCert === undefined) !== (options.tlsKey === undefined)) {
+    throw usageError("--tls-cert and --tls-key go together: give both to serve TLS");
+  }
+  if (options.tlsClientCa !== undefined && options.tlsCert === undefined) {
+    throw usageError("--tls-client-ca needs --tls-cert and --tls-key (mutual TLS is TLS first)");
+  }
+  const files: [string, string | undefined][] = [
+    ["--auth-tokens", options.authTokens],
+    ["--tls-cert", options.tlsCert],
+    ["--tls-key", options.tlsKey],
+    ["--tls-client-ca", options.tlsClientCa],
+  ];
+  for (const [flag, path] of files) {
+    if (path === undefined) continue;
+    try {
+      accessSync(path, constants.R_OK);
+    } catch (error) {
+      throw usageError(
+        `${flag} ${path}: cannot read it (${(error as NodeJS.ErrnoException).code ?? "error"})`,
+      );
+    }
+  }
+
+  const logger = pino({ level: options.logLevel, base: { service: "casq" } }, pino.destination(2));
+  const { startCasqServer } = await import("../../service/casq-server.ts");
+  let server: Awaited<ReturnType<typeof startCasqServer>>;
+  try {
+    server = await startCasqServer({
+      store: options.store,
+      listen: options.listen,
+      logger,
+      ...(options.advertise !== undefined && { advertise: options.advertise }),
+      ...(options.tlsCert !== undefined &&
+        options.tlsKey !== undefined && {
+          tls: {
+            certFile: options.tlsCert,
+            keyFile: options.tlsKey,
+            ...(options.tlsClientCa !== undefined && { clientCaFile: options.tlsClientCa }),
+          },
+        }),
+      ...(options.authTokens !== undefined && { authTokensFile: options.authTokens }),
+      autoCreateQueues: options.autoCreateQueues,
+    });
+  } catch (error) {
+    throw startFailure(error, options);
+  }
+
+  const scheme =
+    options.tlsCert === undefined ? "plaintext" : options.tlsClientCa === undefined ? "TLS" : "mutual TLS";
+  const auth = options.authTokens === undefined ? "" : ", bearer tokens required";
+  const out = (line: string) => process.stdout.write(`casq serve: ${line}\n`);
+  out(`listening on ${server.address} (gRPC, ${scheme}${auth}; health and reflection on)`);
+  out(`state lives in ${describeStore(options.store, parsed)}`);
+  if (server.advertisedAddress !== server.address)
+    out(`advertised to clients as ${server.advertisedAddress}`);
+  out("stop with Ctrl-C or SIGTERM (graceful; a second signal exits at once)");
+
+  const signal = await new Promise<NodeJS.Signals>((resolve) => {
+    process.once("SIGINT", () => resolve("SIGINT"));
+    process.once("SIGTERM", () => resolve("SIGTERM"));
+  });
+  const now = (second: NodeJS.Signals) => {
+    process.stderr.write(`casq serve: ${second} again: exiting now without finishing the shutdown\n`);
+    process.exit(128 + (second === "SIGINT" ? 2 : 15));
+  };
+  process.once("SIGINT", () => now("SIGINT"));
+  process.once("SIGTERM", () => now("SIGTERM"));
+  out(`${signal}: shutting down gracefully (signal again to exit at once)`);
+  try {
+    await server.close({ graceful: true, timeoutMs: options.shutdownTimeout });
+  } catch (error) {
+    logger.flush();
+    throw new CliError(
+      ExitCode.serverError,
+      `shutdown failed: ${(error as Error).message ?? String(error)}`,
+      {
+        cause: error,
+      },
+    );
+  }
+  logger.flush();
+  out("stopped");
+}
+
+function startFailure(error: unknown, options: ServeOptions): CliError {
+  const message = error instanceof Error ? error.message : String(error);
+  const code = systemErrorCode(error);
+  if (code === "EADDRINUSE") {
+    return new CliError(
+      ExitCode.serverError,
+      `cannot listen on ${options.listen}: the address is in use (another casq serve?); choose another with --listen`,
+      { cause: error },
+    );
+  }
+  if (code === "EACCES") {
+    return new CliError(
+      ExitCode.serverError,
+      `cannot listen on ${options.listen}: permission denied (ports below 1024 need privileges)`,
+      { cause: error },
+    );
+  }
+  if (code === "EADDRNOTAVAIL") {
+    return new CliError(
+      ExitCode.serverError,
+      `cannot listen on ${options.listen}: no such local address; use 127.0.0.1, 0.0.0.0 or an address of this host`,
+      { cause: error },
+    );
+  }
+  if (error instanceof Error && error.name === "TokenFileError") {
+    return new CliError(ExitCode.usage, `--auth-tokens ${options.authTokens}: ${message}`, { cause: error });
+  }
+  return new CliError(ExitCode.serverError, `cannot start the broker: ${message}`, { cause: error });
+}
