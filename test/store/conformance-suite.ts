@@ -150,7 +150,10 @@ export function describeStoreConformance(name: string, makeTarget: () => Promise
     });
 
     it("rewriting identical bytes changes the etag, and the old etag no longer matches", async (ctx) => {
-      ctx.skip(target.uniqueEtags === false, "content-derived etags (declared uniqueEtags: false); see the deviation test");
+      ctx.skip(
+        target.uniqueEtags === false,
+        "content-derived etags (declared uniqueEtags: false); see the deviation test",
+      );
       const v1 = await store.put("doc.json", bytes("same"), { ifAbsent: true });
       const v2 = await store.put("doc.json", bytes("same"), { ifMatch: v1.etag });
       expect(v2.etag).not.toBe(v1.etag);
@@ -201,7 +204,10 @@ export function describeStoreConformance(name: string, makeTarget: () => Promise
     });
 
     it("content-derived etags (deviation stated): identical bytes keep the etag, different bytes change it", async (ctx) => {
-      ctx.skip(target.uniqueEtags !== false, "this backend gives every write a new etag; the strict tests apply");
+      ctx.skip(
+        target.uniqueEtags !== false,
+        "this backend gives every write a new etag; the strict tests apply",
+      );
       const v1 = await store.put("doc.json", bytes("same"), { ifAbsent: true });
       const v2 = await store.put("doc.json", bytes("same"), { ifMatch: v1.etag });
       const v3 = await store.put("doc.json", bytes("different"), { ifMatch: v2.etag });
@@ -215,7 +221,10 @@ export function describeStoreConformance(name: string, makeTarget: () => Promise
     });
 
     it("a key re-created after delete gets an etag the old one does not match", async (ctx) => {
-      ctx.skip(target.uniqueEtags === false, "content-derived etags (declared uniqueEtags: false); see the deviation test");
+      ctx.skip(
+        target.uniqueEtags === false,
+        "content-derived etags (declared uniqueEtags: false); see the deviation test",
+      );
       const old = await store.put("doc.json", bytes("same"), { ifAbsent: true });
       await store.delete("doc.json", { ifMatch: old.etag });
       const recreated = await store.put("doc.json", bytes("same"), { ifAbsent: true });
