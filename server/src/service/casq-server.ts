@@ -38,9 +38,19 @@ import { Broker } from "../broker/broker.ts";
 import { QueueCatalog } from "../broker/queue-catalog.ts";
 import type { CommitOptions } from "../broker/shard-leader.ts";
 import type { ShardObserver } from "../broker/shard-observer.ts";
+import { InstrumentedStore } from "../store/instrumented-store.ts";
 import type { ObjectStore } from "../store/object-store.ts";
 import { openStore } from "../store/open-store.ts";
 import { RetryingStore } from "../store/retrying-store.ts";
+import {
+  brokerMetricsObserver,
+  combineShardObservers,
+  createBrokerRefresher,
+} from "../telemetry/broker-metrics.ts";
+import { CasqMetrics } from "../telemetry/metrics.ts";
+import { type RunningMetricsServer, startMetricsServer } from "../telemetry/metrics-server.ts";
+import { rpcMetricsInterceptor } from "../telemetry/rpc-metrics.ts";
+import { storeMetricsObserver } from "../telemetry/store-metrics.ts";
 import { type Clock, systemClock } from "../util/clock.ts";
 import { type Random, systemRandom } from "../util/random.ts";
 import { createAdminService } from "./admin-service.ts";
@@ -104,6 +114,12 @@ export interface CasqServerOptions {
   readonly maxRequestBytes?: number;
   /** Extra observer of the shard leaders (metrics, traces). */
   readonly observer?: ShardObserver;
+  /**
+   * Telemetry: `HOST:PORT` to serve Prometheus metrics on (`GET /metrics`,
+   * plain HTTP, its own port); port 0 picks a free port. Unset: no metrics
+   * are collected at all.
+   */
+  readonly metricsListen?: string;
 }
 
 /** Options of {@link RunningCasqServer.close}. */
@@ -132,6 +148,10 @@ export interface RunningCasqServer {
   readonly calls: CallTracker;
   /** Health status of the server. */
   readonly health: HealthMonitor;
+  /** Telemetry: where `GET /metrics` is served (`HOST:PORT`), when `metricsListen` was given. */
+  readonly metricsAddress: string | undefined;
+  /** Telemetry: the metrics registry and families, when `metricsListen` was given. */
+  readonly metrics: CasqMetrics | undefined;
   /** Stops the server (see the module header); safe to call more than once. */
   close(options?: CloseOptions): Promise<void>;
 }
@@ -150,14 +170,20 @@ export async function startCasqServer(options: CasqServerOptions): Promise<Runni
   const random = options.random ?? systemRandom;
   const tokens =
     options.authTokensFile === undefined ? undefined : await loadTokenFile(options.authTokensFile);
+  // Telemetry: with metricsListen, every store call is counted. For a store URL the
+  // InstrumentedStore sits inside the RetryingStore, so each attempt (each billed
+  // request) counts; a ready ObjectStore is wrapped as a whole.
+  const metrics = options.metricsListen === undefined ? undefined : new CasqMetrics();
+  const instrument = (inner: ObjectStore): ObjectStore =>
+    metrics ? new InstrumentedStore(inner, { observer: storeMetricsObserver(metrics), clock }) : inner;
   const store =
     typeof options.store === "string"
-      ? new RetryingStore(openStore(options.store), {
+      ? new RetryingStore(instrument(openStore(options.store)), {
           clock,
           random,
           onRetry: (e) => logger.debug({ op: e.op, key: e.key, attempt: e.attempt }, "store call retried"),
         })
-      : options.store;
+      : instrument(options.store);
 
   const calls = new CallTracker();
   const work = new WorkRegistry();
@@ -172,8 +198,16 @@ export async function startCasqServer(options: CasqServerOptions): Promise<Runni
     res.writeHead(503, { "content-type": "text/plain" });
     res.end("casq server is starting\n");
   };
+  // Telemetry: the metrics endpoint is bound first, so a bad metrics address fails the start.
+  let metricsServer: RunningMetricsServer | undefined;
   let listener: RunningListener;
   try {
+    if (metrics && options.metricsListen !== undefined)
+      metricsServer = await startMetricsServer({
+        listen: options.metricsListen,
+        metrics,
+        onError: (error) => logger.warn({ err: error }, "metrics scrape failed"),
+      });
     listener = await startListener({
       listen: options.listen,
       ...(options.tls ? { tls: options.tls } : {}),
@@ -181,6 +215,7 @@ export async function startCasqServer(options: CasqServerOptions): Promise<Runni
       logger,
     });
   } catch (error) {
+    await metricsServer?.close();
     await store.close().catch(() => {});
     throw error;
   }
@@ -203,9 +238,15 @@ export async function startCasqServer(options: CasqServerOptions): Promise<Runni
     clock,
     random,
     shardsFor: (queue) => catalog.shardsFor(queue),
-    observer: loggingShardObserver(logger, options.observer),
+    // Telemetry: the metrics observer (if any) runs after the caller's observer.
+    observer: loggingShardObserver(
+      logger,
+      metrics ? combineShardObservers(options.observer, brokerMetricsObserver(metrics)) : options.observer,
+    ),
     ...(options.commit ? { commit: options.commit } : {}),
   });
+  // Telemetry: queue state, buffers, leadership and workers are sampled at scrape time.
+  metrics?.setRefresher(createBrokerRefresher(metrics, { broker, work, now: () => clock.now() }));
   const ctx: ServiceContext = {
     broker,
     catalog,
@@ -228,6 +269,7 @@ export async function startCasqServer(options: CasqServerOptions): Promise<Runni
     SERVED_SERVICES,
   );
   const interceptors: Interceptor[] = [calls.interceptor()];
+  if (metrics) interceptors.push(rpcMetricsInterceptor(metrics)); // telemetry: RPC latency and codes
   if (tokens) interceptors.push(createAuthInterceptor(tokens, logger));
   interceptors.push(createErrorInterceptor(logger));
   handler = connectNodeAdapter({
@@ -257,6 +299,7 @@ export async function startCasqServer(options: CasqServerOptions): Promise<Runni
       tls: options.tls ? (options.tls.clientCaFile ? "mutual" : "server") : "off",
       auth: tokens ? `${tokens.size} tokens` : "off",
       health: health.status === 1 ? "SERVING" : "NOT_SERVING",
+      metrics: metricsServer ? `http://${metricsServer.address}/metrics` : "off",
     },
     "casq server listening",
   );
@@ -298,6 +341,7 @@ export async function startCasqServer(options: CasqServerOptions): Promise<Runni
     // (e.g. streams whose response ended but whose client never closed its side).
     await listener.closeConnections({ graceful, timeoutMs: graceful ? Math.min(500, left()) : 0 });
     await stopAccepting;
+    await metricsServer?.close(); // telemetry
     await store.close().catch((error: unknown) => logger.warn({ err: error }, "closing the store failed"));
     logger.info({ durationMs: clock.now() - started }, "casq server stopped");
   };
@@ -311,6 +355,8 @@ export async function startCasqServer(options: CasqServerOptions): Promise<Runni
     work,
     calls,
     health,
+    metricsAddress: metricsServer?.address,
+    metrics,
     close,
   };
 }

@@ -38,6 +38,8 @@ interface ServeOptions {
   tlsClientCa?: string;
   autoCreateQueues: boolean;
   shutdownTimeout: number;
+  /** Telemetry: where to serve Prometheus metrics. */
+  metricsListen?: string;
 }
 
 /** Registers `casq serve`. */
@@ -101,6 +103,15 @@ export function registerServe(program: Command): void {
         .default(30_000, "30s")
         .argParser(parseDurationMs),
     )
+    // Telemetry: Prometheus metrics on their own address (off unless given).
+    .addOption(
+      new Option(
+        "--metrics-listen <host:port>",
+        "serve Prometheus metrics at http://HOST:PORT/metrics (plain HTTP; default: off)",
+      )
+        .env("CASQ_METRICS_LISTEN")
+        .argParser(hostPortText),
+    )
     .addHelpText(
       "after",
       `
@@ -119,7 +130,8 @@ Examples:
   $ casq serve
   $ casq serve --store file:/var/lib/casq --listen 0.0.0.0:50051 --advertise casq-1.internal:50051
   $ CASQ_STORE='s3://my-bucket/casq?region=eu-west-1' casq serve
-  $ casq serve --tls-cert server.pem --tls-key server-key.pem --auth-tokens tokens.txt`,
+  $ casq serve --tls-cert server.pem --tls-key server-key.pem --auth-tokens tokens.txt
+  $ casq serve --metrics-listen 127.0.0.1:9464    # Prometheus scrapes http://127.0.0.1:9464/metrics`,
     )
     .action(async (options: ServeOptions) => {
       await serve(options);
@@ -201,6 +213,7 @@ async function serve(options: ServeOptions): Promise<void> {
         }),
       ...(options.authTokens !== undefined && { authTokensFile: options.authTokens }),
       autoCreateQueues: options.autoCreateQueues,
+      ...(options.metricsListen !== undefined && { metricsListen: options.metricsListen }),
     });
   } catch (error) {
     throw startFailure(error, options);
@@ -212,6 +225,8 @@ async function serve(options: ServeOptions): Promise<void> {
   const out = (line: string) => process.stdout.write(`casq serve: ${line}\n`);
   out(`listening on ${server.address} (gRPC, ${scheme}${auth}; health and reflection on)`);
   out(`state lives in ${describeStore(options.store, parsed)}`);
+  if (server.metricsAddress !== undefined)
+    out(`metrics on http://${server.metricsAddress}/metrics (Prometheus text format)`);
   if (server.advertisedAddress !== server.address)
     out(`advertised to clients as ${server.advertisedAddress}`);
   out("stop with Ctrl-C or SIGTERM (graceful; a second signal exits at once)");

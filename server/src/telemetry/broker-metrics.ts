@@ -1,0 +1,255 @@
+/**
+ * Broker metrics, two halves:
+ *
+ * 1. {@link brokerMetricsObserver}: a {@link ShardObserver} the commit loop
+ *    calls after every batch, failed CAS attempt and leadership change. It
+ *    feeds the commit histograms, the commit / conflict / operation counters
+ *    and the leadership counters. It only increments and sets numbers: it
+ *    never blocks the commit loop.
+ * 2. {@link createBrokerRefresher}: the scrape-time refresher. For every
+ *    shard this broker has opened it samples the buffer (`pendingCount`),
+ *    the leadership mode and epoch, and, for shards it leads, the committed
+ *    document's stats via `leader.read(state => computeStats(state, now))`.
+ *    A read joins the shard's next batch, so it can wait behind a slow write:
+ *    each read is bounded by `readTimeoutMs`, and a shard whose read timed out
+ *    keeps its last known stats for this scrape. Series of shards this broker
+ *    no longer leads disappear (another broker reports them).
+ *
+ * Queue-state counters (`casq_enqueued_total`, `casq_redeliveries_total`,
+ * `casq_dead_lettered_total`, ...) come from the monotonic counters stored in
+ * the shard documents. They only grow while a broker leads a shard; when
+ * leadership moves, the series moves to the new broker with the same values,
+ * which Prometheus' `rate()` handles as a counter reset on this broker.
+ */
+import type { ShardObserver } from "../broker/shard-observer.ts";
+import type { BrokerRecord } from "../model/shard-records.ts";
+import type { ShardState } from "../model/shard-state.ts";
+import { computeStats, type ShardStats } from "../model/shard-stats.ts";
+import type { CasqMetrics } from "./metrics.ts";
+import { shardLabel } from "./metrics.ts";
+
+/** A ShardObserver that updates the commit, conflict, operation and leadership families of `metrics`. */
+export function brokerMetricsObserver(metrics: CasqMetrics): ShardObserver {
+  return {
+    onCommit(info) {
+      const labels = { queue: info.queue, shard: shardLabel(info.shard) };
+      metrics.commitDuration.observe(labels, Math.max(0, info.durationMs) / 1000);
+      metrics.commitBatchOperations.observe(labels, info.operations);
+      metrics.commits.inc({ ...labels, outcome: info.outcome });
+      for (const [kind, count] of Object.entries(info.opsByKind))
+        if (count > 0) metrics.operations.inc({ queue: info.queue, kind }, count);
+      if (info.outcome === "ok" && info.documentBytes > 0)
+        metrics.documentBytes.set(labels, info.documentBytes);
+      if (info.epoch > 0) metrics.shardEpoch.set(labels, info.epoch);
+    },
+    onCasAttempt(info) {
+      metrics.casConflicts.inc({ queue: info.queue, shard: shardLabel(info.shard), kind: info.outcome });
+    },
+    onLeadership(event) {
+      const labels = { queue: event.queue, shard: shardLabel(event.shard) };
+      metrics.leadershipChanges.inc({ ...labels, event: event.event });
+      metrics.shardLeader.set(labels, event.event === "acquired" ? 1 : 0);
+      if (event.record) metrics.shardEpoch.set(labels, event.record.epoch);
+    },
+  };
+}
+
+/** What the refresher needs of a shard leader (a `ShardLeader` satisfies it). */
+export interface LeaderView {
+  readonly queue: string;
+  readonly shard: number;
+  readonly currentMode: string;
+  readonly brokerRecord: BrokerRecord | undefined;
+  readonly pendingCount: number;
+  read<T>(read: (state: ShardState) => T): Promise<T>;
+}
+
+/** What the refresher needs of the broker (a `Broker` satisfies it). */
+export interface BrokerView {
+  openShards(): readonly LeaderView[];
+}
+
+/** What the refresher needs of the Work stream registry (a `WorkRegistry` satisfies it). */
+export interface WorkView {
+  readonly activeWorkers: number;
+  streamsBySubscription(): Map<string, number>;
+}
+
+/** Options of {@link createBrokerRefresher}. */
+export interface BrokerRefresherOptions {
+  readonly broker: BrokerView;
+  readonly work?: WorkView;
+  /** The time for ages (epoch ms). */
+  readonly now: () => number;
+  /** Longest wait for one shard's stats. Default 1000 ms. */
+  readonly readTimeoutMs?: number;
+}
+
+/** Sums per (queue, subscription) across shards. */
+interface SubscriptionTotals {
+  ready: number;
+  inFlight: number;
+  delayed: number;
+  dead: number;
+  oldestAgeMs: number;
+  enqueued: number;
+  acked: number;
+  delivered: number;
+  redelivered: number;
+  deadLettered: number;
+}
+
+/**
+ * Returns the scrape-time refresher (install it with
+ * `metrics.setRefresher(...)`); see the module header.
+ */
+export function createBrokerRefresher(
+  metrics: CasqMetrics,
+  options: BrokerRefresherOptions,
+): () => Promise<void> {
+  const readTimeoutMs = options.readTimeoutMs ?? 1_000;
+  /** Last stats read per led shard (`queue/shard`), reused when a read times out. */
+  const lastStats = new Map<string, ShardStats>();
+
+  return async () => {
+    const leaders = options.broker.openShards();
+    const now = options.now();
+    const leading = leaders.filter((l) => l.currentMode === "leading");
+    const fresh = await Promise.all(
+      leading.map((leader) =>
+        withTimeout(
+          leader.read((state) => computeStats(state, now)),
+          readTimeoutMs,
+        ),
+      ),
+    );
+
+    const seen = new Set<string>();
+    for (const [i, leader] of leading.entries()) {
+      const id = `${leader.queue}/${leader.shard}`;
+      seen.add(id);
+      const stats = fresh[i];
+      if (stats !== undefined) lastStats.set(id, stats);
+    }
+    for (const id of [...lastStats.keys()]) if (!seen.has(id)) lastStats.delete(id);
+
+    // Per-shard gauges: every shard this broker knows about.
+    metrics.pendingOperations.reset();
+    metrics.shardLeader.reset();
+    metrics.shardEpoch.reset();
+    for (const leader of leaders) {
+      const labels = { queue: leader.queue, shard: shardLabel(leader.shard) };
+      metrics.pendingOperations.set(labels, leader.pendingCount);
+      metrics.shardLeader.set(labels, leader.currentMode === "leading" ? 1 : 0);
+      const epoch = leader.brokerRecord?.epoch;
+      if (epoch !== undefined) metrics.shardEpoch.set(labels, epoch);
+    }
+
+    // Per-subscription state, summed over the shards this broker leads.
+    const totals = new Map<string, { queue: string; subscription: string; t: SubscriptionTotals }>();
+    for (const stats of lastStats.values()) {
+      for (const sub of stats.subscriptions) {
+        const key = `${stats.queue}/${sub.name}`;
+        let entry = totals.get(key);
+        if (!entry) {
+          entry = {
+            queue: stats.queue,
+            subscription: sub.name,
+            t: {
+              ready: 0,
+              inFlight: 0,
+              delayed: 0,
+              dead: 0,
+              oldestAgeMs: 0,
+              enqueued: 0,
+              acked: 0,
+              delivered: 0,
+              redelivered: 0,
+              deadLettered: 0,
+            },
+          };
+          totals.set(key, entry);
+        }
+        const t = entry.t;
+        t.ready += sub.ready;
+        t.inFlight += sub.inFlight;
+        t.delayed += sub.delayed;
+        t.dead += sub.dead;
+        t.oldestAgeMs = Math.max(t.oldestAgeMs, sub.oldestUnackedAgeMs ?? 0);
+        t.enqueued += sub.counters.enqueued;
+        t.acked += sub.counters.acked;
+        t.delivered += sub.counters.delivered;
+        t.redelivered += sub.counters.redelivered;
+        t.deadLettered += sub.counters.deadLettered;
+      }
+    }
+    const families = [
+      metrics.queueDepth,
+      metrics.queueInFlight,
+      metrics.queueDelayed,
+      metrics.queueDead,
+      metrics.queueOldestAge,
+      metrics.enqueued,
+      metrics.acked,
+      metrics.delivered,
+      metrics.redeliveries,
+      metrics.deadLettered,
+    ];
+    for (const family of families) family.reset();
+    for (const { queue, subscription, t } of totals.values()) {
+      const labels = { queue, subscription };
+      metrics.queueDepth.set(labels, t.ready);
+      metrics.queueInFlight.set(labels, t.inFlight);
+      metrics.queueDelayed.set(labels, t.delayed);
+      metrics.queueDead.set(labels, t.dead);
+      metrics.queueOldestAge.set(labels, t.oldestAgeMs / 1000);
+      metrics.enqueued.inc(labels, t.enqueued);
+      metrics.acked.inc(labels, t.acked);
+      metrics.delivered.inc(labels, t.delivered);
+      metrics.redeliveries.inc(labels, t.redelivered);
+      metrics.deadLettered.inc(labels, t.deadLettered);
+    }
+
+    // Workers.
+    if (options.work) {
+      metrics.workerStreamsOpen.reset();
+      for (const [key, count] of options.work.streamsBySubscription()) {
+        const slash = key.indexOf("/");
+        metrics.workerStreamsOpen.set(
+          { queue: key.slice(0, slash), subscription: key.slice(slash + 1) },
+          count,
+        );
+      }
+      metrics.workersActive.set(options.work.activeWorkers);
+    }
+  };
+}
+
+/** Resolves with the value, or undefined when it fails or takes longer than `ms`. */
+async function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T | undefined> {
+  let timer: NodeJS.Timeout | undefined;
+  const result = await Promise.race([
+    promise.catch(() => undefined),
+    new Promise<undefined>((resolve) => {
+      timer = setTimeout(() => resolve(undefined), ms);
+    }),
+  ]);
+  clearTimeout(timer);
+  return result;
+}
+
+/** One ShardObserver that forwards every callback to each of `observers`, in order. */
+export function combineShardObservers(...observers: readonly (ShardObserver | undefined)[]): ShardObserver {
+  const list = observers.filter((o): o is ShardObserver => o !== undefined);
+  return {
+    onCommit(info) {
+      for (const o of list) o.onCommit?.(info);
+    },
+    onCasAttempt(info) {
+      for (const o of list) o.onCasAttempt?.(info);
+    },
+    onLeadership(event) {
+      for (const o of list) o.onLeadership?.(event);
+    },
+  };
+}
