@@ -1,0 +1,103 @@
+import { describe, expect, it } from "vitest";
+import { ShardState } from "../model/shard-state.ts";
+import { MemoryStore } from "../store/memory-store.ts";
+import { ManualClock } from "../util/manual-clock.ts";
+import { expectKind } from "./broker.ts";
+import { shardForKey } from "./shard-routing.ts";
+import { flush, makeBroker } from "./test-support.ts";
+
+const bytes = (text: string) => new TextEncoder().encode(text);
+
+describe("Broker", () => {
+  it("enqueues, claims, acks and the state survives in the store for the next broker", async () => {
+    const store = new MemoryStore();
+    const a = makeBroker(store, "a");
+    const [out] = await a.enqueue("mail", [{ payload: bytes("hello"), headers: { to: "x" } }]);
+    expect(out?.id).toMatch(/^[0-9A-Z]{26}$/);
+    const [delivery] = await a.claim("mail", { subscription: "default", workerId: "w1", max: 10 });
+    expect(new TextDecoder().decode(delivery?.message.payload)).toBe("hello");
+    expect(delivery?.message.attempt).toBe(1);
+    if (!delivery) throw new Error("nothing claimed");
+    const acks = await a.ack("mail", "default", [{ shard: delivery.shard, ...delivery.message.receipt }]);
+    expect(acks.flatMap((part) => expectKind(part.result, "ack").results.map((r) => r.outcome))).toEqual([
+      "acked",
+    ]);
+    await a.stop({ release: true });
+
+    const b = makeBroker(store, "b");
+    expect(await b.claim("mail", { subscription: "default", workerId: "w2", max: 10 })).toEqual([]);
+    const stored = await store.get("queues/mail/0.json");
+    const doc = ShardState.decode(stored?.body ?? new Uint8Array());
+    expect(doc.nextOffset).toBe(1);
+    await b.stop({ release: true });
+  });
+
+  it("routes keyed messages to a stable shard and spreads unkeyed ones round-robin", async () => {
+    const store = new MemoryStore();
+    const broker = makeBroker(store, "a", { shardsFor: () => 4 });
+    const keyed = await broker.enqueue("orders", [
+      { payload: bytes("1"), key: "customer-7" },
+      { payload: bytes("2"), key: "customer-7" },
+    ]);
+    expect(keyed.map((o) => o.shard)).toEqual([shardForKey("customer-7", 4), shardForKey("customer-7", 4)]);
+    expect(keyed[1]?.offset).toBe((keyed[0]?.offset ?? 0) + 1);
+    const spread = await broker.enqueue(
+      "orders",
+      Array.from({ length: 8 }, (_, i) => ({ payload: bytes(String(i)) })),
+    );
+    expect(new Set(spread.map((o) => o.shard)).size).toBe(4);
+    const claimed = await broker.claim("orders", { subscription: "default", workerId: "w", max: 100 });
+    expect(claimed).toHaveLength(10);
+    await broker.stop({ release: true });
+  });
+
+  it("wakes a long-poll claim as soon as a message is committed", async () => {
+    const broker = makeBroker(new MemoryStore(), "a");
+    await broker.claim("q", { subscription: "default", workerId: "w", max: 1 });
+    const waiting = broker.claim("q", { subscription: "default", workerId: "w", max: 1, waitMs: 30_000 });
+    await flush();
+    await broker.enqueue("q", [{ payload: bytes("now") }]);
+    const got = await waiting;
+    expect(got).toHaveLength(1);
+    await broker.stop({ release: true });
+  });
+
+  it("wakes a long-poll claim when a delayed message becomes runnable", async () => {
+    const clock = new ManualClock();
+    const broker = makeBroker(new MemoryStore(), "a", { clock });
+    await broker.enqueue("q", [{ payload: bytes("later"), delayMs: 5_000 }]);
+    let result: unknown;
+    const waiting = broker
+      .claim("q", { subscription: "default", workerId: "w", max: 1, waitMs: 20_000 })
+      .then((r) => {
+        result = r;
+      });
+    await clock.runUntil(clock.now() + 4_000);
+    expect(result).toBeUndefined();
+    await clock.runUntil(clock.now() + 1_500);
+    for (let i = 0; i < 5; i++) await flush();
+    await waiting;
+    expect(result).toHaveLength(1);
+    await broker.stop({ release: true });
+  });
+
+  it("returns an empty claim when the wait runs out", async () => {
+    const clock = new ManualClock();
+    const broker = makeBroker(new MemoryStore(), "a", { clock });
+    const waiting = broker.claim("q", { subscription: "default", workerId: "w", max: 1, waitMs: 1_000 });
+    await clock.runUntil(clock.now() + 1_001);
+    expect(await waiting).toEqual([]);
+    await broker.stop({ release: true });
+  });
+
+  it("rejects bad names with invalid_argument", async () => {
+    const broker = makeBroker(new MemoryStore(), "a");
+    await expect(broker.enqueue("Bad Name", [{ payload: bytes("x") }])).rejects.toMatchObject({
+      code: "invalid_argument",
+    });
+    await expect(broker.claim("ok", { subscription: "../x", workerId: "w", max: 1 })).rejects.toMatchObject({
+      code: "invalid_argument",
+    });
+    await broker.stop({ release: true });
+  });
+});

@@ -1,0 +1,364 @@
+/**
+ * The broker: every queue shard this process serves, behind one API.
+ *
+ * It routes each request to the {@link ShardLeader} of the right shard
+ * (creating leaders on first use), splits batches across shards, walks
+ * shards for claims, and parks long-poll claims until a commit makes a
+ * message runnable or the wait runs out. It holds no queue semantics of its
+ * own: those live in the document model; durability and leadership live in
+ * the shard leader.
+ */
+import { CasqError, isCasqError } from "../errors.ts";
+import type { ClaimedMessage, NewMessage, OperationResult, Receipt } from "../model/operations.ts";
+import type { QueueConfig } from "../model/queue-config.ts";
+import type { ShardState } from "../model/shard-state.ts";
+import { validateName } from "../model/shard-state.ts";
+import { hasRunnable } from "../model/shard-stats.ts";
+import type { ObjectStore } from "../store/object-store.ts";
+import type { Clock } from "../util/clock.ts";
+import type { Random } from "../util/random.ts";
+import type { BrokerIdentity } from "./leadership.ts";
+import { newMessageId } from "./message-ids.ts";
+import { type CommitOptions, ShardLeader } from "./shard-leader.ts";
+import type { ShardObserver } from "./shard-observer.ts";
+import { shardForKey } from "./shard-routing.ts";
+
+/** What a {@link Broker} is made of. */
+export interface BrokerParams {
+  readonly store: ObjectStore;
+  readonly identity: BrokerIdentity;
+  readonly clock: Clock;
+  readonly random: Random;
+  readonly commit?: Partial<CommitOptions>;
+  /** Shard count of a queue. Default: 1 for every queue. */
+  readonly shardsFor?: (queue: string) => number;
+  /** Config of documents this broker creates. */
+  readonly initialConfig?: Partial<QueueConfig>;
+  readonly observer?: ShardObserver;
+}
+
+/** A message to enqueue; the broker assigns the id. */
+export type EnqueueInput = Omit<NewMessage, "id">;
+
+/** Where one enqueued message went. */
+export interface EnqueueOutcome {
+  readonly id: string;
+  readonly shard: number;
+  readonly offset: number;
+  /** True when a dedup id matched an earlier message: nothing new was enqueued, `id` is the original. */
+  readonly duplicate: boolean;
+}
+
+/** A receipt together with the shard it belongs to: identifies one delivery of one message. */
+export interface ShardReceipt extends Receipt {
+  readonly shard: number;
+}
+
+/** A claimed message and the shard it came from. */
+export interface Delivery {
+  readonly shard: number;
+  readonly message: ClaimedMessage;
+}
+
+/** Options of a claim. */
+export interface ClaimOptions {
+  readonly subscription: string;
+  readonly workerId: string;
+  readonly max: number;
+  /** Long poll: wait up to this long for a message when none is ready. Default 0. */
+  readonly waitMs?: number;
+  readonly signal?: AbortSignal;
+}
+
+/** Routes queue operations to shard leaders. */
+export class Broker {
+  readonly identity: BrokerIdentity;
+  private readonly params: BrokerParams;
+  private readonly leaders = new Map<string, ShardLeader>();
+  private readonly roundRobin = new Map<string, number>();
+  private stopped = false;
+
+  constructor(params: BrokerParams) {
+    this.params = params;
+    this.identity = params.identity;
+  }
+
+  /** Number of shards of `queue`. */
+  shardCount(queue: string): number {
+    const count = this.params.shardsFor?.(queue) ?? 1;
+    if (!Number.isInteger(count) || count < 1)
+      throw new CasqError("internal", `queue ${queue} has ${count} shards`);
+    return count;
+  }
+
+  /** The leader object of one shard (created on first use; it loads lazily). */
+  leader(queue: string, shard: number): ShardLeader {
+    validateName("queue", queue);
+    if (this.stopped)
+      throw new CasqError("unavailable", "this broker is shutting down; retry against another broker");
+    const id = `${queue}/${shard}`;
+    let leader = this.leaders.get(id);
+    if (!leader) {
+      leader = new ShardLeader({
+        store: this.params.store,
+        queue,
+        shard,
+        identity: this.params.identity,
+        clock: this.params.clock,
+        random: this.params.random,
+        ...(this.params.commit ? { options: this.params.commit } : {}),
+        ...(this.params.initialConfig ? { initialConfig: this.params.initialConfig } : {}),
+        ...(this.params.observer ? { observer: this.params.observer } : {}),
+      });
+      this.leaders.set(id, leader);
+    }
+    return leader;
+  }
+
+  /** Every shard leader this broker has opened. */
+  openShards(): ShardLeader[] {
+    return [...this.leaders.values()];
+  }
+
+  /**
+   * Enqueues a batch. Resolves once every message is durable. Messages for
+   * different shards are written by different CAS writes: each shard's part
+   * is all-or-nothing, the batch as a whole is not.
+   */
+  async enqueue(queue: string, messages: EnqueueInput[], signal?: AbortSignal): Promise<EnqueueOutcome[]> {
+    validateName("queue", queue);
+    if (messages.length === 0) return [];
+    const shards = this.shardCount(queue);
+    const byShard = new Map<number, { index: number; message: NewMessage }[]>();
+    for (const [index, input] of messages.entries()) {
+      // A keyed message follows its key; an unkeyed one with a dedup id follows
+      // the dedup id, so a retry meets the original on the same shard.
+      const routeBy = input.key || input.dedupId;
+      const shard = routeBy ? shardForKey(routeBy, shards) : this.placeUnrouted(queue, shards);
+      const message: NewMessage = { ...input, id: newMessageId(this.params.clock, this.params.random) };
+      const group = byShard.get(shard) ?? [];
+      byShard.set(shard, group);
+      group.push({ index, message });
+    }
+    const outcomes: EnqueueOutcome[] = new Array(messages.length);
+    await Promise.all(
+      [...byShard].map(async ([shard, group]) => {
+        const result = expectKind(
+          await this.leader(queue, shard).submit(
+            { kind: "enqueue", messages: group.map((entry) => entry.message) },
+            signal ? { signal } : undefined,
+          ),
+          "enqueue",
+        );
+        for (const [i, entry] of group.entries()) {
+          const one = result.results[i];
+          if (!one) throw new CasqError("internal", "enqueue returned fewer results than messages");
+          outcomes[entry.index] = { id: one.id, shard, offset: one.offset, duplicate: one.duplicate };
+        }
+      }),
+    );
+    return outcomes;
+  }
+
+  /**
+   * Claims up to `max` messages for a worker, walking the queue's shards;
+   * with `waitMs`, waits for a commit that makes a message runnable.
+   */
+  async claim(queue: string, options: ClaimOptions): Promise<Delivery[]> {
+    validateName("queue", queue);
+    validateName("subscription", options.subscription);
+    const clock = this.params.clock;
+    const deadline = clock.now() + Math.max(0, options.waitMs ?? 0);
+    for (;;) {
+      const deliveries = await this.claimOnce(queue, options);
+      if (deliveries.length > 0 || clock.now() >= deadline || options.signal?.aborted) return deliveries;
+      await this.waitForRunnable(queue, options.subscription, deadline, options.signal);
+    }
+  }
+
+  private async claimOnce(queue: string, options: ClaimOptions): Promise<Delivery[]> {
+    const shards = this.shardCount(queue);
+    const start = this.nextShard(queue, shards);
+    const deliveries: Delivery[] = [];
+    let redirect: CasqError | undefined;
+    let redirects = 0;
+    let failure: unknown;
+    let failures = 0;
+    for (let i = 0; i < shards && deliveries.length < options.max; i++) {
+      const shard = (start + i) % shards;
+      try {
+        const result = expectKind(
+          await this.leader(queue, shard).submit(
+            {
+              kind: "claim",
+              subscription: options.subscription,
+              workerId: options.workerId,
+              max: options.max - deliveries.length,
+            },
+            options.signal ? { signal: options.signal } : undefined,
+          ),
+          "claim",
+        );
+        for (const message of result.messages) deliveries.push({ shard, message });
+      } catch (error) {
+        // A shard led elsewhere must not hide the messages of the shards led here:
+        // redirect only when every shard is led by another broker.
+        if (isCasqError(error, "redirect")) {
+          redirect = error;
+          redirects += 1;
+          continue;
+        }
+        // Nor must a shard that cannot answer right now (its store is unreachable, or
+        // an earlier process of this broker still holds its lease): try the others.
+        if (isCasqError(error, "unavailable")) {
+          failure ??= error;
+          failures += 1;
+          continue;
+        }
+        if (deliveries.length > 0) break;
+        throw error;
+      }
+    }
+    if (deliveries.length === 0 && redirect && redirects === shards) throw redirect;
+    if (deliveries.length === 0 && failure !== undefined && redirects + failures === shards) throw failure;
+    // A slow write (a slow store, an ambiguous write resolved late, or a slow shard
+    // later in the walk) can outlast a lease: the worker could no longer hold such a
+    // delivery, and the message may even have been redelivered and acked meanwhile.
+    // Drop it: the message is redelivered, exactly as if this answer had been lost.
+    const now = this.params.clock.now();
+    return deliveries.filter((delivery) => delivery.message.leaseDeadline > now);
+  }
+
+  /** Resolves when a commit on any shard of `queue` leaves a runnable message for `subscription`, or at `deadline`. */
+  private waitForRunnable(
+    queue: string,
+    subscription: string,
+    deadline: number,
+    signal?: AbortSignal,
+  ): Promise<void> {
+    const clock = this.params.clock;
+    return new Promise<void>((resolve) => {
+      const unsubscribers: (() => void)[] = [];
+      const timer = new AbortController();
+      const done = () => {
+        for (const off of unsubscribers) off();
+        timer.abort();
+        signal?.removeEventListener("abort", done);
+        resolve();
+      };
+      const onCommit = (state: ShardState) => {
+        if (hasRunnable(state, subscription, clock.now())) done();
+      };
+      for (let shard = 0; shard < this.shardCount(queue); shard++) {
+        unsubscribers.push(this.leader(queue, shard).onCommit(onCommit));
+      }
+      signal?.addEventListener("abort", done, { once: true });
+      clock.sleep(Math.max(0, deadline - clock.now()), timer.signal).then(done, () => {});
+    });
+  }
+
+  /** Extends leases; reports the ones this worker no longer holds. */
+  async heartbeat(queue: string, subscription: string, workerId: string, receipts: ShardReceipt[]) {
+    return this.perShard(queue, receipts, (shard, group) =>
+      this.leader(queue, shard).submit({ kind: "heartbeat", subscription, workerId, receipts: group }),
+    );
+  }
+
+  /** Acks deliveries; per receipt the outcome is `acked`, `already_acked` or `lease_lost`. */
+  async ack(queue: string, subscription: string, receipts: ShardReceipt[]) {
+    return this.perShard(queue, receipts, (shard, group) =>
+      this.leader(queue, shard).submit({ kind: "ack", subscription, receipts: group }),
+    );
+  }
+
+  /** Nacks deliveries: retry after a delay (default: the queue's backoff) or dead-letter now. */
+  async nack(
+    queue: string,
+    subscription: string,
+    receipts: ShardReceipt[],
+    options: { delayMs?: number; deadLetter?: boolean; reason?: string } = {},
+  ) {
+    return this.perShard(queue, receipts, (shard, group) =>
+      this.leader(queue, shard).submit({ kind: "nack", subscription, receipts: group, ...options }),
+    );
+  }
+
+  /** Applies one administrative operation to every shard of a queue. */
+  async adminAll(
+    queue: string,
+    op: Parameters<ShardLeader["submit"]>[0],
+  ): Promise<{ shard: number; result: OperationResult }[]> {
+    validateName("queue", queue);
+    const shards = this.shardCount(queue);
+    return Promise.all(
+      Array.from({ length: shards }, async (_, shard) => ({
+        shard,
+        result: await this.leader(queue, shard).submit(op),
+      })),
+    );
+  }
+
+  /**
+   * Stops every shard: buffered operations are committed, and with `release`
+   * the leadership leases are handed back so another broker takes over at once.
+   */
+  async stop(options: { release: boolean }): Promise<void> {
+    this.stopped = true;
+    await Promise.all([...this.leaders.values()].map((leader) => leader.stop(options)));
+  }
+
+  private async perShard<T>(
+    queue: string,
+    receipts: ShardReceipt[],
+    run: (shard: number, group: Receipt[]) => Promise<T>,
+  ): Promise<{ shard: number; result: T }[]> {
+    validateName("queue", queue);
+    const shards = this.shardCount(queue);
+    const groups = new Map<number, Receipt[]>();
+    for (const receipt of receipts) {
+      if (!Number.isInteger(receipt.shard) || receipt.shard < 0 || receipt.shard >= shards)
+        throw new CasqError(
+          "invalid_argument",
+          `receipt names shard ${receipt.shard}, but queue ${queue} has ${shards}`,
+        );
+      const group = groups.get(receipt.shard) ?? [];
+      groups.set(receipt.shard, group);
+      group.push({ offset: receipt.offset, attempt: receipt.attempt });
+    }
+    return Promise.all(
+      [...groups].map(async ([shard, group]) => ({ shard, result: await run(shard, group) })),
+    );
+  }
+
+  /**
+   * The shard for a message without key or dedup id: any shard will do, so
+   * go round-robin over the shards not known to be led by another broker.
+   * Otherwise a batch spread over shards led by different brokers could be
+   * accepted by none of them: every try would commit the local part and
+   * redirect for the rest.
+   */
+  private placeUnrouted(queue: string, shards: number): number {
+    const start = this.nextShard(queue, shards);
+    for (let i = 0; i < shards; i++) {
+      const shard = (start + i) % shards;
+      const mode = this.leaders.get(`${queue}/${shard}`)?.currentMode;
+      if (mode !== "following" && mode !== "refused") return shard;
+    }
+    return start;
+  }
+
+  private nextShard(queue: string, shards: number): number {
+    const next = this.roundRobin.get(queue) ?? 0;
+    this.roundRobin.set(queue, (next + 1) % shards);
+    return next % shards;
+  }
+}
+
+/** Narrows an operation result to the expected kind. */
+export function expectKind<K extends OperationResult["kind"]>(
+  result: OperationResult,
+  kind: K,
+): Extract<OperationResult, { kind: K }> {
+  if (result.kind !== kind) throw new CasqError("internal", `expected a ${kind} result, got ${result.kind}`);
+  return result as Extract<OperationResult, { kind: K }>;
+}

@@ -1,0 +1,79 @@
+/**
+ * Small helpers shared by the broker's tests: a store that counts and can
+ * hold writes, and a quick way to build brokers on one store.
+ */
+import { MemoryStore } from "../store/memory-store.ts";
+import type { CallOptions, ObjectStore, PutCondition, PutResult } from "../store/object-store.ts";
+import type { Clock } from "../util/clock.ts";
+import { systemClock } from "../util/clock.ts";
+import { seededRandom } from "../util/random.ts";
+import { Broker, type BrokerParams } from "./broker.ts";
+
+/** Wraps a store, counting puts and optionally holding each put until released. */
+export class GatedStore implements ObjectStore {
+  readonly description = "gated(memory:)";
+  puts = 0;
+  gets = 0;
+  hold = false;
+  private waiting: (() => void)[] = [];
+
+  constructor(readonly inner: ObjectStore = new MemoryStore()) {}
+
+  /** Lets every held put proceed. */
+  releaseAll(): void {
+    for (const go of this.waiting.splice(0)) go();
+  }
+
+  /** Number of puts currently held. */
+  get held(): number {
+    return this.waiting.length;
+  }
+
+  async get(key: string, options?: CallOptions) {
+    this.gets += 1;
+    return this.inner.get(key, options);
+  }
+
+  async put(
+    key: string,
+    body: Uint8Array,
+    condition: PutCondition,
+    options?: CallOptions,
+  ): Promise<PutResult> {
+    this.puts += 1;
+    if (this.hold) await new Promise<void>((resolve) => this.waiting.push(resolve));
+    return this.inner.put(key, body, condition, options);
+  }
+
+  delete(key: string, options?: CallOptions & { readonly ifMatch?: string }) {
+    return this.inner.delete(key, options);
+  }
+
+  list(prefix: string, options?: CallOptions) {
+    return this.inner.list(prefix, options);
+  }
+
+  close() {
+    return this.inner.close();
+  }
+}
+
+/** A broker with a fixed identity on `store`. */
+export function makeBroker(
+  store: ObjectStore,
+  name: string,
+  overrides: Partial<BrokerParams> & { clock?: Clock } = {},
+): Broker {
+  return new Broker({
+    store,
+    identity: { id: `broker-${name}`, address: `${name}.test:50051` },
+    clock: overrides.clock ?? systemClock,
+    random: seededRandom(name.length * 7919),
+    ...overrides,
+  });
+}
+
+/** Resolves after pending promise callbacks and I/O callbacks ran. */
+export function flush(): Promise<void> {
+  return new Promise((resolve) => setImmediate(resolve));
+}

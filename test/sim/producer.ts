@@ -1,0 +1,85 @@
+/**
+ * A producer actor: during the chaos phase it enqueues small batches at
+ * random intervals — some messages with dedup ids, keys, priorities, delays
+ * or their own max attempts.
+ *
+ * When a call gives up (outcome unknown), a batch whose messages all carry
+ * dedup ids is resent with the same ids, which is safe: a message that did
+ * land comes back as a duplicate naming the original. Other batches are
+ * sometimes resent anyway (a careless producer: a second copy is a new,
+ * separate message) and otherwise dropped. Only returned outcomes go to the
+ * auditor.
+ */
+import type { EnqueueInput } from "../../server/src/broker/broker.ts";
+import { shardForKey } from "../../server/src/broker/shard-routing.ts";
+import type { SimClient } from "./sim-client.ts";
+import type { SimRandom } from "./sim-random.ts";
+import type { SimContext } from "./sim-world.ts";
+
+/** One producer (see module header). */
+export class Producer {
+  private sequence = 0;
+
+  constructor(
+    private readonly name: string,
+    private readonly world: SimContext,
+    private readonly random: SimRandom,
+    private readonly client: SimClient,
+  ) {}
+
+  /** Runs until the chaos phase ends. */
+  async run(): Promise<void> {
+    const { clock, config } = this.world;
+    while (this.world.phase === "chaos") {
+      await clock.sleep(this.random.exp(config.enqueueGapMs, 10));
+      if (this.world.phase !== "chaos") break;
+      const batch = Array.from({ length: this.random.int(1, 3) }, () => this.message());
+      for (const inputs of this.splitByShard(batch)) await this.send(inputs);
+    }
+  }
+
+  /**
+   * Like an SDK: messages routed by key (or dedup id) go in one call per
+   * shard, since their shards may be led by different brokers; the others go
+   * together (any broker can place them).
+   */
+  private splitByShard(batch: EnqueueInput[]): EnqueueInput[][] {
+    const groups = new Map<string, EnqueueInput[]>();
+    for (const message of batch) {
+      const routeBy = message.key || message.dedupId;
+      const group = routeBy ? String(shardForKey(routeBy, this.world.config.shards)) : "any";
+      groups.set(group, [...(groups.get(group) ?? []), message]);
+    }
+    return [...groups.values()];
+  }
+
+  private async send(inputs: EnqueueInput[]): Promise<void> {
+    const { clock, config, auditor } = this.world;
+    const idempotent = inputs.every((m) => m.dedupId !== undefined);
+    for (let tries = 1; ; tries++) {
+      const result = await this.client.call("enqueue", (broker, signal) =>
+        broker.enqueue(config.queue, inputs, signal),
+      );
+      if (result.ok) {
+        auditor.enqueueAcknowledged(inputs, result.value);
+        return;
+      }
+      if (tries >= 4 || (!idempotent && !this.random.chance(0.3))) return;
+      await clock.sleep(this.random.int(50, 500));
+    }
+  }
+
+  private message(): EnqueueInput {
+    const n = this.sequence++;
+    const r = this.random;
+    const text = `${this.name}-${n}`;
+    return {
+      payload: new TextEncoder().encode(text),
+      ...(r.chance(0.4) ? { dedupId: text } : {}),
+      ...(r.chance(0.3) ? { key: `k${r.int(0, 4)}` } : {}),
+      ...(r.chance(0.3) ? { priority: r.int(-2, 2) } : {}),
+      ...(r.chance(0.15) ? { delayMs: r.int(100, 5_000) } : {}),
+      ...(r.chance(0.1) ? { maxAttempts: r.int(1, 5) } : {}),
+    };
+  }
+}

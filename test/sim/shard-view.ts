@@ -1,0 +1,195 @@
+/**
+ * A committed shard document as the auditor sees it: parsed straight from the
+ * stored JSON (the public document format, `docs/document-format.md`), not
+ * through the model's internals, so the checks judge what is actually in the
+ * store.
+ *
+ * Per subscription and offset it answers one question: what is the status of
+ * this message here — `pending` (not settled, not leased), `leased`, `acked`
+ * (settled, not a dead letter) or `dead` (settled as a dead letter). A message
+ * that left the document (offset below `next_offset`, not retained) is settled
+ * for every subscription: `dead` where a dead letter holds it, `acked`
+ * elsewhere.
+ */
+
+/** The leadership record of a document. */
+export interface BrokerView {
+  readonly id: string;
+  readonly address: string;
+  readonly epoch: number;
+  readonly leaseUntil: number;
+}
+
+/** A lease as stored. */
+export interface LeaseView {
+  readonly worker: string;
+  readonly claimedAt: number;
+  readonly deadline: number;
+  readonly ttlMs: number;
+}
+
+/** Delivery state of one unsettled message in one subscription. */
+export interface DeliveryView {
+  readonly attempt: number;
+  readonly base: number;
+  readonly availableAt: number | undefined;
+  readonly lease: LeaseView | undefined;
+}
+
+/** A dead letter as stored. */
+export interface DeadLetterView {
+  readonly id: string;
+  readonly attempts: number;
+  readonly reason: string;
+  readonly deadAt: number;
+}
+
+/** A retained message (contents the checks care about). */
+export interface MessageView {
+  readonly offset: number;
+  readonly id: string;
+  readonly dedupId: string | undefined;
+  readonly maxAttempts: number | undefined;
+  readonly priority: number;
+  /** When it becomes runnable (its delay), ms. */
+  readonly runAt: number;
+  readonly targets: readonly string[] | undefined;
+}
+
+/** One subscription's part of the document. */
+export interface SubscriptionView {
+  readonly name: string;
+  readonly ackedBelow: number;
+  readonly acked: ReadonlySet<number>;
+  readonly deliveries: ReadonlyMap<number, DeliveryView>;
+  readonly dead: ReadonlyMap<number, DeadLetterView>;
+}
+
+/** The status of a message in one subscription. */
+export type MessageStatus = "pending" | "leased" | "acked" | "dead" | "unknown";
+
+/** One committed version of a shard document. */
+export interface ShardView {
+  readonly key: string;
+  readonly shard: number;
+  /** Index of this version in the shard's history (0 = the creating write). */
+  readonly version: number;
+  readonly etag: string;
+  /** Clock time when the write landed in the store. */
+  readonly committedAt: number;
+  readonly writeId: string | undefined;
+  readonly broker: BrokerView | undefined;
+  readonly nextOffset: number;
+  readonly maxAttempts: number;
+  readonly messages: ReadonlyMap<number, MessageView>;
+  readonly subscriptions: ReadonlyMap<string, SubscriptionView>;
+}
+
+type Json = Record<string, unknown>;
+
+const num = (value: unknown): number => value as number;
+const opt = (value: unknown): number | undefined => (value === undefined ? undefined : (value as number));
+
+/** Parses committed document bytes into a {@link ShardView}. Throws on bytes that are not a JSON object. */
+export function parseShardView(
+  key: string,
+  bytes: Uint8Array,
+  meta: { version: number; etag: string; committedAt: number },
+): ShardView {
+  const doc = JSON.parse(new TextDecoder().decode(bytes)) as Json;
+  const broker = doc.broker as Json | null;
+  const messages = new Map<number, MessageView>();
+  for (const raw of doc.messages as Json[]) {
+    const offset = num(raw.offset);
+    messages.set(offset, {
+      offset,
+      id: raw.id as string,
+      dedupId: raw.dedup_id as string | undefined,
+      maxAttempts: opt(raw.max_attempts),
+      priority: opt(raw.priority) ?? 0,
+      runAt: opt(raw.run_at) ?? num(raw.enqueued_at),
+      targets: raw.targets as string[] | undefined,
+    });
+  }
+  const subscriptions = new Map<string, SubscriptionView>();
+  for (const raw of doc.subscriptions as Json[]) {
+    const deliveries = new Map<number, DeliveryView>();
+    for (const d of raw.deliveries as Json[]) {
+      const lease = d.lease as Json | undefined;
+      deliveries.set(num(d.offset), {
+        attempt: num(d.attempts),
+        base: opt(d.attempts_at_redrive) ?? 0,
+        availableAt: opt(d.available_at),
+        lease: lease && {
+          worker: lease.worker as string,
+          claimedAt: num(lease.claimed_at),
+          deadline: num(lease.deadline),
+          ttlMs: num(lease.ttl_ms),
+        },
+      });
+    }
+    const dead = new Map<number, DeadLetterView>();
+    for (const dl of raw.dead_letters as Json[]) {
+      const message = dl.message as Json;
+      dead.set(num(message.offset), {
+        id: message.id as string,
+        attempts: num(dl.attempts),
+        reason: dl.reason as string,
+        deadAt: num(dl.dead_at),
+      });
+    }
+    const name = raw.name as string;
+    subscriptions.set(name, {
+      name,
+      ackedBelow: num(raw.acked_below),
+      acked: new Set(raw.acked as number[]),
+      deliveries,
+      dead,
+    });
+  }
+  return {
+    key,
+    shard: num(doc.shard),
+    version: meta.version,
+    etag: meta.etag,
+    committedAt: meta.committedAt,
+    writeId: (doc.write_id as string | null) ?? undefined,
+    broker: broker
+      ? {
+          id: broker.id as string,
+          address: broker.address as string,
+          epoch: num(broker.epoch),
+          leaseUntil: num(broker.lease_until),
+        }
+      : undefined,
+    nextOffset: num(doc.next_offset),
+    maxAttempts: num((doc.config as Json).max_attempts),
+    messages,
+    subscriptions,
+  };
+}
+
+/** True when the retained message at `offset` is settled for `sub`. */
+function settledRetained(sub: SubscriptionView, message: MessageView): boolean {
+  if (message.targets !== undefined) return !message.targets.includes(sub.name);
+  return message.offset < sub.ackedBelow || sub.acked.has(message.offset);
+}
+
+/** The status of the message at `offset` in subscription `name` (see module header). */
+export function statusOf(view: ShardView, name: string, offset: number): MessageStatus {
+  const sub = view.subscriptions.get(name);
+  if (sub === undefined || offset >= view.nextOffset) return "unknown";
+  const message = view.messages.get(offset);
+  if (message === undefined || settledRetained(sub, message)) return sub.dead.has(offset) ? "dead" : "acked";
+  return sub.deliveries.get(offset)?.lease ? "leased" : "pending";
+}
+
+/** True for `acked` and `dead`. */
+export function isSettledStatus(status: MessageStatus): boolean {
+  return status === "acked" || status === "dead";
+}
+
+/** Effective max attempts of a retained message. */
+export function maxAttemptsOf(view: ShardView, offset: number): number {
+  return view.messages.get(offset)?.maxAttempts ?? view.maxAttempts;
+}

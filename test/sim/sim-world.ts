@@ -1,0 +1,145 @@
+/**
+ * The simulated world of one run: one {@link ManualClock}, one seeded random
+ * source split into a stream per component, the truth store (observed by the
+ * auditor), the broker machines with their links, and the actors.
+ *
+ * Phases: `setup` (brokers start, the second subscription is created, no
+ * faults) -> `chaos` (producers, workers, faults and the nemesis) -> `drain`
+ * (faults off, every machine healthy, producers stopped, workers ack
+ * everything) -> `done` (actors stop).
+ */
+import { ManualClock } from "../../server/src/util/manual-clock.ts";
+import { Auditor } from "./auditor.ts";
+import { BrokerSlot } from "./broker-slot.ts";
+import { Nemesis } from "./nemesis.ts";
+import { ObservedStore } from "./observed-store.ts";
+import { Producer } from "./producer.ts";
+import { SimClient } from "./sim-client.ts";
+import { drawConfig, type SimConfig, type SimConfigOverrides } from "./sim-config.ts";
+import { SimRandom } from "./sim-random.ts";
+import { Trace } from "./trace.ts";
+import { Worker } from "./worker.ts";
+
+/** The phase of a run. */
+export type SimPhase = "setup" | "chaos" | "drain" | "done";
+
+/** What actors see of the world. */
+export interface SimContext {
+  readonly config: SimConfig;
+  readonly clock: ManualClock;
+  readonly auditor: Auditor;
+  readonly trace: Trace;
+  readonly slots: readonly BrokerSlot[];
+  readonly phase: SimPhase;
+}
+
+/** One run's world (see module header). */
+export class SimWorld implements SimContext {
+  readonly config: SimConfig;
+  readonly clock: ManualClock;
+  readonly trace: Trace;
+  readonly auditor: Auditor;
+  readonly slots: BrokerSlot[];
+  phase: SimPhase = "setup";
+  private readonly random: SimRandom;
+
+  constructor(seed: number, overrides: SimConfigOverrides = {}) {
+    const root = new SimRandom(seed);
+    this.config = drawConfig(seed, root.fork(), overrides);
+    this.random = root.fork();
+    this.clock = new ManualClock({ settleTurns: this.config.settleTurns });
+    this.trace = new Trace(
+      () => this.clock.now(),
+      process.env.CASQ_SIM_TRACE === "1" ? Number.MAX_SAFE_INTEGER : 200,
+    );
+    this.auditor = new Auditor(
+      () => this.clock.now(),
+      this.trace,
+      this.config.subscriptions,
+      this.config.queueConfig.leaseTtlMs,
+    );
+    const truth = new ObservedStore((key, body, etag, condition) =>
+      this.auditor.history.record(key, body, etag, condition, this.clock.now()),
+    );
+    this.slots = Array.from(
+      { length: this.config.brokers },
+      (_, i) =>
+        new BrokerSlot(
+          String.fromCharCode(97 + i),
+          this.config,
+          this.clock,
+          this.random.fork(),
+          truth,
+          this.trace,
+        ),
+    );
+  }
+
+  /** Starts the brokers and creates the extra subscriptions on every shard, with faults off. */
+  async setup(): Promise<void> {
+    for (const slot of this.slots) slot.start();
+    const client = this.client();
+    for (const name of this.config.subscriptions) {
+      if (name === "default") continue;
+      const result = await this.settled(
+        client.call("createSubscription", (broker) =>
+          broker.adminAll(this.config.queue, { kind: "createSubscription", name, from: "earliest" }),
+        ),
+      );
+      if (!result.ok) throw new Error(`setup: cannot create subscription ${name}: ${String(result.error)}`);
+    }
+  }
+
+  /** Turns faults on and starts every actor (not awaited: they run on the clock). */
+  startChaos(): void {
+    this.phase = "chaos";
+    for (const slot of this.slots) slot.setFaults(this.config.faults);
+    const config = this.config;
+    for (let i = 0; i < config.producers; i++)
+      void new Producer(`p${i}`, this, this.random.fork(), this.client()).run();
+    for (const sub of config.subscriptions)
+      for (let i = 0; i < config.workersPerSubscription; i++)
+        void new Worker(`${sub}-w${i}`, sub, this, this.random.fork(), this.client()).run();
+    void new Nemesis(this, this.random.fork()).run();
+  }
+
+  /** Ends the chaos: faults off, links healed, every machine running; workers now ack everything. */
+  calm(): void {
+    this.phase = "drain";
+    this.trace.add("calm");
+    for (const slot of this.slots) {
+      slot.setFaults(undefined);
+      slot.setStorm(1);
+      slot.heal();
+      slot.start();
+    }
+  }
+
+  /** Stops the actors. */
+  finish(): void {
+    this.phase = "done";
+    this.trace.add("done");
+  }
+
+  /** Moves virtual time forward by `ms`, in steps. */
+  async advance(ms: number, stepMs = 1_000): Promise<void> {
+    const end = this.clock.now() + ms;
+    while (this.clock.now() < end) await this.clock.runUntil(Math.min(end, this.clock.now() + stepMs));
+  }
+
+  /** A new client with its own random stream. */
+  client(): SimClient {
+    return new SimClient(this.slots, this.clock, this.random.fork(), this.auditor);
+  }
+
+  /** Drives the clock until `promise` settles (at most 60 virtual seconds). */
+  private async settled<T>(promise: Promise<T>): Promise<T> {
+    let done = false;
+    const watched = promise.finally(() => {
+      done = true;
+    });
+    for (let i = 0; i < 600 && !done; i++) await this.clock.runUntil(this.clock.now() + 100);
+    if (!done) throw new Error("setup did not finish within 60 virtual seconds");
+    return watched;
+  }
+}
