@@ -121,6 +121,19 @@ export class Broker {
   }
 
   /**
+   * Stops and forgets the leader of one shard without releasing its lease
+   * (the caller is about to delete the document, and an idle renewal must not
+   * re-create it). The next request for the shard opens a fresh leader.
+   */
+  async dropShard(queue: string, shard: number): Promise<void> {
+    const id = `${queue}/${shard}`;
+    const leader = this.leaders.get(id);
+    if (!leader) return;
+    await leader.stop({ release: false });
+    if (this.leaders.get(id) === leader) this.leaders.delete(id);
+  }
+
+  /**
    * Enqueues a batch. Resolves once every message is durable. Messages for
    * different shards are written by different CAS writes: each shard's part
    * is all-or-nothing, the batch as a whole is not.

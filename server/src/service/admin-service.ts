@@ -31,7 +31,6 @@ import { expectKind } from "../broker/broker.ts";
 import type { QueueManifest } from "../broker/queue-catalog.ts";
 import { MAX_SHARD_COUNT } from "../broker/queue-catalog.ts";
 import { shardKey } from "../broker/shard-key.ts";
-import type { ShardLeader } from "../broker/shard-leader.ts";
 import { CasqError, isCasqError } from "../errors.ts";
 import type { Operation, OperationResult } from "../model/operations.ts";
 import { DEFAULT_QUEUE_CONFIG, mergeConfig, sameConfig, validateConfigPatch } from "../model/queue-config.ts";
@@ -470,9 +469,7 @@ async function requireForDelete(ctx: ServiceContext, queue: string): Promise<Que
  * is still the version this broker wrote.
  */
 async function deleteShard(ctx: ServiceContext, queue: string, shard: number): Promise<void> {
-  const leader = ctx.broker.leader(queue, shard);
-  await leader.stop({ release: false });
-  forgetLeader(ctx.broker, leader);
+  await ctx.broker.dropShard(queue, shard);
   const key = shardKey(queue, shard);
   let stored: Awaited<ReturnType<typeof ctx.store.get>>;
   try {
@@ -500,12 +497,6 @@ async function deleteShard(ctx: ServiceContext, queue: string, shard: number): P
  * again under the same name gets a fresh leader. The Broker has no public
  * way to do this yet; until it does, reach into its leader map.
  */
-function forgetLeader(broker: Broker, leader: ShardLeader): void {
-  const internals = broker as unknown as { leaders?: Map<string, ShardLeader> };
-  const id = `${leader.queue}/${leader.shard}`;
-  if (internals.leaders?.get(id) === leader) internals.leaders.delete(id);
-}
-
 function describeBusy(stats: readonly ShardStats[]): string {
   const sum = (pick: (s: ShardStats) => number) => stats.reduce((n, s) => n + pick(s), 0);
   return `${sum((s) => s.ready + s.delayed + s.inFlight)} unsettled deliveries and ${sum((s) => s.dead)} dead letters`;
