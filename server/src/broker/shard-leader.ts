@@ -93,13 +93,37 @@ export interface ShardLeaderParams {
   readonly observer?: ShardObserver;
 }
 
+// Telemetry: tracing — an optional hook the shard leader calls so that a tracer can
+// tie each group commit to the calls whose operations it carried. The engine knows
+// nothing of OpenTelemetry: tokens are opaque, and without a hook nothing is allocated.
+/** Per-batch tracing returned by {@link CommitTracing.begin}. */
+export interface CommitTrace {
+  /** Runs the batch's commit (its store calls and observer callbacks) inside the commit's trace context. */
+  run<T>(fn: () => Promise<T>): Promise<T>;
+  /** The batch is done; `failure` is what it failed with, if it failed. */
+  end(failure: unknown): void;
+}
+
+/** Telemetry: tracing hook of a shard leader (see {@link ShardObserverWithTracing}). */
+export interface CommitTracing {
+  /** At `submit`: an opaque token of the submitting call's trace context, or undefined. */
+  capture(): unknown;
+  /** At the start of a batch: the tokens of its operations (undefined entries skipped). */
+  begin(queue: string, shard: number, operations: number, tokens: readonly unknown[]): CommitTrace;
+}
+
+/** Telemetry: tracing — a ShardObserver that may also carry a {@link CommitTracing} hook. */
+export interface ShardObserverWithTracing extends ShardObserver {
+  readonly commitTracing?: CommitTracing | undefined;
+}
+
 /** The leader's view of a shard. */
 export type ShardMode = "unloaded" | "leading" | "following" | "refused" | "stopped";
 
 type Settle<T> = { resolve(value: T): void; reject(error: unknown): void };
 
 type BatchItem =
-  | ({ kind: "op"; op: Operation; signal?: AbortSignal } & Settle<OperationResult>)
+  | ({ kind: "op"; op: Operation; signal?: AbortSignal; trace?: unknown } & Settle<OperationResult>)
   | ({ kind: "read"; read(state: ShardState): unknown } & Settle<unknown>);
 
 type Outcome = { ok: true; result: OperationResult } | { ok: false; error: unknown };
@@ -120,6 +144,10 @@ export class ShardLeader {
   private readonly options: CommitOptions;
   private readonly initialConfig: Partial<QueueConfig> | undefined;
   private readonly observer: ShardObserver | undefined;
+  /** Telemetry: tracing hook, undefined when tracing is off. */
+  private readonly tracing: CommitTracing | undefined;
+  /** Telemetry: tracing — what the current batch failed with (for its commit span). */
+  private batchFailure: unknown;
 
   private mode: ShardMode = "unloaded";
   /** The committed document (in place mutation happens only inside a batch). `undefined` = does not exist yet. */
@@ -153,6 +181,7 @@ export class ShardLeader {
     this.options = { ...DEFAULT_COMMIT_OPTIONS, ...params.options };
     this.initialConfig = params.initialConfig;
     this.observer = params.observer;
+    this.tracing = (params.observer as ShardObserverWithTracing | undefined)?.commitTracing; // Telemetry: tracing
   }
 
   /** Current mode, for stats and tests. */
@@ -184,6 +213,7 @@ export class ShardLeader {
       if (options?.signal?.aborted) return reject(cancelled());
       const item: BatchItem = { kind: "op", op, resolve, reject };
       if (options?.signal) item.signal = options.signal;
+      if (this.tracing) item.trace = this.tracing.capture(); // Telemetry: tracing
       this.pending.push(item);
       this.kick();
     });
@@ -262,12 +292,22 @@ export class ShardLeader {
       const batch = this.takeBatch();
       const release = this.releaseRequested && this.pending.length === 0;
       if (release) this.releaseRequested = false;
+      // Telemetry: tracing — one commit trace per batch, linked to the calls it carries.
+      const trace = this.tracing?.begin(
+        this.queue,
+        this.shard,
+        batch.length,
+        batch.map((item) => (item.kind === "op" ? item.trace : undefined)),
+      );
+      this.batchFailure = undefined;
       try {
-        await this.commitBatch(batch, release);
+        await (trace ? trace.run(() => this.commitBatch(batch, release)) : this.commitBatch(batch, release));
       } catch (error) {
         // commitBatch settles every item itself; this is a last line of defence.
+        this.batchFailure = error;
         for (const item of batch) item.reject(asCasqError(error, this.queue, this.shard));
       }
+      trace?.end(this.batchFailure);
     }
     this.armTimer();
   }
@@ -519,6 +559,7 @@ export class ShardLeader {
   }
 
   private failBatch(batch: BatchItem[], error: CasqError): void {
+    if (this.tracing) this.batchFailure = error; // Telemetry: tracing
     for (const item of batch) item.reject(error);
   }
 

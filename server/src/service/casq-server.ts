@@ -33,12 +33,13 @@ import { file_casq_v1_errors } from "@casq/sdk/gen/casq/v1/errors_pb.ts";
 import { file_casq_v1_queue_service, QueueService } from "@casq/sdk/gen/casq/v1/queue_service_pb.ts";
 import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
+import { trace as otelTrace, type TracerProvider } from "@opentelemetry/api";
 import { type Logger, pino } from "pino";
 import { Broker } from "../broker/broker.ts";
 import { QueueCatalog } from "../broker/queue-catalog.ts";
-import type { CommitOptions } from "../broker/shard-leader.ts";
+import type { CommitOptions, ShardObserverWithTracing } from "../broker/shard-leader.ts";
 import type { ShardObserver } from "../broker/shard-observer.ts";
-import { InstrumentedStore } from "../store/instrumented-store.ts";
+import { combineObservers, InstrumentedStore, type StoreObserver } from "../store/instrumented-store.ts";
 import type { ObjectStore } from "../store/object-store.ts";
 import { openStore } from "../store/open-store.ts";
 import { RetryingStore } from "../store/retrying-store.ts";
@@ -51,6 +52,7 @@ import { CasqMetrics } from "../telemetry/metrics.ts";
 import { type RunningMetricsServer, startMetricsServer } from "../telemetry/metrics-server.ts";
 import { rpcMetricsInterceptor } from "../telemetry/rpc-metrics.ts";
 import { storeMetricsObserver } from "../telemetry/store-metrics.ts";
+import { CasqTracing } from "../telemetry/tracing.ts";
 import { type Clock, systemClock } from "../util/clock.ts";
 import { type Random, systemRandom } from "../util/random.ts";
 import { createAdminService } from "./admin-service.ts";
@@ -120,6 +122,12 @@ export interface CasqServerOptions {
    * are collected at all.
    */
   readonly metricsListen?: string;
+  /**
+   * Telemetry: tracing. Given, every casq.v1 RPC, group commit, store call and
+   * job delivery makes spans with `tracerProvider` (default: the global one).
+   * Unset: no tracing code runs at all. The provider's owner flushes it.
+   */
+  readonly tracing?: { readonly tracerProvider?: TracerProvider };
 }
 
 /** Options of {@link RunningCasqServer.close}. */
@@ -174,8 +182,24 @@ export async function startCasqServer(options: CasqServerOptions): Promise<Runni
   // InstrumentedStore sits inside the RetryingStore, so each attempt (each billed
   // request) counts; a ready ObjectStore is wrapped as a whole.
   const metrics = options.metricsListen === undefined ? undefined : new CasqMetrics();
+  // Telemetry: tracing — a span per store attempt, per commit, per RPC, per delivery.
+  const tracing =
+    options.tracing === undefined
+      ? undefined
+      : new CasqTracing(options.tracing.tracerProvider ?? otelTrace.getTracerProvider());
+  const storeObservers: StoreObserver[] = [];
+  if (metrics) storeObservers.push(storeMetricsObserver(metrics));
+  if (tracing) storeObservers.push(tracing.storeObserver());
   const instrument = (inner: ObjectStore): ObjectStore =>
-    metrics ? new InstrumentedStore(inner, { observer: storeMetricsObserver(metrics), clock }) : inner;
+    storeObservers.length === 0
+      ? inner
+      : new InstrumentedStore(inner, {
+          observer:
+            storeObservers.length === 1
+              ? (storeObservers[0] as StoreObserver)
+              : combineObservers(...storeObservers),
+          clock,
+        });
   const store =
     typeof options.store === "string"
       ? new RetryingStore(instrument(openStore(options.store)), {
@@ -239,9 +263,18 @@ export async function startCasqServer(options: CasqServerOptions): Promise<Runni
     random,
     shardsFor: (queue) => catalog.shardsFor(queue),
     // Telemetry: the metrics observer (if any) runs after the caller's observer.
-    observer: loggingShardObserver(
-      logger,
-      metrics ? combineShardObservers(options.observer, brokerMetricsObserver(metrics)) : options.observer,
+    observer: withCommitTracing(
+      loggingShardObserver(
+        logger,
+        metrics || tracing
+          ? combineShardObservers(
+              options.observer,
+              metrics && brokerMetricsObserver(metrics),
+              tracing?.shardObserver(),
+            )
+          : options.observer,
+      ),
+      tracing,
     ),
     ...(options.commit ? { commit: options.commit } : {}),
   });
@@ -269,6 +302,7 @@ export async function startCasqServer(options: CasqServerOptions): Promise<Runni
     SERVED_SERVICES,
   );
   const interceptors: Interceptor[] = [calls.interceptor()];
+  if (tracing) interceptors.push(tracing.interceptor()); // Telemetry: tracing, outside the error mapping
   if (metrics) interceptors.push(rpcMetricsInterceptor(metrics)); // telemetry: RPC latency and codes
   if (tokens) interceptors.push(createAuthInterceptor(tokens, logger));
   interceptors.push(createErrorInterceptor(logger));
@@ -378,6 +412,14 @@ async function withDeadline(promise: Promise<unknown>, ms: number): Promise<bool
   ]);
   clearTimeout(timer);
   return result;
+}
+
+/** Telemetry: tracing — hands the shard leaders the commit tracing hook (see ShardObserverWithTracing). */
+function withCommitTracing(
+  observer: ShardObserver,
+  tracing: CasqTracing | undefined,
+): ShardObserverWithTracing {
+  return tracing ? { ...observer, commitTracing: tracing.commitTracing } : observer;
 }
 
 function isWildcard(host: string): boolean {

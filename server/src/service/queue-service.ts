@@ -11,6 +11,7 @@ import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { ClaimedMessageSchema } from "@casq/sdk/gen/casq/v1/message_pb.ts";
 import type { QueueService } from "@casq/sdk/gen/casq/v1/queue_service_pb.ts";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
+import { callTraceContext, recordDeliveries } from "../telemetry/tracing.ts";
 import { claimedToProto, leaderToProto } from "./conversions.ts";
 import { ackReceipts, heartbeatReceipts, nackReceipts } from "./lease-requests.ts";
 import { parseReceipts } from "./receipts.ts";
@@ -40,7 +41,9 @@ export function createQueueService(ctx: ServiceContext): ServiceImpl<typeof Queu
       const inputs = checkNewMessages(
         req.messages,
         ctx.clock.now(),
-        traceContextFromHeaders(call.requestHeader),
+        // Telemetry: tracing — a message without its own trace context gets the RPC span's
+        // (a child of the caller's traceparent), else the caller's traceparent header.
+        callTraceContext(call.values) ?? traceContextFromHeaders(call.requestHeader),
       );
       await ctx.catalog.ensure(queue, ctx.autoCreateQueues);
       const outcomes = await ctx.broker.enqueue(queue, inputs, call.signal);
@@ -69,6 +72,7 @@ export function createQueueService(ctx: ServiceContext): ServiceImpl<typeof Queu
         manifest.shardCount,
         waitMs,
       );
+      recordDeliveries(call.values, queue, deliveries); // Telemetry: tracing
       const messages: MessageInitShape<typeof ClaimedMessageSchema>[] = deliveries.map((d) =>
         claimedToProto(queue, d.shard, d.message),
       );

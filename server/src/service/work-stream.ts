@@ -40,6 +40,7 @@ import { CasqError, isCasqError } from "../errors.ts";
 import type { Receipt } from "../model/operations.ts";
 import { inspectMessage } from "../model/shard-inspect.ts";
 import type { ShardState } from "../model/shard-state.ts";
+import { recordDeliveries } from "../telemetry/tracing.ts";
 import { AsyncQueue } from "./async-queue.ts";
 import { claimedToProto, leaderToProto, receiptText, toDuration } from "./conversions.ts";
 import { toRpcStatus } from "./grpc-errors.ts";
@@ -384,6 +385,7 @@ class WorkSession implements WorkSessionHandle {
         all,
       );
       if (!this.halfClosed && !this.outbox.closed) {
+        recordDeliveries(this.call.values, this.queue, pass.deliveries); // Telemetry: tracing
         for (const d of pass.deliveries) {
           this.credits -= 1;
           this.hold(d.shard, d.message.receipt);

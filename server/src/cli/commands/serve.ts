@@ -196,6 +196,18 @@ async function serve(options: ServeOptions): Promise<void> {
 
   const logger = pino({ level: options.logLevel, base: { service: "casq" } }, pino.destination(2));
   const { startCasqServer } = await import("../../service/casq-server.ts");
+  // Telemetry: tracing from OTEL_TRACES_EXPORTER (default none: the SDK is not even loaded).
+  let tracing: import("../../telemetry/trace-setup.ts").EnvTracing | undefined;
+  const exporterEnv = (process.env.OTEL_TRACES_EXPORTER ?? "none").trim().toLowerCase();
+  if (exporterEnv !== "" && exporterEnv !== "none") {
+    const { tracingFromEnv, TraceConfigError } = await import("../../telemetry/trace-setup.ts");
+    try {
+      tracing = tracingFromEnv(process.env);
+    } catch (error) {
+      if (error instanceof TraceConfigError) throw usageError(error.message);
+      throw error;
+    }
+  }
   let server: Awaited<ReturnType<typeof startCasqServer>>;
   try {
     server = await startCasqServer({
@@ -214,8 +226,10 @@ async function serve(options: ServeOptions): Promise<void> {
       ...(options.authTokens !== undefined && { authTokensFile: options.authTokens }),
       autoCreateQueues: options.autoCreateQueues,
       ...(options.metricsListen !== undefined && { metricsListen: options.metricsListen }),
+      ...(tracing !== undefined && { tracing: { tracerProvider: tracing.tracerProvider } }), // Telemetry: tracing
     });
   } catch (error) {
+    await tracing?.shutdown().catch(() => {}); // Telemetry: tracing
     throw startFailure(error, options);
   }
 
@@ -227,6 +241,10 @@ async function serve(options: ServeOptions): Promise<void> {
   out(`state lives in ${describeStore(options.store, parsed)}`);
   if (server.metricsAddress !== undefined)
     out(`metrics on http://${server.metricsAddress}/metrics (Prometheus text format)`);
+  if (tracing !== undefined)
+    out(
+      `traces to ${tracing.exporters.map((e) => (e === "otlp" ? `otlp (${tracing?.endpoint})` : e)).join(", ")}`,
+    ); // Telemetry: tracing
   if (server.advertisedAddress !== server.address)
     out(`advertised to clients as ${server.advertisedAddress}`);
   out("stop with Ctrl-C or SIGTERM (graceful; a second signal exits at once)");
@@ -244,6 +262,7 @@ async function serve(options: ServeOptions): Promise<void> {
   out(`${signal}: shutting down gracefully (signal again to exit at once)`);
   try {
     await server.close({ graceful: true, timeoutMs: options.shutdownTimeout });
+    await tracing?.shutdown().catch(() => {}); // Telemetry: tracing — flush buffered spans
   } catch (error) {
     logger.flush();
     throw new CliError(
