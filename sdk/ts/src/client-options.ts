@@ -1,0 +1,62 @@
+/**
+ * Options shared by {@link Producer}, {@link Worker} and {@link Admin}: where
+ * the brokers are, how to authenticate, and how patiently to retry.
+ */
+
+/** TLS settings: PEM contents (strings or buffers) of a CA to trust and an optional client certificate (mutual TLS). */
+export interface TlsOptions {
+  /** CA certificate(s) to trust instead of the system roots. */
+  readonly ca?: string | Uint8Array;
+  /** Client certificate, for servers that require mutual TLS. */
+  readonly cert?: string | Uint8Array;
+  /** Private key of the client certificate. */
+  readonly key?: string | Uint8Array;
+}
+
+/** How to reach casq. Only `brokers` is required. */
+export interface ClientOptions {
+  /**
+   * Broker addresses (`host:port`). Any broker works; the SDK follows
+   * redirects to the leader of a shard and fails over to the next address
+   * when one is unreachable. Leaders it is redirected to are added to this list.
+   */
+  readonly brokers: readonly string[];
+  /** Bearer token sent as `authorization: Bearer <token>` on every call. */
+  readonly token?: string;
+  /** `true` for TLS with the system roots, or explicit PEM material. Default: cleartext (h2c). */
+  readonly tls?: TlsOptions | boolean;
+  /** Deadline of each unary attempt in ms. Default 30 000. */
+  readonly timeoutMs?: number;
+  /** Attempts of one call across brokers and redirects before giving up. Default 8. */
+  readonly maxAttempts?: number;
+  /** First retry delay in ms (doubled per attempt, with full jitter). Default 100. */
+  readonly backoffInitialMs?: number;
+  /** Largest retry delay in ms. Default 5 000. */
+  readonly backoffMaxMs?: number;
+}
+
+/** {@link ClientOptions} with defaults applied. */
+export interface ResolvedClientOptions {
+  readonly brokers: string[];
+  readonly token: string | undefined;
+  readonly tls: TlsOptions | boolean;
+  readonly timeoutMs: number;
+  readonly maxAttempts: number;
+  readonly backoffInitialMs: number;
+  readonly backoffMaxMs: number;
+}
+
+/** Validates options and applies defaults. Throws a TypeError for an empty broker list. */
+export function resolveClientOptions(options: ClientOptions): ResolvedClientOptions {
+  const brokers = options.brokers.map((b) => b.trim()).filter((b) => b !== "");
+  if (brokers.length === 0) throw new TypeError("casq: options.brokers needs at least one host:port");
+  return {
+    brokers: [...new Set(brokers)],
+    token: options.token,
+    tls: options.tls ?? false,
+    timeoutMs: options.timeoutMs ?? 30_000,
+    maxAttempts: Math.max(1, options.maxAttempts ?? 8),
+    backoffInitialMs: options.backoffInitialMs ?? 100,
+    backoffMaxMs: options.backoffMaxMs ?? 5_000,
+  };
+}

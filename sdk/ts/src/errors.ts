@@ -1,0 +1,153 @@
+/**
+ * Typed errors of the casq SDK. Every failure of a call reaches the caller as
+ * a {@link CasqError} (or one of its subclasses), converted once from the
+ * `ConnectError` of @connectrpc/connect by {@link toCasqError}.
+ */
+import { anyUnpack } from "@bufbuild/protobuf/wkt";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { type LeaderRedirect, LeaderRedirectSchema, type RpcStatus } from "./gen/casq/v1/errors_pb.ts";
+
+export { Code } from "@connectrpc/connect";
+
+/** Any error of a casq call. `code` is the gRPC status code (`Code` from @connectrpc/connect). */
+export class CasqError extends Error {
+  /** The gRPC status code of the failure. */
+  readonly code: Code;
+
+  constructor(code: Code, message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = "CasqError";
+    this.code = code;
+  }
+}
+
+/**
+ * Another broker leads the shard the request needed (`UNAVAILABLE` with a
+ * `casq.v1.LeaderRedirect` detail). The SDK follows redirects by itself; you
+ * only see this error when the redirect limit was exhausted.
+ */
+export class RedirectError extends CasqError {
+  /** `host:port` of the leading broker. */
+  readonly leaderAddress: string;
+  /** Id of the leading broker process. */
+  readonly leaderId: string;
+  /** Leadership epoch; of two redirects for one shard, the higher epoch is newer. */
+  readonly epoch: bigint;
+  /** Queue of the shard. */
+  readonly queue: string;
+  /** Shard index. */
+  readonly shard: number;
+
+  constructor(message: string, redirect: LeaderRedirect, options?: { cause?: unknown }) {
+    super(Code.Unavailable, message, options);
+    this.name = "RedirectError";
+    this.leaderAddress = redirect.leaderAddress;
+    this.leaderId = redirect.leaderId;
+    this.epoch = redirect.epoch;
+    this.queue = redirect.queue;
+    this.shard = redirect.shard;
+  }
+}
+
+/** The broker (or its store) is unreachable or shutting down; retried by the SDK with backoff at other brokers. */
+export class UnavailableError extends CasqError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(Code.Unavailable, message, options);
+    this.name = "UnavailableError";
+  }
+}
+
+/** The queue or subscription does not exist (`NOT_FOUND`). */
+export class NotFoundError extends CasqError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(Code.NotFound, message, options);
+    this.name = "NotFoundError";
+  }
+}
+
+/** The request was malformed; nothing was applied (`INVALID_ARGUMENT`). */
+export class InvalidArgumentError extends CasqError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(Code.InvalidArgument, message, options);
+    this.name = "InvalidArgumentError";
+  }
+}
+
+/**
+ * Throw this from a worker handler to dead-letter the job at once instead of
+ * retrying it (a "poison" message). `message` becomes the dead letter's reason.
+ */
+export class DeadLetterError extends Error {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = "DeadLetterError";
+  }
+}
+
+function build(code: Code, message: string, redirect: LeaderRedirect | undefined, cause: unknown): CasqError {
+  if (code === Code.Unavailable && redirect && redirect.leaderAddress !== "") {
+    return new RedirectError(message, redirect, { cause });
+  }
+  switch (code) {
+    case Code.Unavailable:
+      return new UnavailableError(message, { cause });
+    case Code.NotFound:
+      return new NotFoundError(message, { cause });
+    case Code.InvalidArgument:
+      return new InvalidArgumentError(message, { cause });
+    default:
+      return new CasqError(code, message, { cause });
+  }
+}
+
+/**
+ * Converts anything a call threw into a {@link CasqError}: a `ConnectError`
+ * keeps its code (a redirect detail, or the `casq-leader-address` trailer,
+ * makes it a {@link RedirectError}); other errors become `UNKNOWN`, or
+ * `CANCELLED` for an abort. A CasqError is returned as it is.
+ */
+export function toCasqError(error: unknown): CasqError {
+  if (error instanceof CasqError) return error;
+  const connect = ConnectError.from(error);
+  const [detail] = connect.findDetails(LeaderRedirectSchema);
+  const trailer = connect.metadata.get("casq-leader-address");
+  const redirect =
+    detail ??
+    (trailer
+      ? ({
+          leaderAddress: trailer,
+          leaderId: "",
+          epoch: 0n,
+          queue: "",
+          shard: 0,
+        } as unknown as LeaderRedirect)
+      : undefined);
+  return build(connect.code, connect.rawMessage, redirect, error);
+}
+
+/** Converts the status of a failed Work stream request (`request_failed`) into a {@link CasqError}. */
+export function fromRpcStatus(status: RpcStatus | undefined): CasqError {
+  if (!status) return new CasqError(Code.Unknown, "request failed without a status");
+  let redirect: LeaderRedirect | undefined;
+  for (const any of status.details) {
+    const unpacked = anyUnpack(any, LeaderRedirectSchema);
+    if (unpacked) {
+      redirect = unpacked;
+      break;
+    }
+  }
+  return build(status.code as Code, status.message, redirect, undefined);
+}
+
+/** True for failures worth retrying at another broker: outages and connection errors (not redirects). */
+export function isRetryable(error: CasqError): boolean {
+  if (error instanceof RedirectError) return false;
+  if (error.code === Code.Unavailable) return true;
+  // Transport-level failures (refused / reset connections) may surface as UNKNOWN or INTERNAL.
+  if (error.code === Code.Unknown || error.code === Code.Internal || error.code === Code.Aborted) {
+    return /ECONNREFUSED|ECONNRESET|EPIPE|ETIMEDOUT|EHOSTUNREACH|ENOTFOUND|socket|GOAWAY|stream|closed/i.test(
+      `${error.message} ${String((error.cause as Error | undefined)?.message ?? "")}`,
+    );
+  }
+  return false;
+}

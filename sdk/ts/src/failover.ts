@@ -1,0 +1,103 @@
+/**
+ * The call wrapper behind every unary call of the SDK: follows redirects to
+ * the leading broker at once, moves on to the next broker with exponential
+ * backoff and full jitter on outages and connection errors, and gives up
+ * after a bounded number of attempts, an abort, or the caller's deadline.
+ */
+import { Code } from "@connectrpc/connect";
+import { CasqError, isRetryable, RedirectError, toCasqError } from "./errors.ts";
+import type { BrokerPool } from "./transport.ts";
+
+/** Options of one call through {@link callWithFailover}. */
+export interface FailoverCallOptions {
+  /** Aborts the call and any wait between attempts. */
+  readonly signal?: AbortSignal;
+  /** Absolute deadline (epoch ms) for the whole call, retries included. */
+  readonly deadline?: number;
+  /** Start at this broker instead of the pool's preferred one (e.g. a known leader). */
+  readonly address?: string;
+  /** Override of the pool's attempt limit. */
+  readonly maxAttempts?: number;
+}
+
+/** What one attempt gets: the broker to call, and the per-attempt signal and timeout. */
+export interface AttemptContext {
+  readonly address: string;
+  readonly signal: AbortSignal | undefined;
+  readonly timeoutMs: number;
+  readonly attempt: number;
+}
+
+/** Delay before retry number `attempt` (1-based): full jitter over min(max, initial * 2^(attempt-1)). */
+export function backoffDelay(
+  attempt: number,
+  initialMs: number,
+  maxMs: number,
+  random = Math.random,
+): number {
+  const ceiling = Math.min(maxMs, initialMs * 2 ** Math.max(0, attempt - 1));
+  return Math.round(ceiling / 2 + (random() * ceiling) / 2);
+}
+
+/** Resolves after `ms`, or rejects with a CANCELLED CasqError when `signal` aborts. */
+export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal?.aborted) {
+      reject(new CasqError(Code.Canceled, "casq: call aborted", { cause: signal.reason }));
+      return;
+    }
+    const onAbort = () => {
+      clearTimeout(timer);
+      reject(new CasqError(Code.Canceled, "casq: call aborted", { cause: signal?.reason }));
+    };
+    const timer = setTimeout(() => {
+      signal?.removeEventListener("abort", onAbort);
+      resolve();
+    }, ms);
+    signal?.addEventListener("abort", onAbort, { once: true });
+  });
+}
+
+/**
+ * Runs `attempt` against brokers of `pool` until it succeeds:
+ * - {@link RedirectError}: the leader is added to the pool, preferred, and called at once;
+ * - outage / connection error (see {@link isRetryable}): the next broker, after a backoff;
+ * - anything else: thrown as a {@link CasqError}.
+ * Throws the last error after `maxAttempts` attempts or when the deadline would pass.
+ */
+export async function callWithFailover<T>(
+  pool: BrokerPool,
+  attempt: (ctx: AttemptContext) => Promise<T>,
+  options: FailoverCallOptions = {},
+): Promise<T> {
+  const { backoffInitialMs, backoffMaxMs, timeoutMs } = pool.options;
+  const maxAttempts = options.maxAttempts ?? pool.options.maxAttempts;
+  let address = options.address ?? pool.preferred();
+  let failures = 0;
+  for (let n = 1; ; n++) {
+    if (options.signal?.aborted)
+      throw new CasqError(Code.Canceled, "casq: call aborted", { cause: options.signal.reason });
+    const remaining =
+      options.deadline === undefined ? timeoutMs : Math.min(timeoutMs, options.deadline - Date.now());
+    if (remaining <= 0) throw new CasqError(Code.DeadlineExceeded, "casq: deadline exceeded");
+    try {
+      return await attempt({ address, signal: options.signal, timeoutMs: remaining, attempt: n });
+    } catch (thrown) {
+      const error = toCasqError(thrown);
+      if (n >= maxAttempts) throw error;
+      if (error instanceof RedirectError) {
+        pool.prefer(error.leaderAddress);
+        // A redirect back to the broker we just asked means its view is stale: back off a little.
+        if (error.leaderAddress === address)
+          await sleep(backoffDelay(++failures, backoffInitialMs, backoffMaxMs), options.signal);
+        address = error.leaderAddress;
+        continue;
+      }
+      if (!isRetryable(error)) throw error;
+      const delay = backoffDelay(++failures, backoffInitialMs, backoffMaxMs);
+      if (options.deadline !== undefined && Date.now() + delay >= options.deadline) throw error;
+      address = pool.rotate(address);
+      await sleep(delay, options.signal);
+    }
+  }
+}

@@ -1,0 +1,28 @@
+/**
+ * `@casq/sdk`: the TypeScript SDK of casq. A {@link Producer} enqueues, a
+ * {@link Worker} runs handlers over the Work stream, {@link Admin} manages
+ * queues; all of them fail over between brokers and follow redirects.
+ */
+export { Admin, type QueueConfigInit, SubscriptionStart } from "./admin.ts";
+export type { ClientOptions, TlsOptions } from "./client-options.ts";
+export {
+  CasqError,
+  Code,
+  DeadLetterError,
+  InvalidArgumentError,
+  NotFoundError,
+  RedirectError,
+  toCasqError,
+  UnavailableError,
+} from "./errors.ts";
+export type { Job, JobTraceContext } from "./job.ts";
+export {
+  type CallOptions,
+  type EnqueueOptions,
+  type EnqueueResult,
+  type OutgoingMessage,
+  type Payload,
+  Producer,
+} from "./producer.ts";
+export { activeTraceHeaders } from "./transport.ts";
+export { type JobHandler, type RunOptions, type StopOptions, Worker, type WorkerOptions } from "./worker.ts";

@@ -1,0 +1,85 @@
+/**
+ * A job as a worker handler sees it: the message, its delivery (receipt,
+ * attempt) and an AbortSignal that fires when the worker no longer holds it.
+ */
+import { timestampDate } from "@bufbuild/protobuf/wkt";
+import type { ClaimedMessage } from "./gen/casq/v1/message_pb.ts";
+
+/** W3C trace context the producer attached to a message. */
+export interface JobTraceContext {
+  readonly traceparent: string;
+  readonly tracestate: string;
+}
+
+/** One delivery of one message to a worker handler. */
+export interface Job {
+  /** Message id (ULID). */
+  readonly id: string;
+  /** Queue of the message. */
+  readonly queue: string;
+  /** Subscription this delivery belongs to. */
+  readonly subscription: string;
+  /** Shard of the queue holding the message. */
+  readonly shard: number;
+  /** Offset of the message in its shard. */
+  readonly offset: bigint;
+  /** The body as enqueued. */
+  readonly payload: Uint8Array;
+  /** Application headers as enqueued. */
+  readonly headers: Readonly<Record<string, string>>;
+  /** Partition key ("" when none). */
+  readonly key: string;
+  /** Claim priority. */
+  readonly priority: number;
+  /** This delivery's attempt number, from 1. */
+  readonly attempt: number;
+  /** Attempts allowed before the message is dead-lettered. */
+  readonly maxAttempts: number;
+  /** Opaque name of this delivery (do not parse it). */
+  readonly receipt: string;
+  /** Producer's trace context, if it sent one. */
+  readonly traceContext: JobTraceContext | undefined;
+  /** When the message was stored. */
+  readonly enqueuedAt: Date | undefined;
+  /**
+   * Aborted when the worker no longer holds the job: its lease was lost
+   * (expired, purged, redriven) or the worker stopped hard. Stop working then;
+   * the outcome of the handler will not be acked.
+   */
+  readonly signal: AbortSignal;
+  /** The payload decoded as UTF-8. */
+  text(): string;
+  /** The payload parsed as JSON (UTF-8). */
+  json<T = unknown>(): T;
+}
+
+const decoder = new TextDecoder();
+
+/** Builds the {@link Job} of a delivery. */
+export function jobFromClaim(claimed: ClaimedMessage, signal: AbortSignal): Job {
+  const m = claimed.message;
+  const payload = m?.payload ?? new Uint8Array();
+  const trace = m?.traceContext;
+  return {
+    id: m?.id ?? "",
+    queue: m?.queue ?? "",
+    subscription: claimed.subscription,
+    shard: m?.shard ?? 0,
+    offset: m?.offset ?? 0n,
+    payload,
+    headers: { ...(m?.headers ?? {}) },
+    key: m?.key ?? "",
+    priority: m?.priority ?? 0,
+    attempt: claimed.attempt,
+    maxAttempts: claimed.maxAttempts,
+    receipt: claimed.receipt,
+    traceContext:
+      trace && trace.traceparent !== ""
+        ? { traceparent: trace.traceparent, tracestate: trace.tracestate }
+        : undefined,
+    enqueuedAt: m?.enqueuedAt ? timestampDate(m.enqueuedAt) : undefined,
+    signal,
+    text: () => decoder.decode(payload),
+    json: <T>() => JSON.parse(decoder.decode(payload)) as T,
+  };
+}

@@ -1,0 +1,593 @@
+/**
+ * The worker: `worker.run(queue, handler)` over the `QueueService.Work`
+ * bidirectional stream, with credits (prefetch), heartbeats, ack / nack /
+ * dead-letter by the handler's outcome, lost-lease signalling, reconnects
+ * with backoff that follow redirects, and graceful shutdown.
+ */
+
+import { hostname } from "node:os";
+import type { MessageInitShape } from "@bufbuild/protobuf";
+import { durationFromMs, durationMs } from "@bufbuild/protobuf/wkt";
+import { Code } from "@connectrpc/connect";
+import { type ClientOptions, resolveClientOptions } from "./client-options.ts";
+import {
+  CasqError,
+  DeadLetterError,
+  fromRpcStatus,
+  isRetryable,
+  RedirectError,
+  toCasqError,
+  UnavailableError,
+} from "./errors.ts";
+import { backoffDelay, callWithFailover, sleep } from "./failover.ts";
+import { HeartbeatOutcome, type HeartbeatResult } from "./gen/casq/v1/message_pb.ts";
+import { QueueService } from "./gen/casq/v1/queue_service_pb.ts";
+import type { WorkRequestSchema, WorkResponse } from "./gen/casq/v1/work_pb.ts";
+import { type Job, jobFromClaim } from "./job.ts";
+import { BrokerPool } from "./transport.ts";
+
+/** Handles one job. Resolve: ack. Throw: nack (retry with the queue's backoff). Throw {@link DeadLetterError}: dead-letter. */
+export type JobHandler = (job: Job) => Promise<void> | void;
+
+/** Options of a {@link Worker}: where casq is, plus the worker's identity. */
+export interface WorkerOptions extends ClientOptions {
+  /** Worker identity recorded in leases and logs. Default `<hostname>/<pid>`. */
+  readonly workerId?: string;
+}
+
+/** Options of {@link Worker.run}. */
+export interface RunOptions {
+  /** Subscription (consumer group). Default "default". */
+  readonly subscription?: string;
+  /** Handlers running at once. Default 1. */
+  readonly concurrency?: number;
+  /** Jobs held at once (running + waiting), ≥ concurrency, ≤ 1000. Default = concurrency. */
+  readonly prefetch?: number;
+  /** Lease length of each job, 100 ms..24 h. Default: the queue's (60 s). */
+  readonly leaseTtlMs?: number;
+  /** Aborting it stops the run gracefully (as `stop()` with `stopTimeoutMs`). */
+  readonly signal?: AbortSignal;
+  /** Grace period for running handlers when `signal` aborts. Default 30 000 ms. */
+  readonly stopTimeoutMs?: number;
+  /** Called with failures that do not end the run: handler errors, failed acks, broken streams. */
+  readonly onError?: (error: unknown, job?: Job) => void;
+}
+
+/** Options of {@link Worker.stop}. */
+export interface StopOptions {
+  /** How long to wait for running handlers before aborting them. Default 30 000 ms. */
+  readonly timeoutMs?: number;
+}
+
+type WorkRequestInit = MessageInitShape<typeof WorkRequestSchema>;
+type Command = WorkRequestInit["command"];
+
+/** An async iterable fed by push(); end() finishes it. */
+class Pushable<T> implements AsyncIterable<T> {
+  private readonly items: T[] = [];
+  private wake: (() => void) | undefined;
+  private done = false;
+
+  push(item: T): void {
+    if (this.done) return;
+    this.items.push(item);
+    this.wake?.();
+  }
+
+  end(): void {
+    this.done = true;
+    this.wake?.();
+  }
+
+  get ended(): boolean {
+    return this.done;
+  }
+
+  async *[Symbol.asyncIterator](): AsyncIterator<T> {
+    for (;;) {
+      const item = this.items.shift();
+      if (item !== undefined) {
+        yield item;
+        continue;
+      }
+      if (this.done) return;
+      await new Promise<void>((resolve) => {
+        this.wake = resolve;
+      });
+      this.wake = undefined;
+    }
+  }
+}
+
+/** One Work stream. */
+class Session {
+  readonly requests = new Pushable<WorkRequestInit>();
+  readonly abort = new AbortController();
+  private readonly pending = new Map<
+    bigint,
+    { resolve: (r: WorkResponse) => void; reject: (e: unknown) => void }
+  >();
+  private nextId = 0n;
+  closed = false;
+  draining = false;
+
+  constructor(readonly address: string) {}
+
+  get usable(): boolean {
+    return !this.closed && !this.requests.ended && !this.draining;
+  }
+
+  send(command: Command): void {
+    this.requests.push({ command });
+  }
+
+  request(command: Command): Promise<WorkResponse> {
+    const requestId = ++this.nextId;
+    return new Promise((resolve, reject) => {
+      this.pending.set(requestId, { resolve, reject });
+      this.requests.push({ requestId, command });
+    });
+  }
+
+  reply(response: WorkResponse): void {
+    const waiter = this.pending.get(response.requestId);
+    if (!waiter) return;
+    this.pending.delete(response.requestId);
+    if (response.event.case === "requestFailed") waiter.reject(fromRpcStatus(response.event.value.status));
+    else waiter.resolve(response);
+  }
+
+  close(error: unknown): void {
+    this.closed = true;
+    this.requests.end();
+    for (const waiter of this.pending.values()) waiter.reject(error);
+    this.pending.clear();
+  }
+}
+
+/** A held job. */
+interface Held {
+  readonly job: Job;
+  readonly controller: AbortController;
+  started: boolean;
+  settled: boolean;
+  abandoned: boolean;
+}
+
+class StreamClosedError extends UnavailableError {}
+
+const FATAL = new Set<Code>([
+  Code.NotFound,
+  Code.InvalidArgument,
+  Code.PermissionDenied,
+  Code.Unauthenticated,
+  Code.FailedPrecondition,
+]);
+
+/** One `run()`: its sessions, held jobs and handlers. */
+class Run {
+  private session: Session | undefined;
+  private readonly held = new Map<string, Held>();
+  private readonly waiting: Held[] = [];
+  private running = 0;
+  private stopping = false;
+  private readonly stopController = new AbortController();
+  private heartbeatTimer: NodeJS.Timeout | undefined;
+  private heartbeatMs = 0;
+  private readonly idleWaiters: (() => void)[] = [];
+  private readonly settles = new Set<Promise<void>>();
+  private readonly subscription: string;
+  private readonly concurrency: number;
+  private readonly prefetch: number;
+  done: Promise<void>;
+
+  constructor(
+    private readonly pool: BrokerPool,
+    private readonly workerId: string,
+    private readonly queue: string,
+    private readonly handler: JobHandler,
+    private readonly options: RunOptions,
+  ) {
+    this.subscription = options.subscription ?? "";
+    this.concurrency = Math.max(1, Math.floor(options.concurrency ?? 1));
+    this.prefetch = Math.min(
+      1000,
+      Math.max(this.concurrency, Math.floor(options.prefetch ?? this.concurrency)),
+    );
+    this.done = this.loop().finally(() => this.clearHeartbeat());
+  }
+
+  private report(error: unknown, job?: Job): void {
+    try {
+      this.options.onError?.(error, job);
+    } catch {
+      // the callback's own failure is not ours to handle
+    }
+  }
+
+  private async loop(): Promise<void> {
+    let address = this.pool.preferred();
+    let failures = 0;
+    while (!this.stopping) {
+      const session = new Session(address);
+      this.session = session;
+      try {
+        const responses = this.pool
+          .client(QueueService, address)
+          .work(session.requests, { signal: session.abort.signal });
+        session.send({
+          case: "open",
+          value: {
+            queue: this.queue,
+            subscription: this.subscription,
+            workerId: this.workerId,
+            credits: Math.max(0, this.prefetch - this.held.size),
+            ...(this.options.leaseTtlMs === undefined
+              ? {}
+              : { leaseTtl: durationFromMs(this.options.leaseTtlMs) }),
+          },
+        });
+        for await (const response of responses) {
+          if (response.event.case === "opened") failures = 0;
+          this.onResponse(session, response);
+        }
+        session.close(new StreamClosedError("casq: work stream ended"));
+        if (this.stopping) break;
+        address = this.pool.rotate(address);
+        await sleep(
+          backoffDelay(++failures, this.pool.options.backoffInitialMs, this.pool.options.backoffMaxMs),
+          this.stopController.signal,
+        );
+      } catch (thrown) {
+        session.close(new StreamClosedError("casq: work stream broke", { cause: thrown }));
+        if (this.stopping) break;
+        const error = toCasqError(thrown);
+        if (error instanceof RedirectError) {
+          const same = error.leaderAddress === address;
+          this.pool.prefer(error.leaderAddress);
+          address = error.leaderAddress;
+          if (same) await this.pause(++failures);
+          continue;
+        }
+        if (FATAL.has(error.code)) {
+          this.stopping = true;
+          await this.drain(0);
+          throw error;
+        }
+        this.report(error);
+        address = this.pool.rotate(address);
+        // A broker that drained us: go elsewhere at once. Anything else: back off.
+        if (!session.draining || !isRetryable(error)) await this.pause(++failures);
+      }
+    }
+    // Stopped: stop() drives the rest.
+  }
+
+  private async pause(failures: number): Promise<void> {
+    try {
+      await sleep(
+        backoffDelay(failures, this.pool.options.backoffInitialMs, this.pool.options.backoffMaxMs),
+        this.stopController.signal,
+      );
+    } catch {
+      // stopped while waiting
+    }
+  }
+
+  private onResponse(session: Session, response: WorkResponse): void {
+    const event = response.event;
+    switch (event.case) {
+      case "opened": {
+        const ms = event.value.heartbeatInterval ? durationMs(event.value.heartbeatInterval) : 0;
+        this.startHeartbeat(ms > 0 ? ms : 20_000);
+        return;
+      }
+      case "job": {
+        const controller = new AbortController();
+        const held: Held = {
+          job: jobFromClaim(event.value, controller.signal),
+          controller,
+          started: false,
+          settled: false,
+          abandoned: false,
+        };
+        this.held.set(held.job.receipt, held);
+        if (this.stopping) {
+          this.release(held);
+          return;
+        }
+        this.waiting.push(held);
+        this.pump();
+        return;
+      }
+      case "leasesLost":
+        for (const receipt of event.value.receipts) this.lost(receipt, event.value.reason);
+        return;
+      case "draining":
+        session.draining = true;
+        return;
+      case "heartbeated":
+      case "acked":
+      case "nacked":
+      case "requestFailed":
+        session.reply(response);
+        return;
+      default:
+        return;
+    }
+  }
+
+  private lost(receipt: string, reason: string): void {
+    const held = this.held.get(receipt);
+    if (!held || held.controller.signal.aborted) return;
+    held.controller.abort(new CasqError(Code.Aborted, `casq: lease lost (${reason || "lost"})`));
+    if (!held.started) {
+      // Never started: drop it without settling; give its credit back.
+      const index = this.waiting.indexOf(held);
+      if (index >= 0) this.waiting.splice(index, 1);
+      this.forget(held);
+    }
+  }
+
+  private pump(): void {
+    while (!this.stopping && this.running < this.concurrency && this.waiting.length > 0) {
+      const held = this.waiting.shift() as Held;
+      held.started = true;
+      this.running++;
+      void this.execute(held);
+    }
+  }
+
+  private async execute(held: Held): Promise<void> {
+    let outcome: { kind: "ack" } | { kind: "nack"; deadLetter: boolean; reason: string };
+    try {
+      await this.handler(held.job);
+      outcome = { kind: "ack" };
+    } catch (error) {
+      outcome = {
+        kind: "nack",
+        deadLetter: error instanceof DeadLetterError,
+        reason: error instanceof Error ? error.message : String(error),
+      };
+      if (!held.abandoned) this.report(error, held.job);
+    }
+    this.running--;
+    if (held.abandoned) return; // stopped hard: the lease expires and the job is redelivered
+    // A lost lease does not stop the ack: the broker accepts it if nobody claimed the message since.
+    await this.track(
+      outcome.kind === "ack"
+        ? this.settle(held, { case: "ack", value: { receipts: [held.job.receipt] } })
+        : this.settle(held, {
+            case: "nack",
+            value: {
+              receipts: [held.job.receipt],
+              deadLetter: outcome.deadLetter,
+              reason: outcome.reason.slice(0, 2048),
+            },
+          }),
+    );
+    this.pump();
+  }
+
+  private track(p: Promise<void>): Promise<void> {
+    this.settles.add(p);
+    return p.finally(() => this.settles.delete(p));
+  }
+
+  /** Gives a job back at once (nack with no delay), e.g. one that arrived while stopping. */
+  private release(held: Held): void {
+    void this.track(
+      this.settle(held, {
+        case: "nack",
+        value: { receipts: [held.job.receipt], delay: durationFromMs(0), reason: "worker stopping" },
+      }),
+    );
+  }
+
+  /** Acks or nacks one held job exactly once: on the stream, or by unary call to the leader. */
+  private async settle(held: Held, command: Extract<Command, { case: "ack" | "nack" }>): Promise<void> {
+    if (held.settled) return;
+    held.settled = true;
+    let leader: string | undefined;
+    try {
+      const session = this.session;
+      if (session?.usable) {
+        try {
+          await session.request(command);
+          return;
+        } catch (thrown) {
+          const error = toCasqError(thrown);
+          if (error instanceof RedirectError) leader = error.leaderAddress;
+          else if (!(error instanceof StreamClosedError) && !isRetryable(error)) throw error;
+        }
+      }
+      const client = (address: string) => this.pool.client(QueueService, address);
+      await callWithFailover<unknown>(
+        this.pool,
+        ({ address, timeoutMs }) =>
+          command.case === "ack"
+            ? client(address).ack(
+                {
+                  queue: this.queue,
+                  subscription: this.subscription,
+                  receipts: command.value.receipts ?? [],
+                },
+                { timeoutMs },
+              )
+            : client(address).nack(
+                {
+                  queue: this.queue,
+                  subscription: this.subscription,
+                  receipts: command.value.receipts ?? [],
+                  deadLetter: command.value.deadLetter ?? false,
+                  reason: command.value.reason ?? "",
+                  ...(command.value.delay ? { delay: command.value.delay } : {}),
+                },
+                { timeoutMs },
+              ),
+        leader ? { address: leader } : {},
+      );
+    } catch (error) {
+      // Not settled: the lease expires and the job is redelivered (at-least-once).
+      this.report(error, held.job);
+    } finally {
+      this.forget(held);
+    }
+  }
+
+  /** Drops a job from the held set and grants its credit back (unless stopping). */
+  private forget(held: Held): void {
+    if (!this.held.delete(held.job.receipt)) return;
+    const session = this.session;
+    if (!this.stopping && session?.usable) session.send({ case: "credit", value: { credits: 1 } });
+    if (this.running === 0) for (const wake of this.idleWaiters.splice(0)) wake();
+  }
+
+  private startHeartbeat(ms: number): void {
+    if (this.heartbeatMs === ms && this.heartbeatTimer) return;
+    this.clearHeartbeat();
+    this.heartbeatMs = ms;
+    this.heartbeatTimer = setInterval(() => void this.heartbeat(), ms);
+    this.heartbeatTimer.unref();
+  }
+
+  private clearHeartbeat(): void {
+    if (this.heartbeatTimer) clearInterval(this.heartbeatTimer);
+    this.heartbeatTimer = undefined;
+  }
+
+  private async heartbeat(): Promise<void> {
+    const receipts = [...this.held.values()]
+      .filter((h) => !h.settled && !h.abandoned)
+      .map((h) => h.job.receipt);
+    for (let i = 0; i < receipts.length; i += 500) {
+      const chunk = receipts.slice(i, i + 500);
+      try {
+        let results: HeartbeatResult[] | undefined;
+        let leader: string | undefined;
+        const session = this.session;
+        if (session?.usable) {
+          try {
+            const reply = await session.request({ case: "heartbeat", value: { receipts: chunk } });
+            if (reply.event.case === "heartbeated") results = reply.event.value.results;
+          } catch (thrown) {
+            const error = toCasqError(thrown);
+            if (error instanceof RedirectError) leader = error.leaderAddress;
+            else if (!(error instanceof StreamClosedError) && !isRetryable(error)) throw error;
+          }
+        }
+        if (!results) {
+          const response = await callWithFailover(
+            this.pool,
+            ({ address, timeoutMs }) =>
+              this.pool.client(QueueService, address).heartbeat(
+                {
+                  queue: this.queue,
+                  subscription: this.subscription,
+                  workerId: this.workerId,
+                  receipts: chunk,
+                },
+                { timeoutMs },
+              ),
+            { ...(leader ? { address: leader } : {}), maxAttempts: 3 },
+          );
+          results = response.results;
+        }
+        for (const r of results)
+          if (r.outcome === HeartbeatOutcome.LOST) this.lost(r.receipt, "heartbeat: lease lost");
+      } catch (error) {
+        this.report(error);
+      }
+    }
+  }
+
+  /** Graceful stop: no new jobs, wait for handlers up to `timeoutMs`, abort the rest, end the stream. */
+  async stop(timeoutMs: number): Promise<void> {
+    this.stopping = true;
+    this.stopController.abort();
+    await this.drain(timeoutMs);
+    await this.done.catch(() => {});
+  }
+
+  private async drain(timeoutMs: number): Promise<void> {
+    // Jobs received but not started go back at once.
+    for (const held of this.waiting.splice(0)) this.release(held);
+    if (this.running > 0) {
+      let timer: NodeJS.Timeout | undefined;
+      await Promise.race([
+        new Promise<void>((resolve) => this.idleWaiters.push(resolve)),
+        new Promise<void>((resolve) => {
+          timer = setTimeout(resolve, timeoutMs);
+        }),
+      ]);
+      clearTimeout(timer);
+    }
+    for (const held of this.held.values()) {
+      if (held.started && !held.settled) {
+        held.abandoned = true;
+        held.controller.abort(new CasqError(Code.Canceled, "casq: worker stopped"));
+      }
+    }
+    // Let acks of finished jobs land, then half-close and wait briefly for the broker's OK.
+    await Promise.race([Promise.allSettled([...this.settles]), sleep(5_000).catch(() => {})]);
+    this.clearHeartbeat();
+    const session = this.session;
+    if (session && !session.closed) {
+      session.requests.end();
+      const ended = this.done.catch(() => {});
+      const timer = setTimeout(() => session.abort.abort(), 2_000);
+      await ended;
+      clearTimeout(timer);
+    }
+  }
+}
+
+/**
+ * Runs handlers for jobs of a queue.
+ *
+ * @example
+ * const worker = new Worker({ brokers: ["127.0.0.1:50051"] });
+ * const done = worker.run("emails", async (job) => send(job.json()), { concurrency: 8 });
+ * process.on("SIGTERM", () => worker.stop({ timeoutMs: 10_000 }));
+ * await done;
+ */
+export class Worker {
+  private readonly pool: BrokerPool;
+  private readonly workerId: string;
+  private readonly runs = new Set<Run>();
+
+  constructor(options: WorkerOptions) {
+    this.pool = new BrokerPool(resolveClientOptions(options));
+    this.workerId = options.workerId ?? `${hostname()}/${process.pid}`;
+  }
+
+  /**
+   * Works on `queue` until {@link stop} (or `options.signal`); resolves when
+   * stopped. Rejects with a {@link CasqError} on a failure retrying cannot
+   * fix: NOT_FOUND (queue or subscription), INVALID_ARGUMENT, PERMISSION_DENIED,
+   * UNAUTHENTICATED. Outages, redirects and broken streams are retried.
+   */
+  async run(queue: string, handler: JobHandler, options: RunOptions = {}): Promise<void> {
+    const run = new Run(this.pool, this.workerId, queue, handler, options);
+    this.runs.add(run);
+    const onAbort = () => void run.stop(options.stopTimeoutMs ?? 30_000);
+    options.signal?.addEventListener("abort", onAbort, { once: true });
+    if (options.signal?.aborted) onAbort();
+    try {
+      await run.done;
+    } finally {
+      options.signal?.removeEventListener("abort", onAbort);
+      this.runs.delete(run);
+    }
+  }
+
+  /**
+   * Stops every run gracefully: no more jobs are taken, running handlers get
+   * `timeoutMs` (default 30 s) to finish and are acked or nacked; handlers
+   * still running then are aborted (`job.signal`) and never acked — their
+   * leases expire and the jobs are redelivered.
+   */
+  async stop(options: StopOptions = {}): Promise<void> {
+    await Promise.all([...this.runs].map((run) => run.stop(options.timeoutMs ?? 30_000)));
+  }
+}

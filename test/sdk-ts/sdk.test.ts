@@ -1,0 +1,306 @@
+/**
+ * The TypeScript SDK (@casq/sdk) against real in-process casq servers over
+ * gRPC on loopback: produce and consume, batches, priority, delay, dedup,
+ * retries, dead letters and redrive, graceful stop, redirects and failover.
+ */
+import { mkdtempSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import {
+  Admin,
+  DeadLetterError,
+  type Job,
+  NotFoundError,
+  Producer,
+  RedirectError,
+  toCasqError,
+  Worker,
+  type WorkerOptions,
+} from "@casq/sdk";
+import { context, TraceFlags, trace } from "@opentelemetry/api";
+import { AsyncLocalStorageContextManager } from "@opentelemetry/context-async-hooks";
+import { afterEach, describe, expect, it } from "vitest";
+import { closeServers, deadAddress, eventually, startServer } from "./support.ts";
+
+const workers: Worker[] = [];
+afterEach(async () => {
+  await Promise.all(workers.splice(0).map((w) => w.stop({ timeoutMs: 100 })));
+  await closeServers();
+});
+
+function worker(brokers: string[], options: Partial<WorkerOptions> = {}): Worker {
+  const w = new Worker({ brokers, workerId: "test-worker", ...options });
+  workers.push(w);
+  return w;
+}
+
+/** Runs a worker that records every job it sees; `handle` decides the outcome. */
+function collect(
+  w: Worker,
+  queue: string,
+  handle: (job: Job) => Promise<void> | void = () => {},
+  options = {},
+) {
+  const jobs: Job[] = [];
+  const done = w.run(
+    queue,
+    async (job) => {
+      jobs.push(job);
+      await handle(job);
+    },
+    options,
+  );
+  return { jobs, done };
+}
+
+describe("@casq/sdk", () => {
+  it("produces and consumes: payload encodings, headers, key, ack", async () => {
+    const s = await startServer();
+    const producer = new Producer({ brokers: [s.address] });
+    const a = await producer.enqueue(
+      "emails",
+      { to: "ann@example.com" },
+      { headers: { x: "1" }, key: "ann" },
+    );
+    const b = await producer.enqueue("emails", "plain text");
+    const c = await producer.enqueue("emails", new Uint8Array([1, 2, 3]));
+    expect(a).toMatchObject({ shard: 0, offset: 0n, duplicate: false });
+    expect(a.id).toHaveLength(26);
+    expect(b.offset).toBe(1n);
+
+    const w = worker([s.address]);
+    const { jobs } = collect(w, "emails");
+    await eventually(() => jobs.length === 3);
+    expect(jobs.map((j) => j.id)).toEqual([a.id, b.id, c.id]);
+    expect(jobs[0]?.json()).toEqual({ to: "ann@example.com" });
+    expect(jobs[0]?.headers).toEqual({ x: "1", "content-type": "application/json" });
+    expect(jobs[0]?.key).toBe("ann");
+    expect(jobs[0]?.attempt).toBe(1);
+    expect(jobs[1]?.text()).toBe("plain text");
+    expect([...(jobs[2]?.payload ?? [])]).toEqual([1, 2, 3]);
+    // All acked: nothing left in flight.
+    const admin = new Admin({ brokers: [s.address] });
+    await eventually(async () => {
+      const q = await admin.getQueue("emails");
+      return q.totals?.messages === 0n;
+    });
+  });
+
+  it("enqueues a batch, claims by priority, honours delays and dedup ids", async () => {
+    const s = await startServer();
+    const producer = new Producer({ brokers: [s.address] });
+    const results = await producer.enqueueBatch("prio", [
+      { payload: "low", priority: -5 },
+      { payload: "high", priority: 10 },
+      { payload: "mid" },
+      { payload: "later", delayMs: 600 },
+    ]);
+    expect(results.map((r) => r.offset)).toEqual([0n, 1n, 2n, 3n]);
+    const first = await producer.enqueue("prio", "once", { dedupId: "d-1" });
+    const again = await producer.enqueue("prio", "once", { dedupId: "d-1" });
+    expect(again).toEqual({ ...first, duplicate: true });
+
+    const w = worker([s.address]);
+    const started = Date.now();
+    const seen: { text: string; at: number }[] = [];
+    const { jobs } = collect(w, "prio", (job) => {
+      seen.push({ text: job.text(), at: Date.now() - started });
+    });
+    await eventually(() => jobs.length === 5);
+    expect(seen.map((x) => x.text)).toEqual(["high", "mid", "once", "low", "later"]);
+    expect(seen[4]?.at).toBeGreaterThanOrEqual(400);
+  });
+
+  it("a throwing handler is nacked and the job comes back with attempt 2", async () => {
+    const s = await startServer();
+    const admin = new Admin({ brokers: [s.address] });
+    await admin.createQueue("retry", {
+      config: { backoff: { initialDelay: { seconds: 0n, nanos: 50_000_000 } } },
+    });
+    await new Producer({ brokers: [s.address] }).enqueue("retry", "flaky");
+    const errors: unknown[] = [];
+    const { jobs } = collect(
+      worker([s.address]),
+      "retry",
+      (job) => {
+        if (job.attempt === 1) throw new Error("boom");
+      },
+      { onError: (e: unknown) => errors.push(e) },
+    );
+    await eventually(() => jobs.length === 2);
+    expect(jobs.map((j) => j.attempt)).toEqual([1, 2]);
+    expect(jobs[1]?.id).toBe(jobs[0]?.id);
+    expect((errors[0] as Error).message).toBe("boom");
+  });
+
+  it("DeadLetterError dead-letters at once; Admin lists and redrives it", async () => {
+    const s = await startServer();
+    const admin = new Admin({ brokers: [s.address] });
+    const { id } = await new Producer({ brokers: [s.address] }).enqueue("poison", "bad");
+    let fail = true;
+    const { jobs } = collect(worker([s.address]), "poison", () => {
+      if (fail) throw new DeadLetterError("cannot parse");
+    });
+    await eventually(async () => (await admin.listDeadLetters("poison")).length === 1);
+    const [dead] = await admin.listDeadLetters("poison");
+    expect(dead?.message?.id).toBe(id);
+    expect(dead?.reason).toMatch(/cannot parse/);
+    expect(jobs).toHaveLength(1);
+
+    fail = false;
+    const redriven = await admin.redrive("poison");
+    expect(redriven.redriven).toBe(1n);
+    await eventually(() => jobs.length === 2);
+    expect(jobs[1]?.id).toBe(id);
+    await eventually(async () => (await admin.listDeadLetters("poison")).length === 0);
+    expect((await admin.listQueues()).map((q) => q.name)).toContain("poison");
+  });
+
+  it("graceful stop waits for a running handler, acks it, and takes no more jobs", async () => {
+    const s = await startServer();
+    const producer = new Producer({ brokers: [s.address] });
+    await producer.enqueueBatch("slow", [{ payload: "1" }, { payload: "2" }]);
+    const w = new Worker({ brokers: [s.address] });
+    let finished = 0;
+    const { jobs, done } = collect(w, "slow", async () => {
+      await new Promise((resolve) => setTimeout(resolve, 400));
+      finished++;
+    });
+    await eventually(() => jobs.length === 1);
+    const stopping = Date.now();
+    await w.stop({ timeoutMs: 5_000 });
+    await done;
+    expect(Date.now() - stopping).toBeGreaterThanOrEqual(200);
+    expect(finished).toBe(1);
+    expect(jobs).toHaveLength(1);
+    // The finished job was acked; the other one is still there for the next worker.
+    const next = collect(worker([s.address]), "slow");
+    await eventually(() => next.jobs.length === 1);
+    expect(next.jobs[0]?.text()).toBe("2");
+  });
+
+  it("stop past its deadline aborts the handler (job.signal) and never acks it: the job is redelivered", async () => {
+    const s = await startServer();
+    await new Producer({ brokers: [s.address] }).enqueue("stuck", "x");
+    const w = new Worker({ brokers: [s.address] });
+    let aborted = false;
+    const { jobs } = collect(
+      w,
+      "stuck",
+      (job) =>
+        new Promise<void>((resolve) => {
+          job.signal.addEventListener("abort", () => {
+            aborted = true;
+            resolve(); // resolving after the abort must not ack
+          });
+        }),
+      { leaseTtlMs: 500 },
+    );
+    await eventually(() => jobs.length === 1);
+    await w.stop({ timeoutMs: 50 });
+    expect(aborted).toBe(true);
+    const again = collect(worker([s.address]), "stuck");
+    await eventually(() => again.jobs.length === 1);
+    expect(again.jobs[0]?.attempt).toBe(2);
+  });
+
+  it("follows a redirect: given only a follower's address, the worker and producer reach the leader", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "casq-sdk-"));
+    const leader = await startServer({ store: `file:${dir}`, brokerId: "leader" });
+    await new Producer({ brokers: [leader.address] }).enqueue("led", "via leader");
+    const follower = await startServer({ store: `file:${dir}`, brokerId: "follower" });
+
+    // The raw error is a redirect to the leader...
+    const admin = new Admin({ brokers: [follower.address] });
+    expect((await admin.getQueue("led")).shards[0]?.leader?.address).toBe(leader.advertisedAddress);
+    const producer = new Producer({ brokers: [follower.address] });
+    const viaFollower = await producer.enqueue("led", "via follower");
+    expect(viaFollower.offset).toBe(1n);
+
+    const { jobs } = collect(worker([follower.address]), "led");
+    await eventually(() => jobs.length === 2);
+    expect(jobs.map((j) => j.text())).toEqual(["via leader", "via follower"]);
+    await eventually(async () => (await admin.getQueue("led")).totals?.messages === 0n);
+    // Nothing was taken over: the leader still leads, so the SDK really followed the redirect.
+    expect((await admin.getQueue("led")).shards[0]?.leader?.brokerId).toBe("leader");
+  });
+
+  it("fails over past a dead broker in the list", async () => {
+    const dead = await deadAddress();
+    const s = await startServer();
+    const brokers = [dead, s.address];
+    const producer = new Producer({ brokers, backoffInitialMs: 10 });
+    const { id } = await producer.enqueue("failover", "hi");
+    const { jobs } = collect(worker(brokers, { backoffInitialMs: 10 }), "failover");
+    await eventually(() => jobs.length === 1);
+    expect(jobs[0]?.id).toBe(id);
+  });
+
+  it("gives up with typed errors", async () => {
+    const s = await startServer();
+    const admin = new Admin({ brokers: [s.address] });
+    await expect(admin.getQueue("missing")).rejects.toBeInstanceOf(NotFoundError);
+    const w = new Worker({ brokers: [s.address] });
+    await expect(w.run("missing", () => {})).rejects.toBeInstanceOf(NotFoundError);
+    const dead = new Producer({ brokers: [await deadAddress()], maxAttempts: 2, backoffInitialMs: 5 });
+    const error = await dead.enqueue("q", "x").catch((e: unknown) => toCasqError(e));
+    expect(error).toMatchObject({ name: "UnavailableError" });
+    expect(new RedirectError("m", { leaderAddress: "a:1" } as never).leaderAddress).toBe("a:1");
+  });
+
+  it("heartbeats keep a job longer than its lease; a purge aborts job.signal (leases lost)", async () => {
+    const s = await startServer();
+    const admin = new Admin({ brokers: [s.address] });
+    await new Producer({ brokers: [s.address] }).enqueueBatch("long", [{ payload: "a" }, { payload: "b" }]);
+    let lostReason: unknown;
+    const { jobs } = collect(
+      worker([s.address]),
+      "long",
+      async (job) => {
+        if (job.text() === "a") {
+          await new Promise((resolve) => setTimeout(resolve, 1_000)); // > 3 lease TTLs
+          return;
+        }
+        await new Promise<void>((resolve) => {
+          job.signal.addEventListener("abort", () => {
+            lostReason = job.signal.reason;
+            resolve();
+          });
+        });
+      },
+      { leaseTtlMs: 300 },
+    );
+    await eventually(() => jobs.length === 2);
+    expect(jobs.map((j) => [j.text(), j.attempt])).toEqual([
+      ["a", 1],
+      ["b", 1],
+    ]);
+    await admin.purge("long");
+    await eventually(() => lostReason !== undefined);
+    expect(String(lostReason)).toMatch(/lease lost/);
+  });
+
+  it("propagates the active span's trace context from producer to job", async () => {
+    const manager = new AsyncLocalStorageContextManager().enable();
+    context.setGlobalContextManager(manager);
+    try {
+      const s = await startServer();
+      const producer = new Producer({ brokers: [s.address] });
+      const spanContext = {
+        traceId: "4bf92f3577b34da6a3ce929d0e0e4736",
+        spanId: "00f067aa0ba902b7",
+        traceFlags: TraceFlags.SAMPLED,
+      };
+      await context.with(trace.setSpanContext(context.active(), spanContext), () =>
+        producer.enqueue("traced", "t"),
+      );
+      const { jobs } = collect(worker([s.address]), "traced");
+      await eventually(() => jobs.length === 1);
+      expect(jobs[0]?.traceContext?.traceparent).toBe(
+        "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+      );
+    } finally {
+      context.disable();
+    }
+  });
+});
