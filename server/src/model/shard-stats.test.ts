@@ -40,7 +40,9 @@ describe("computeStats", () => {
       expiredLeases: 1,
       dead: 1,
       oldestUnackedAgeMs: 5000,
+      lag: 2, // next offset 4 minus c (offset 2), the lowest it has not settled
     });
+    expect(stats.subscriptions.find((x) => x.name === "audit")?.lag).toBe(4);
     expect(def?.counters).toMatchObject({ enqueued: 4, delivered: 3, acked: 1, deadLettered: 1 });
     expect(stats.counters).toMatchObject({ enqueued: 4, acked: 1, deadLettered: 1, delivered: 3 });
     expect(stats.subscriptions.map((x) => x.name)).toEqual(["audit", "default"]);
@@ -48,6 +50,7 @@ describe("computeStats", () => {
 
   it("reports no oldest age for an empty subscription", () => {
     expect(computeStats(newShard(), T0).subscriptions[0]?.oldestUnackedAgeMs).toBeUndefined();
+    expect(computeStats(newShard(), T0).subscriptions[0]?.lag).toBe(0);
   });
 });
 

@@ -37,6 +37,8 @@ export interface SubscriptionStats {
   readonly dead: number;
   /** Age of the oldest message it has not settled (ms), undefined when none. */
   readonly oldestUnackedAgeMs: number | undefined;
+  /** Offset lag: `nextOffset` minus the lowest offset it has not settled; 0 when caught up. */
+  readonly lag: number;
   readonly counters: Readonly<SubscriptionCounters>;
 }
 
@@ -77,10 +79,13 @@ export function computeStats(state: ShardState, now: number): ShardStats {
       inFlight: 0,
       expiredLeases: 0,
       oldest: undefined as number | undefined,
+      lowestUnsettled: undefined as number | undefined,
     };
     for (const m of state.messages.values()) {
       if (isSettled(m, sub)) continue;
       if (s.oldest === undefined || m.msg.enqueuedAt < s.oldest) s.oldest = m.msg.enqueuedAt;
+      if (s.lowestUnsettled === undefined || m.msg.offset < s.lowestUnsettled)
+        s.lowestUnsettled = m.msg.offset;
       const d = sub.deliveries.get(m.msg.offset);
       if (d?.lease !== undefined) {
         s.inFlight += 1;
@@ -97,6 +102,7 @@ export function computeStats(state: ShardState, now: number): ShardStats {
       expiredLeases: s.expiredLeases,
       dead: sub.dead.size,
       oldestUnackedAgeMs: s.oldest === undefined ? undefined : Math.max(0, now - s.oldest),
+      lag: s.lowestUnsettled === undefined ? 0 : state.nextOffset - s.lowestUnsettled,
       counters: { ...sub.counters },
     });
     ready += s.ready;

@@ -320,8 +320,7 @@ export function subscriptionStatsToProto(s: SubscriptionStats): SubscriptionStat
     depth: BigInt(depth),
     dead: BigInt(s.dead),
     ...(s.oldestUnackedAgeMs === undefined ? {} : { oldestUnackedAge: toDuration(s.oldestUnackedAgeMs) }),
-    // Offset lag is not computed by the model yet (see docs/protocol.md).
-    lag: 0n,
+    lag: BigInt(s.lag),
     counters: {
       enqueued: BigInt(s.counters.enqueued),
       delivered: BigInt(s.counters.delivered),
@@ -349,6 +348,7 @@ export function sumSubscriptionStats(name: string, parts: readonly SubscriptionS
     expiredLeases: sum((s) => s.expiredLeases),
     dead: sum((s) => s.dead),
     oldestUnackedAgeMs: ages.length === 0 ? undefined : Math.max(...ages),
+    lag: sum((s) => s.lag),
     counters: {
       enqueued: counter("enqueued"),
       delivered: counter("delivered"),
@@ -399,6 +399,7 @@ export function queueTotalsToProto(
   let inFlight = 0;
   let delayed = 0;
   let dead = 0;
+  let lag = 0;
   let oldest: number | undefined;
   for (const f of shards) {
     bytes += f.documentBytes;
@@ -410,6 +411,7 @@ export function queueTotalsToProto(
       inFlight += s.inFlight;
       delayed += s.delayed;
       dead += s.dead;
+      lag += s.lag;
       if (s.oldestUnackedAgeMs !== undefined && (oldest === undefined || s.oldestUnackedAgeMs > oldest))
         oldest = s.oldestUnackedAgeMs;
     }
@@ -423,7 +425,7 @@ export function queueTotalsToProto(
     depth: BigInt(ready + inFlight + delayed),
     dead: BigInt(dead),
     ...(oldest === undefined ? {} : { oldestUnackedAge: toDuration(oldest) }),
-    lag: 0n,
+    lag: BigInt(lag),
     enqueued: BigInt(enqueued),
   };
 }
