@@ -5,34 +5,14 @@
  */
 import { durationFromMs, durationMs } from "@bufbuild/protobuf/wkt";
 import { SubscriptionStart } from "@casq/sdk/gen/casq/v1/admin_service_pb.ts";
-import { Code, ConnectError } from "@connectrpc/connect";
-import { afterEach, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { encodeManifest } from "../../server/src/broker/queue-catalog.ts";
 import { DEFAULT_QUEUE_CONFIG } from "../../server/src/model/queue-config.ts";
 import { ShardState } from "../../server/src/model/shard-state.ts";
-import type { RunningCasqServer } from "../../server/src/service/casq-server.ts";
 import { MemoryStore } from "../../server/src/store/memory-store.ts";
-import { bytes, grpcClients, sharedStore, startTestServer, text } from "./support.ts";
+import { bytes, codeOf, grpcClients, sharedStore, text, useTestServers } from "./support.ts";
 
-const servers: RunningCasqServer[] = [];
-afterEach(async () => {
-  await Promise.all(servers.splice(0).map((s) => s.close({ graceful: false })));
-});
-
-async function server(options: Parameters<typeof startTestServer>[0] = {}) {
-  const s = await startTestServer(options);
-  servers.push(s);
-  return s;
-}
-
-async function codeOf(call: Promise<unknown>): Promise<string> {
-  try {
-    await call;
-    return "OK";
-  } catch (error) {
-    return Code[ConnectError.from(error).code];
-  }
-}
+const server = useTestServers();
 
 describe("AdminService", () => {
   it("creates a queue with a config, shows it, updates it, and lists queues a page at a time", async () => {

@@ -8,32 +8,13 @@ import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { QueueService } from "@casq/sdk/gen/casq/v1/queue_service_pb.ts";
-import { Code, ConnectError, createClient } from "@connectrpc/connect";
+import { ConnectError, createClient } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
-import { afterEach, beforeAll, describe, expect, it } from "vitest";
-import type { RunningCasqServer } from "../../server/src/service/casq-server.ts";
+import { beforeAll, describe, expect, it } from "vitest";
 import { Health, ServingStatus } from "../../server/src/service/grpc-descriptors.ts";
-import { bearer, bytes, grpcClients, startTestServer, text } from "./support.ts";
+import { bearer, bytes, codeOf, grpcClients, startTestServer, text, useTestServers } from "./support.ts";
 
-const servers: RunningCasqServer[] = [];
-afterEach(async () => {
-  await Promise.all(servers.splice(0).map((s) => s.close({ graceful: false })));
-});
-
-async function server(options: Parameters<typeof startTestServer>[0] = {}) {
-  const s = await startTestServer(options);
-  servers.push(s);
-  return s;
-}
-
-async function codeOf(call: Promise<unknown>): Promise<string> {
-  try {
-    await call;
-    return "OK";
-  } catch (error) {
-    return Code[ConnectError.from(error).code];
-  }
-}
+const server = useTestServers();
 
 const dir = mkdtempSync(join(tmpdir(), "casq-auth-"));
 

@@ -8,21 +8,11 @@
 import { durationFromMs, timestampFromMs } from "@bufbuild/protobuf/wkt";
 import { LeaderRedirectSchema } from "@casq/sdk/gen/casq/v1/errors_pb.ts";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { afterEach, describe, expect, it } from "vitest";
-import type { RunningCasqServer } from "../../server/src/service/casq-server.ts";
+import { describe, expect, it } from "vitest";
 import { MemoryStore } from "../../server/src/store/memory-store.ts";
-import { bytes, connectJsonClients, grpcClients, sharedStore, startTestServer } from "./support.ts";
+import { bytes, connectJsonClients, grpcClients, sharedStore, useTestServers } from "./support.ts";
 
-const servers: RunningCasqServer[] = [];
-afterEach(async () => {
-  await Promise.all(servers.splice(0).map((s) => s.close({ graceful: false })));
-});
-
-async function server(options: Parameters<typeof startTestServer>[0] = {}) {
-  const s = await startTestServer(options);
-  servers.push(s);
-  return s;
-}
+const server = useTestServers();
 
 /** The ConnectError a call fails with (fails the test if it succeeds). */
 async function failure(call: Promise<unknown>): Promise<ConnectError> {

@@ -9,30 +9,11 @@ import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { afterEach, describe, expect, it } from "vitest";
-import type { RunningCasqServer } from "../../server/src/service/casq-server.ts";
+import { describe, expect, it } from "vitest";
 import { MemoryStore } from "../../server/src/store/memory-store.ts";
-import { bytes, grpcClients, sharedStore, startTestServer, text } from "./support.ts";
+import { bytes, codeOf, grpcClients, sharedStore, startTestServer, text, useTestServers } from "./support.ts";
 
-const servers: RunningCasqServer[] = [];
-afterEach(async () => {
-  await Promise.all(servers.splice(0).map((s) => s.close({ graceful: false })));
-});
-
-async function server(options: Parameters<typeof startTestServer>[0] = {}) {
-  const s = await startTestServer(options);
-  servers.push(s);
-  return s;
-}
-
-async function codeOf(call: Promise<unknown>): Promise<string> {
-  try {
-    await call;
-    return "OK";
-  } catch (error) {
-    return Code[ConnectError.from(error).code];
-  }
-}
+const server = useTestServers();
 
 describe("server lifecycle", () => {
   it("binds port 0 to a free port, advertises what it is told, and fails clearly on a busy port", async () => {

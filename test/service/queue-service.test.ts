@@ -7,20 +7,10 @@ import { AckOutcome, HeartbeatOutcome, NackOutcome } from "@casq/sdk/gen/casq/v1
 import { QueueService } from "@casq/sdk/gen/casq/v1/queue_service_pb.ts";
 import { createClient } from "@connectrpc/connect";
 import { createGrpcWebTransport } from "@connectrpc/connect-node";
-import { afterEach, describe, expect, it } from "vitest";
-import type { RunningCasqServer } from "../../server/src/service/casq-server.ts";
-import { bytes, connectJsonClients, grpcClients, startTestServer, text } from "./support.ts";
+import { describe, expect, it } from "vitest";
+import { bytes, connectJsonClients, grpcClients, text, useTestServers } from "./support.ts";
 
-const servers: RunningCasqServer[] = [];
-afterEach(async () => {
-  await Promise.all(servers.splice(0).map((s) => s.close({ graceful: false })));
-});
-
-async function server(options: Parameters<typeof startTestServer>[0] = {}) {
-  const s = await startTestServer(options);
-  servers.push(s);
-  return s;
-}
+const server = useTestServers();
 
 describe("QueueService", () => {
   it("enqueues, claims and acks over gRPC (HTTP/2), auto-creating the queue", async () => {

@@ -10,9 +10,8 @@ import {
 } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
-import { afterEach, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { AsyncQueue } from "../../server/src/service/async-queue.ts";
-import type { RunningCasqServer } from "../../server/src/service/casq-server.ts";
 import {
   Health,
   ServerReflectionV1,
@@ -21,7 +20,7 @@ import {
 } from "../../server/src/service/grpc-descriptors.ts";
 import { MemoryStore } from "../../server/src/store/memory-store.ts";
 import { UnavailableError } from "../../server/src/store/store-errors.ts";
-import { eventually, sharedStore, startTestServer } from "./support.ts";
+import { eventually, sharedStore, startTestServer, useTestServers } from "./support.ts";
 
 /** Orders files so that every file comes after the files it imports (all must be present). */
 function dependenciesFirst(files: FileDescriptorProto[]): FileDescriptorProto[] {
@@ -37,16 +36,7 @@ function dependenciesFirst(files: FileDescriptorProto[]): FileDescriptorProto[] 
   return out;
 }
 
-const servers: RunningCasqServer[] = [];
-afterEach(async () => {
-  await Promise.all(servers.splice(0).map((s) => s.close({ graceful: false })));
-});
-
-async function server(options: Parameters<typeof startTestServer>[0] = {}) {
-  const s = await startTestServer(options);
-  servers.push(s);
-  return s;
-}
+const server = useTestServers();
 
 describe("server reflection", () => {
   it("lists services and returns complete file descriptors (v1)", async () => {

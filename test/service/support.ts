@@ -5,9 +5,17 @@
  */
 import { AdminService } from "@casq/sdk/gen/casq/v1/admin_service_pb.ts";
 import { QueueService } from "@casq/sdk/gen/casq/v1/queue_service_pb.ts";
-import { type Client, createClient, type Interceptor, type Transport } from "@connectrpc/connect";
+import {
+  type Client,
+  Code,
+  ConnectError,
+  createClient,
+  type Interceptor,
+  type Transport,
+} from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
 import { pino } from "pino";
+import { afterEach } from "vitest";
 import {
   type CasqServerOptions,
   type RunningCasqServer,
@@ -40,6 +48,32 @@ export function startTestServer(options: Partial<CasqServerOptions> = {}): Promi
     healthProbeIntervalMs: 200,
     ...options,
   });
+}
+
+/**
+ * Registers an `afterEach` that closes every server the returned function
+ * started during the test; call it once at the top of a test file.
+ */
+export function useTestServers(): (options?: Partial<CasqServerOptions>) => Promise<RunningCasqServer> {
+  const servers: RunningCasqServer[] = [];
+  afterEach(async () => {
+    await Promise.all(servers.splice(0).map((s) => s.close({ graceful: false })));
+  });
+  return async (options = {}) => {
+    const s = await startTestServer(options);
+    servers.push(s);
+    return s;
+  };
+}
+
+/** The name of the gRPC code a call ends with (`"OK"` when it succeeds). */
+export async function codeOf(call: Promise<unknown>): Promise<string> {
+  try {
+    await call;
+    return "OK";
+  } catch (error) {
+    return Code[ConnectError.from(error).code];
+  }
 }
 
 /** Clients of both services over one transport. */

@@ -8,21 +8,19 @@ import { durationFromMs, durationMs } from "@bufbuild/protobuf/wkt";
 import { AckOutcome, HeartbeatOutcome } from "@casq/sdk/gen/casq/v1/message_pb.ts";
 import type { WorkRequestSchema, WorkResponse } from "@casq/sdk/gen/casq/v1/work_pb.ts";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { afterEach, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { AsyncQueue } from "../../server/src/service/async-queue.ts";
-import type { RunningCasqServer } from "../../server/src/service/casq-server.ts";
-import { bytes, type Clients, eventually, grpcClients, startTestServer, text } from "./support.ts";
+import {
+  bytes,
+  type Clients,
+  eventually,
+  grpcClients,
+  startTestServer,
+  text,
+  useTestServers,
+} from "./support.ts";
 
-const servers: RunningCasqServer[] = [];
-afterEach(async () => {
-  await Promise.all(servers.splice(0).map((s) => s.close({ graceful: false })));
-});
-
-async function server(options: Parameters<typeof startTestServer>[0] = {}) {
-  const s = await startTestServer(options);
-  servers.push(s);
-  return s;
-}
+const server = useTestServers();
 
 type Request = MessageInitShape<typeof WorkRequestSchema>;
 
