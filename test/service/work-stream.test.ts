@@ -198,7 +198,7 @@ describe("Work stream", () => {
     expect(durationMs(opened.event.value.leaseTtl ?? ({ seconds: 0n, nanos: 0 } as never))).toBe(200);
     await clients.queue.enqueue({ queue: "slow", messages: [{ payload: bytes("x") }] });
     const job = await work.next("job");
-    const lost = await work.next("leasesLost", 5_000);
+    const lost = await work.next("leasesLost", 15_000);
     expect(lost.event.value.receipts).toEqual([job.event.value.receipt]);
     expect(lost.event.value.reason).toMatch(/expired/);
     work.send({
