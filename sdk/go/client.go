@@ -1,0 +1,227 @@
+package casq
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	casqv1 "github.com/casq/casq/sdk/go/gen/casq/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+)
+
+// Options configure a Client.
+type Options struct {
+	// Brokers are the "host:port" addresses of the brokers, tried in order.
+	// At least one is required; any broker may be listed first.
+	Brokers []string
+	// Token, when set, is sent as "authorization: Bearer <token>".
+	Token string
+	// TLS, when set, is used for every connection; nil means plaintext h2c.
+	TLS *tls.Config
+	// Timeout bounds each attempt of a unary call (default 10 s). The
+	// caller's context bounds the whole call, retries included.
+	Timeout time.Duration
+	// MaxAttempts bounds the attempts of one call across brokers and
+	// redirects (default 8).
+	MaxAttempts int
+	// BackoffInitial and BackoffMax shape the exponential backoff with jitter
+	// between failed attempts (defaults 100 ms and 5 s). Redirects are
+	// followed at once.
+	BackoffInitial time.Duration
+	BackoffMax     time.Duration
+}
+
+// Client is a connection pool to a casq cluster. It is safe for concurrent
+// use; create one per process and Close it when done.
+type Client struct {
+	opts Options
+
+	mu        sync.Mutex
+	conns     map[string]*grpc.ClientConn
+	preferred string
+	closed    bool
+}
+
+// Dial validates opts and returns a Client. Connections are made lazily, on
+// the first call to each broker, so Dial does not fail when a broker is down.
+func Dial(ctx context.Context, opts Options) (*Client, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if len(opts.Brokers) == 0 {
+		return nil, &Error{Code: codes.InvalidArgument, Message: "casq: Options.Brokers is empty"}
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = 10 * time.Second
+	}
+	if opts.MaxAttempts <= 0 {
+		opts.MaxAttempts = 8
+	}
+	if opts.BackoffInitial <= 0 {
+		opts.BackoffInitial = 100 * time.Millisecond
+	}
+	if opts.BackoffMax <= 0 {
+		opts.BackoffMax = 5 * time.Second
+	}
+	opts.Brokers = append([]string(nil), opts.Brokers...)
+	return &Client{opts: opts, conns: map[string]*grpc.ClientConn{}, preferred: opts.Brokers[0]}, nil
+}
+
+// Close closes every connection of the client.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closed = true
+	var errs []error
+	for addr, conn := range c.conns {
+		errs = append(errs, conn.Close())
+		delete(c.conns, addr)
+	}
+	return errors.Join(errs...)
+}
+
+// Producer returns a Producer that enqueues through this client.
+func (c *Client) Producer() *Producer { return &Producer{c: c} }
+
+// Worker returns a Worker that consumes through this client.
+func (c *Client) Worker() *Worker { return &Worker{c: c} }
+
+// Admin returns the administrative API of this client.
+func (c *Client) Admin() *Admin { return &Admin{c: c} }
+
+func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, &Error{Code: codes.Canceled, Message: "casq: client is closed"}
+	}
+	if conn, ok := c.conns[addr]; ok {
+		return conn, nil
+	}
+	creds := insecure.NewCredentials()
+	if c.opts.TLS != nil {
+		creds = credentials.NewTLS(c.opts.TLS)
+	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
+	if err != nil {
+		return nil, toError(err, nil)
+	}
+	c.conns[addr] = conn
+	return conn, nil
+}
+
+func (c *Client) current() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.preferred
+}
+
+func (c *Client) prefer(addr string) {
+	c.mu.Lock()
+	c.preferred = addr
+	c.mu.Unlock()
+}
+
+// next returns the broker after addr in Options.Brokers (the first one when
+// addr is a redirect target not in the list), and prefers it from now on.
+func (c *Client) next(addr string) string {
+	b := c.opts.Brokers
+	n := b[0]
+	for i, a := range b {
+		if a == addr {
+			n = b[(i+1)%len(b)]
+			break
+		}
+	}
+	c.prefer(n)
+	return n
+}
+
+// backoff returns the jittered delay before retry number n (0-based).
+func (c *Client) backoff(n int) time.Duration {
+	d := c.opts.BackoffInitial
+	for i := 0; i < n && d < c.opts.BackoffMax; i++ {
+		d *= 2
+	}
+	d = min(d, c.opts.BackoffMax)
+	return d/2 + rand.N(d/2+1)
+}
+
+// outgoing adds the token and trace context to ctx's outgoing metadata.
+func (c *Client) outgoing(ctx context.Context) context.Context {
+	var kv []string
+	if c.opts.Token != "" {
+		kv = append(kv, "authorization", "Bearer "+c.opts.Token)
+	}
+	if tc, ok := ctx.Value(traceKey{}).(traceContext); ok {
+		kv = append(kv, "traceparent", tc.parent)
+		if tc.state != "" {
+			kv = append(kv, "tracestate", tc.state)
+		}
+	}
+	if len(kv) == 0 {
+		return ctx
+	}
+	return metadata.AppendToOutgoingContext(ctx, kv...)
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// call runs one unary RPC with redirect following and failover.
+func (c *Client) call(ctx context.Context, fn func(ctx context.Context, qs casqv1.QueueServiceClient, as casqv1.AdminServiceClient, opts ...grpc.CallOption) error) error {
+	addr := c.current()
+	failures := 0
+	var last error
+	for attempt := 0; attempt < c.opts.MaxAttempts; attempt++ {
+		if err := ctx.Err(); err != nil {
+			if last != nil {
+				return last
+			}
+			return toError(err, nil)
+		}
+		conn, err := c.conn(addr)
+		if err != nil {
+			return err
+		}
+		actx, cancel := context.WithTimeout(c.outgoing(ctx), c.opts.Timeout)
+		var trailer metadata.MD
+		err = fn(actx, casqv1.NewQueueServiceClient(conn), casqv1.NewAdminServiceClient(conn), grpc.Trailer(&trailer))
+		cancel()
+		if err == nil {
+			c.prefer(addr)
+			return nil
+		}
+		e := toError(err, trailer)
+		last = e
+		switch {
+		case e.LeaderAddress != "":
+			addr = e.LeaderAddress
+			c.prefer(addr)
+		case e.Code == codes.Unavailable || (e.Code == codes.DeadlineExceeded && ctx.Err() == nil):
+			addr = c.next(addr)
+			if err := sleep(ctx, c.backoff(failures)); err != nil {
+				return e
+			}
+			failures++
+		default:
+			return e
+		}
+	}
+	return last
+}

@@ -1,0 +1,135 @@
+package casq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	casqv1 "github.com/casq/casq/sdk/go/gen/casq/v1"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// LeaderAddressTrailer is the trailer in which a broker names the leader of
+// a shard it does not lead.
+const LeaderAddressTrailer = "casq-leader-address"
+
+// Error is every failure the SDK returns from a call: the gRPC code and the
+// server's message, plus the redirect when a broker named another leader.
+type Error struct {
+	// Code is the gRPC status code.
+	Code codes.Code
+	// Message is the server's (or the transport's) message.
+	Message string
+	// LeaderAddress is set when the broker redirected to another leader.
+	LeaderAddress string
+	// Redirect is the casq.v1.LeaderRedirect detail, if the status had one.
+	Redirect *casqv1.LeaderRedirect
+}
+
+func (e *Error) Error() string {
+	if e.LeaderAddress != "" {
+		return fmt.Sprintf("casq: %s: %s (leader %s)", e.Code, e.Message, e.LeaderAddress)
+	}
+	return fmt.Sprintf("casq: %s: %s", e.Code, e.Message)
+}
+
+// GRPCStatus lets status.FromError and status.Code see the code.
+func (e *Error) GRPCStatus() *status.Status { return status.New(e.Code, e.Message) }
+
+// Is makes errors.Is(err, context.Canceled / context.DeadlineExceeded) work.
+func (e *Error) Is(target error) bool {
+	return (target == context.Canceled && e.Code == codes.Canceled) ||
+		(target == context.DeadlineExceeded && e.Code == codes.DeadlineExceeded)
+}
+
+// Code returns the gRPC code of err: codes.OK for nil, codes.Unknown for
+// errors that carry none.
+func Code(err error) codes.Code {
+	if err == nil {
+		return codes.OK
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return status.Code(err)
+}
+
+// IsNotFound reports whether err is NOT_FOUND (a missing queue or
+// subscription).
+func IsNotFound(err error) bool { return Code(err) == codes.NotFound }
+
+// IsRedirect reports whether err is a redirect to another leader (only seen
+// when the attempts ran out while following redirects).
+func IsRedirect(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.LeaderAddress != ""
+}
+
+// toError converts a gRPC (or context) error once; trailer may be nil.
+func toError(err error, trailer metadata.MD) *Error {
+	var e *Error
+	if errors.As(err, &e) {
+		return e
+	}
+	st, ok := status.FromError(err)
+	if !ok {
+		st = status.FromContextError(err)
+	}
+	e = &Error{Code: st.Code(), Message: st.Message()}
+	for _, d := range st.Details() {
+		if r, ok := d.(*casqv1.LeaderRedirect); ok {
+			e.Redirect = r
+			e.LeaderAddress = r.GetLeaderAddress()
+		}
+	}
+	if v := trailer.Get(LeaderAddressTrailer); len(v) > 0 && v[0] != "" && e.LeaderAddress == "" {
+		e.LeaderAddress = v[0]
+	}
+	if e.Code != codes.Unavailable {
+		e.LeaderAddress = ""
+	}
+	return e
+}
+
+// statusError converts a casq.v1.RpcStatus (Work request_failed).
+func statusError(s *casqv1.RpcStatus) *Error {
+	e := &Error{Code: codes.Code(s.GetCode()), Message: s.GetMessage()}
+	for _, a := range s.GetDetails() {
+		r := &casqv1.LeaderRedirect{}
+		if a.MessageIs(r) && a.UnmarshalTo(r) == nil {
+			e.Redirect = r
+			e.LeaderAddress = r.GetLeaderAddress()
+		}
+	}
+	return e
+}
+
+// ErrDeadLetter, returned (or wrapped) by a handler, dead-letters the job at
+// once instead of retrying it.
+var ErrDeadLetter = errors.New("casq: dead letter")
+
+type deadLetterError struct{ err error }
+
+func (d *deadLetterError) Error() string {
+	if d.err == nil {
+		return ErrDeadLetter.Error()
+	}
+	return "casq: dead letter: " + d.err.Error()
+}
+func (d *deadLetterError) Unwrap() []error { return []error{ErrDeadLetter, d.err} }
+
+// DeadLetter wraps err so that a handler returning it dead-letters the job
+// with err's message as the reason.
+func DeadLetter(err error) error { return &deadLetterError{err: err} }
+
+// reason is the text kept with a nack.
+func reason(err error) string {
+	var d *deadLetterError
+	if errors.As(err, &d) && d.err != nil {
+		return d.err.Error()
+	}
+	return err.Error()
+}
