@@ -1,4 +1,35 @@
 """casq: a durable job queue and pub/sub log whose whole state lives in object storage.
 
-The generated protobuf messages and gRPC stubs of the API are in :mod:`casq.v1`.
+The synchronous SDK: :class:`Client`, :class:`Producer`, :class:`Worker`; the
+asyncio one is :mod:`casq.aio`. The generated protobuf messages and gRPC stubs
+of the API are in :mod:`casq.v1`.
 """
+
+from casq._messages import EnqueueResult, NewMessage
+from casq.client import Client
+from casq.errors import (
+    CasqError,
+    DeadLetter,
+    InvalidArgumentError,
+    NotFoundError,
+    RedirectError,
+    UnavailableError,
+)
+from casq.job import Job
+from casq.producer import Producer
+from casq.worker import Worker
+
+__all__ = [
+    "CasqError",
+    "Client",
+    "DeadLetter",
+    "EnqueueResult",
+    "InvalidArgumentError",
+    "Job",
+    "NewMessage",
+    "NotFoundError",
+    "Producer",
+    "RedirectError",
+    "UnavailableError",
+    "Worker",
+]

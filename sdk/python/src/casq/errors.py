@@ -1,0 +1,115 @@
+"""Typed errors of the casq SDK, converted once from gRPC errors."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import grpc
+
+from casq.v1 import errors_pb2
+
+LEADER_ADDRESS_KEY = "casq-leader-address"
+STATUS_DETAILS_KEY = "grpc-status-details-bin"
+
+MetadataItems = Iterable[tuple[str, str | bytes]]
+
+
+class CasqError(Exception):
+    """A failed casq call: the gRPC ``code`` and the server's message."""
+
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        super().__init__(f"{code.name}: {message}")
+        self.code = code
+        self.message = message
+
+
+class NotFoundError(CasqError):
+    """The queue or subscription does not exist."""
+
+
+class InvalidArgumentError(CasqError):
+    """A malformed request; nothing was applied."""
+
+
+class UnavailableError(CasqError):
+    """No broker answered (an outage), after failover gave up."""
+
+
+class RedirectError(CasqError):
+    """Another broker leads the shard (seen only when the redirect limit ran out)."""
+
+    def __init__(self, message: str, redirect: errors_pb2.LeaderRedirect) -> None:
+        super().__init__(grpc.StatusCode.UNAVAILABLE, message)
+        self.leader_address = redirect.leader_address
+        self.leader_id = redirect.leader_id
+        self.epoch = redirect.epoch
+        self.queue = redirect.queue
+        self.shard = redirect.shard
+
+
+class DeadLetter(Exception):
+    """Raise from a worker handler to dead-letter the job at once (no retry)."""
+
+    def __init__(self, reason: str = "") -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+_BY_CODE: dict[grpc.StatusCode, type[CasqError]] = {
+    grpc.StatusCode.NOT_FOUND: NotFoundError,
+    grpc.StatusCode.INVALID_ARGUMENT: InvalidArgumentError,
+    grpc.StatusCode.UNAVAILABLE: UnavailableError,
+}
+
+_CODES_BY_NUMBER: dict[int, grpc.StatusCode] = {c.value[0]: c for c in grpc.StatusCode}
+
+
+def redirect_from_status(status: errors_pb2.RpcStatus) -> errors_pb2.LeaderRedirect | None:
+    """The LeaderRedirect detail of a status (google.rpc.Status has the same wire shape)."""
+    for detail in status.details:
+        if detail.Is(errors_pb2.LeaderRedirect.DESCRIPTOR):
+            redirect = errors_pb2.LeaderRedirect()
+            detail.Unpack(redirect)
+            return redirect
+    return None
+
+
+def redirect_from_metadata(metadata: MetadataItems | None) -> errors_pb2.LeaderRedirect | None:
+    """A redirect from trailing metadata: the status detail, else the bare trailer."""
+    address = ""
+    for key, value in metadata or ():
+        if key == STATUS_DETAILS_KEY and isinstance(value, bytes):
+            status = errors_pb2.RpcStatus()
+            status.ParseFromString(value)
+            found = redirect_from_status(status)
+            if found is not None and found.leader_address:
+                return found
+        elif key == LEADER_ADDRESS_KEY:
+            address = value.decode() if isinstance(value, bytes) else value
+    return errors_pb2.LeaderRedirect(leader_address=address) if address else None
+
+
+def make_error(
+    code: grpc.StatusCode, message: str, redirect: errors_pb2.LeaderRedirect | None = None
+) -> CasqError:
+    if code == grpc.StatusCode.UNAVAILABLE and redirect is not None:
+        return RedirectError(message, redirect)
+    return _BY_CODE.get(code, CasqError)(code, message)
+
+
+def error_from_rpc(error: grpc.RpcError) -> CasqError:
+    """Convert a grpcio error (sync or aio) into a CasqError."""
+    code_fn = getattr(error, "code", None)
+    details_fn = getattr(error, "details", None)
+    trailers_fn = getattr(error, "trailing_metadata", None)
+    code = code_fn() if callable(code_fn) else grpc.StatusCode.UNKNOWN
+    message = (details_fn() if callable(details_fn) else None) or str(error)
+    trailers = trailers_fn() if callable(trailers_fn) else None
+    redirect = redirect_from_metadata(trailers) if code == grpc.StatusCode.UNAVAILABLE else None
+    return make_error(code if isinstance(code, grpc.StatusCode) else grpc.StatusCode.UNKNOWN, message, redirect)
+
+
+def error_from_status(status: errors_pb2.RpcStatus) -> CasqError:
+    """Convert a Work stream ``request_failed`` status into a CasqError."""
+    code = _CODES_BY_NUMBER.get(status.code, grpc.StatusCode.UNKNOWN)
+    return make_error(code, status.message, redirect_from_status(status))
