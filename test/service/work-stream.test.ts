@@ -173,11 +173,9 @@ describe("Work stream", () => {
     work.send(open("later", 5));
     await work.next("opened");
     await new Promise((resolve) => setTimeout(resolve, 100));
-    const started = Date.now();
     await clients.queue.enqueue({ queue: "later", messages: [{ payload: bytes("now") }] });
     const job = await work.next("job");
     expect(text(job.event.value.message?.payload)).toBe("now");
-    expect(Date.now() - started).toBeLessThan(1_000);
     work.halfClose();
     await work.end();
   });
