@@ -11,17 +11,19 @@
 import { CasqError, isCasqError } from "../errors.ts";
 import type { ClaimedMessage, NewMessage, OperationResult, Receipt } from "../model/operations.ts";
 import type { QueueConfig } from "../model/queue-config.ts";
-import type { ShardState } from "../model/shard-state.ts";
 import { validateName } from "../model/shard-state.ts";
-import { hasRunnable } from "../model/shard-stats.ts";
 import type { ObjectStore } from "../store/object-store.ts";
 import type { Clock } from "../util/clock.ts";
 import type { Random } from "../util/random.ts";
 import type { BrokerIdentity } from "./leadership.ts";
 import { newMessageId } from "./message-ids.ts";
+import { expectKind } from "./operation-effects.ts";
+import { ShardClaimer } from "./shard-claims.ts";
 import { type CommitOptions, ShardLeader } from "./shard-leader.ts";
 import type { ShardObserver } from "./shard-observer.ts";
 import { shardForKey } from "./shard-routing.ts";
+
+export { expectKind };
 
 /** What a {@link Broker} is made of. */
 export interface BrokerParams {
@@ -67,12 +69,16 @@ export interface ClaimOptions {
   readonly max: number;
   /** Long poll: wait up to this long for a message when none is ready. Default 0. */
   readonly waitMs?: number;
+  /** Lease TTL of these deliveries; default the queue's. */
+  readonly leaseTtlMs?: number;
   readonly signal?: AbortSignal;
 }
 
 /** Routes queue operations to shard leaders. */
 export class Broker {
   readonly identity: BrokerIdentity;
+  /** The one cross-shard claim walker (also used by the Claim RPC and Work streams). */
+  readonly claims: ShardClaimer;
   private readonly params: BrokerParams;
   private readonly leaders = new Map<string, ShardLeader>();
   private readonly roundRobin = new Map<string, number>();
@@ -81,6 +87,7 @@ export class Broker {
   constructor(params: BrokerParams) {
     this.params = params;
     this.identity = params.identity;
+    this.claims = new ShardClaimer(this, params.clock);
   }
 
   /** Number of shards of `queue`. */
@@ -175,99 +182,29 @@ export class Broker {
 
   /**
    * Claims up to `max` messages for a worker, walking the queue's shards;
-   * with `waitMs`, waits for a commit that makes a message runnable.
+   * with `waitMs`, waits for a commit that makes a message runnable. See
+   * `shard-claims.ts`. An aborted claim answers with nothing.
    */
   async claim(queue: string, options: ClaimOptions): Promise<Delivery[]> {
     validateName("queue", queue);
     validateName("subscription", options.subscription);
-    const clock = this.params.clock;
-    const deadline = clock.now() + Math.max(0, options.waitMs ?? 0);
-    for (;;) {
-      const deliveries = await this.claimOnce(queue, options);
-      if (deliveries.length > 0 || clock.now() >= deadline || options.signal?.aborted) return deliveries;
-      await this.waitForRunnable(queue, options.subscription, deadline, options.signal);
+    try {
+      return await this.claims.claim(
+        {
+          queue,
+          subscription: options.subscription,
+          workerId: options.workerId,
+          max: options.max,
+          leaseTtlMs: options.leaseTtlMs,
+          ...(options.signal ? { signal: options.signal } : {}),
+        },
+        this.shardCount(queue),
+        Math.max(0, options.waitMs ?? 0),
+      );
+    } catch (error) {
+      if (options.signal?.aborted && isCasqError(error, "cancelled")) return [];
+      throw error;
     }
-  }
-
-  private async claimOnce(queue: string, options: ClaimOptions): Promise<Delivery[]> {
-    const shards = this.shardCount(queue);
-    const start = this.nextShard(queue, shards);
-    const deliveries: Delivery[] = [];
-    let redirect: CasqError | undefined;
-    let redirects = 0;
-    let failure: unknown;
-    let failures = 0;
-    for (let i = 0; i < shards && deliveries.length < options.max; i++) {
-      const shard = (start + i) % shards;
-      try {
-        const result = expectKind(
-          await this.leader(queue, shard).submit(
-            {
-              kind: "claim",
-              subscription: options.subscription,
-              workerId: options.workerId,
-              max: options.max - deliveries.length,
-            },
-            options.signal ? { signal: options.signal } : undefined,
-          ),
-          "claim",
-        );
-        for (const message of result.messages) deliveries.push({ shard, message });
-      } catch (error) {
-        // A shard led elsewhere must not hide the messages of the shards led here:
-        // redirect only when every shard is led by another broker.
-        if (isCasqError(error, "redirect")) {
-          redirect = error;
-          redirects += 1;
-          continue;
-        }
-        // Nor must a shard that cannot answer right now (its store is unreachable, or
-        // an earlier process of this broker still holds its lease): try the others.
-        if (isCasqError(error, "unavailable")) {
-          failure ??= error;
-          failures += 1;
-          continue;
-        }
-        if (deliveries.length > 0) break;
-        throw error;
-      }
-    }
-    if (deliveries.length === 0 && redirect && redirects === shards) throw redirect;
-    if (deliveries.length === 0 && failure !== undefined && redirects + failures === shards) throw failure;
-    // A slow write (a slow store, an ambiguous write resolved late, or a slow shard
-    // later in the walk) can outlast a lease: the worker could no longer hold such a
-    // delivery, and the message may even have been redelivered and acked meanwhile.
-    // Drop it: the message is redelivered, exactly as if this answer had been lost.
-    const now = this.params.clock.now();
-    return deliveries.filter((delivery) => delivery.message.leaseDeadline > now);
-  }
-
-  /** Resolves when a commit on any shard of `queue` leaves a runnable message for `subscription`, or at `deadline`. */
-  private waitForRunnable(
-    queue: string,
-    subscription: string,
-    deadline: number,
-    signal?: AbortSignal,
-  ): Promise<void> {
-    const clock = this.params.clock;
-    return new Promise<void>((resolve) => {
-      const unsubscribers: (() => void)[] = [];
-      const timer = new AbortController();
-      const done = () => {
-        for (const off of unsubscribers) off();
-        timer.abort();
-        signal?.removeEventListener("abort", done);
-        resolve();
-      };
-      const onCommit = (state: ShardState) => {
-        if (hasRunnable(state, subscription, clock.now())) done();
-      };
-      for (let shard = 0; shard < this.shardCount(queue); shard++) {
-        unsubscribers.push(this.leader(queue, shard).onCommit(onCommit));
-      }
-      signal?.addEventListener("abort", done, { once: true });
-      clock.sleep(Math.max(0, deadline - clock.now()), timer.signal).then(done, () => {});
-    });
   }
 
   /** Extends leases; reports the ones this worker no longer holds. */
@@ -365,13 +302,4 @@ export class Broker {
     this.roundRobin.set(queue, (next + 1) % shards);
     return next % shards;
   }
-}
-
-/** Narrows an operation result to the expected kind. */
-export function expectKind<K extends OperationResult["kind"]>(
-  result: OperationResult,
-  kind: K,
-): Extract<OperationResult, { kind: K }> {
-  if (result.kind !== kind) throw new CasqError("internal", `expected a ${kind} result, got ${result.kind}`);
-  return result as Extract<OperationResult, { kind: K }>;
 }

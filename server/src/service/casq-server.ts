@@ -72,7 +72,6 @@ import {
 import { createQueueService } from "./queue-service.ts";
 import { createReflectionService, DescriptorIndex, REFLECTION_SERVICES } from "./reflection-service.ts";
 import type { ServiceContext } from "./service-context.ts";
-import { ShardClaimer } from "./shard-claims.ts";
 import { ShardDirectory } from "./shard-directory.ts";
 import { WorkRegistry } from "./work-registry.ts";
 
@@ -286,7 +285,7 @@ export async function startCasqServer(options: CasqServerOptions): Promise<Runni
     store,
     clock,
     directory: new ShardDirectory({ broker, store, clock }),
-    claimer: new ShardClaimer(broker, clock),
+    claimer: broker.claims,
     logger,
     autoCreateQueues: options.autoCreateQueues ?? true,
     work,

@@ -6,9 +6,9 @@
 import type { Logger } from "pino";
 import type { Broker } from "../broker/broker.ts";
 import type { QueueCatalog } from "../broker/queue-catalog.ts";
+import type { ShardClaimer } from "../broker/shard-claims.ts";
 import type { ObjectStore } from "../store/object-store.ts";
 import type { Clock } from "../util/clock.ts";
-import type { ShardClaimer } from "./shard-claims.ts";
 import type { ShardDirectory } from "./shard-directory.ts";
 import type { WorkRegistry } from "./work-registry.ts";
 

@@ -36,6 +36,7 @@ import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { QueueService } from "@casq/sdk/gen/casq/v1/queue_service_pb.ts";
 import type { WorkOpen, WorkRequest, WorkResponseSchema } from "@casq/sdk/gen/casq/v1/work_pb.ts";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
+import { type ClaimPass, throwIfNothingServed } from "../broker/shard-claims.ts";
 import { CasqError, isCasqError } from "../errors.ts";
 import type { Receipt } from "../model/operations.ts";
 import { inspectMessage } from "../model/shard-inspect.ts";
@@ -46,7 +47,6 @@ import { claimedToProto, leaderToProto, receiptText, toDuration } from "./conver
 import { toRpcStatus } from "./grpc-errors.ts";
 import { ackReceipts, heartbeatReceipts, type LeaseTarget, nackReceipts } from "./lease-requests.ts";
 import type { ServiceContext } from "./service-context.ts";
-import { type ClaimPass, throwIfNothingServed } from "./shard-claims.ts";
 import {
   checkLeaseTtl,
   checkNackDelay,

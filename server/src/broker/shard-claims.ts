@@ -17,14 +17,27 @@
  * expired lease, a delayed message coming due — the leader's timer commits
  * then), or when the wait ends.
  *
- * Unlike `Broker.claim`, this passes the caller's lease TTL to the model.
+ * Deliveries whose lease ran out before the pass returned (a slow store, an
+ * ambiguous write resolved late, a slow shard later in the walk) are
+ * dropped: the worker could no longer hold them, and the message may even
+ * have been redelivered and acked meanwhile. They are redelivered, exactly
+ * as if the answer had been lost (found by the simulation, seed 2971).
+ *
+ * `Broker.claim` (the engine's API), the Claim RPC and the Work stream all
+ * claim through this one walker.
  */
-import type { Broker, Delivery } from "../broker/broker.ts";
-import { expectKind } from "../broker/broker.ts";
 import { CasqError, isCasqError } from "../errors.ts";
 import type { ShardState } from "../model/shard-state.ts";
 import { hasRunnable } from "../model/shard-stats.ts";
 import type { Clock } from "../util/clock.ts";
+import type { Delivery } from "./broker.ts";
+import { expectKind } from "./operation-effects.ts";
+import type { ShardLeader } from "./shard-leader.ts";
+
+/** What the claimer needs from the broker: the leader object of a shard. */
+export interface ShardLeaders {
+  leader(queue: string, shard: number): ShardLeader;
+}
 
 /** What to claim. */
 export interface ClaimParams {
@@ -51,11 +64,11 @@ export interface ClaimPass {
 
 /** Claims from shard leaders (see the module header). */
 export class ShardClaimer {
-  private readonly broker: Broker;
+  private readonly broker: ShardLeaders;
   private readonly clock: Clock;
   private readonly cursor = new Map<string, number>();
 
-  constructor(broker: Broker, clock: Clock) {
+  constructor(broker: ShardLeaders, clock: Clock) {
     this.broker = broker;
     this.clock = clock;
   }
@@ -90,6 +103,9 @@ export class ShardClaimer {
         if (params.signal?.aborted) break;
       }
     }
+    const now = this.clock.now();
+    const live = pass.deliveries.filter((delivery) => delivery.message.leaseDeadline > now);
+    pass.deliveries.splice(0, pass.deliveries.length, ...live);
     return pass;
   }
 
@@ -141,7 +157,7 @@ export class ShardClaimer {
         if (hasRunnable(state, subscription, this.clock.now())) finish();
       };
       for (const shard of shards) {
-        let leader: ReturnType<Broker["leader"]>;
+        let leader: ShardLeader;
         try {
           leader = this.broker.leader(queue, shard);
         } catch {
