@@ -12,7 +12,7 @@ import type { Broker } from "../broker/broker.ts";
 import { shardKey } from "../broker/shard-key.ts";
 import { CasqError } from "../errors.ts";
 import type { BrokerRecord } from "../model/shard-records.ts";
-import type { ObjectStore } from "../store/object-store.ts";
+import type { ObjectStore, StoredObject } from "../store/object-store.ts";
 import { isStoreError } from "../store/store-errors.ts";
 import type { Clock } from "../util/clock.ts";
 
@@ -84,19 +84,7 @@ export class ShardDirectory {
     shard: number,
     signal?: AbortSignal,
   ): Promise<BrokerRecord | undefined> {
-    let stored: Awaited<ReturnType<ObjectStore["get"]>>;
-    try {
-      stored = await this.store.get(shardKey(queue, shard), signal ? { signal } : undefined);
-    } catch (error) {
-      if (isStoreError(error))
-        throw new CasqError(
-          "unavailable",
-          `object store: ${error.message}; retry`,
-          { queue, shard },
-          { cause: error },
-        );
-      throw error;
-    }
+    const stored = await getShardObject(this.store, queue, shard, signal);
     if (stored === undefined) return undefined;
     return brokerRecordOf(stored.body);
   }
@@ -120,4 +108,25 @@ export function brokerRecordOf(body: Uint8Array): BrokerRecord | undefined {
   if (typeof id !== "string" || typeof address !== "string" || typeof epoch !== "number") return undefined;
   if (typeof leaseUntil !== "number") return undefined;
   return { id, address, epoch, leaseUntil };
+}
+
+/** Reads one shard document's object from the store; a store failure becomes a retryable `unavailable`. */
+export async function getShardObject(
+  store: ObjectStore,
+  queue: string,
+  shard: number,
+  signal?: AbortSignal,
+): Promise<StoredObject | undefined> {
+  try {
+    return await store.get(shardKey(queue, shard), signal ? { signal } : undefined);
+  } catch (error) {
+    if (isStoreError(error))
+      throw new CasqError(
+        "unavailable",
+        `object store: ${error.message}; retry`,
+        { queue, shard },
+        { cause: error },
+      );
+    throw error;
+  }
 }

@@ -8,13 +8,11 @@
  * reported as a problem in words, not as a failed call.
  */
 import type { Broker } from "../broker/broker.ts";
-import { shardKey } from "../broker/shard-key.ts";
-import { CasqError, isCasqError } from "../errors.ts";
+import { isCasqError } from "../errors.ts";
 import type { BrokerRecord } from "../model/shard-records.ts";
 import { ShardState } from "../model/shard-state.ts";
 import type { ObjectStore } from "../store/object-store.ts";
-import { isStoreError } from "../store/store-errors.ts";
-import { brokerRecordOf } from "./shard-directory.ts";
+import { brokerRecordOf, getShardObject } from "./shard-directory.ts";
 
 /** What reading one shard found. */
 export interface ShardRead<T> {
@@ -62,19 +60,7 @@ export async function readShard<T>(
       if (!isCasqError(error, "redirect") && !isCasqError(error, "unavailable")) throw error;
     }
   }
-  let stored: Awaited<ReturnType<ObjectStore["get"]>>;
-  try {
-    stored = await store.get(shardKey(queue, shard));
-  } catch (error) {
-    if (isStoreError(error))
-      throw new CasqError(
-        "unavailable",
-        `object store: ${error.message}; retry`,
-        { queue, shard },
-        { cause: error },
-      );
-    throw error;
-  }
+  const stored = await getShardObject(store, queue, shard);
   if (stored === undefined)
     return {
       shard,
