@@ -6,6 +6,12 @@
  */
 import { flushOutput, runCli } from "./run-cli.ts";
 
+// A closed stdout (`casq stats | head`) is the reader saying "enough", not a crash.
+process.stdout.on("error", (error: NodeJS.ErrnoException) => {
+  if (error.code === "EPIPE") process.exit(0);
+  throw error;
+});
+
 const code = await runCli(process.argv.slice(2));
 await flushOutput();
 process.exit(code);

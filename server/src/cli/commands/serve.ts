@@ -38,8 +38,17 @@ interface ServeOptions {
   tlsClientCa?: string;
   autoCreateQueues: boolean;
   shutdownTimeout: number;
+  leaderLease: number;
   /** Telemetry: where to serve Prometheus metrics. */
   metricsListen?: string;
+}
+
+/** Parses `--leader-lease`: a duration from 1 s (renewals every 500 ms) to 5 min (slow failover). */
+function leaderLeaseMs(value: string): number {
+  const ms = parseDurationMs(value);
+  if (ms < 1000 || ms > 300_000)
+    throw new InvalidArgumentError(`--leader-lease must be between 1s and 5m (got ${value}).`);
+  return ms;
 }
 
 /** Registers `casq serve`. */
@@ -102,6 +111,15 @@ export function registerServe(program: Command): void {
         .env("CASQ_SHUTDOWN_TIMEOUT")
         .default(30_000, "30s")
         .argParser(parseDurationMs),
+    )
+    .addOption(
+      new Option(
+        "--leader-lease <duration>",
+        "shard leadership lease: how long a dead broker's shards wait before another broker takes them over; an idle shard is renewed every half lease (1s..5m)",
+      )
+        .env("CASQ_LEADER_LEASE")
+        .default(10_000, "10s")
+        .argParser(leaderLeaseMs),
     )
     // Telemetry: Prometheus metrics on their own address (off unless given).
     .addOption(
@@ -225,6 +243,7 @@ async function serve(options: ServeOptions): Promise<void> {
         }),
       ...(options.authTokens !== undefined && { authTokensFile: options.authTokens }),
       autoCreateQueues: options.autoCreateQueues,
+      commit: { leaseMs: options.leaderLease },
       ...(options.metricsListen !== undefined && { metricsListen: options.metricsListen }),
       ...(tracing !== undefined && { tracing: { tracerProvider: tracing.tracerProvider } }), // Telemetry: tracing
     });
