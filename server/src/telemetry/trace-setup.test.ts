@@ -1,5 +1,5 @@
-import { describe, expect, it } from "vitest";
-import { otlpTracesEndpoint, TraceConfigError, tracingFromEnv } from "./trace-setup.ts";
+import { afterEach, describe, expect, it, vi } from "vitest";
+import { otlpTracesEndpoint, resourceFromEnv, TraceConfigError, tracingFromEnv } from "./trace-setup.ts";
 
 describe("tracingFromEnv", () => {
   it("is off by default, with none, and when the SDK is disabled", () => {
@@ -30,5 +30,31 @@ describe("tracingFromEnv", () => {
       }),
     ).toBe("http://a:1/x");
     expect(otlpTracesEndpoint({})).toBe("http://localhost:4318/v1/traces");
+  });
+});
+
+describe("resourceFromEnv", () => {
+  afterEach(() => vi.unstubAllEnvs());
+
+  it("names the service casq by default", () => {
+    vi.stubEnv("OTEL_SERVICE_NAME", "");
+    vi.stubEnv("OTEL_RESOURCE_ATTRIBUTES", "");
+    expect(resourceFromEnv({}).attributes["service.name"]).toBe("casq");
+  });
+
+  it("adds OTEL_RESOURCE_ATTRIBUTES and lets OTEL_SERVICE_NAME win", () => {
+    vi.stubEnv(
+      "OTEL_RESOURCE_ATTRIBUTES",
+      "deployment.environment=staging,service.name=from-attributes,team=queues",
+    );
+    vi.stubEnv("OTEL_SERVICE_NAME", "");
+    const fromAttributes = resourceFromEnv({});
+    expect(fromAttributes.attributes).toMatchObject({
+      "deployment.environment": "staging",
+      team: "queues",
+      "service.name": "from-attributes",
+    });
+    const named = resourceFromEnv({ OTEL_SERVICE_NAME: "casq-eu-1" });
+    expect(named.attributes).toMatchObject({ "service.name": "casq-eu-1", team: "queues" });
   });
 });

@@ -9,13 +9,20 @@
  *   `http://localhost:4318/v1/traces`; `OTEL_EXPORTER_OTLP_HEADERS` etc. are
  *   read by the exporter itself.
  * - `OTEL_SERVICE_NAME`: the `service.name` resource attribute, default `casq`.
+ * - `OTEL_RESOURCE_ATTRIBUTES`: more resource attributes (`key=value,...`),
+ *   read from the process environment by the OpenTelemetry env detector.
  * - `OTEL_SDK_DISABLED=true` turns tracing off whatever the exporter says.
  *
  * The provider is private to the server (not registered globally).
  */
 import type { TracerProvider } from "@opentelemetry/api";
 import { OTLPTraceExporter } from "@opentelemetry/exporter-trace-otlp-proto";
-import { resourceFromAttributes } from "@opentelemetry/resources";
+import {
+  detectResources,
+  envDetector,
+  type Resource,
+  resourceFromAttributes,
+} from "@opentelemetry/resources";
 import {
   BasicTracerProvider,
   BatchSpanProcessor,
@@ -67,10 +74,21 @@ export function tracingFromEnv(env: NodeJS.ProcessEnv = process.env): EnvTracing
     }
   }
   const provider = new BasicTracerProvider({
-    resource: resourceFromAttributes({ [ATTR_SERVICE_NAME]: env.OTEL_SERVICE_NAME?.trim() || "casq" }),
+    resource: resourceFromEnv(env),
     spanProcessors: processors,
   });
   return { tracerProvider: provider, exporters, endpoint, shutdown: () => provider.shutdown() };
+}
+
+/**
+ * The resource spans are reported with: `service.name` `casq` unless
+ * `OTEL_SERVICE_NAME` says otherwise, plus `OTEL_RESOURCE_ATTRIBUTES`.
+ */
+export function resourceFromEnv(env: NodeJS.ProcessEnv): Resource {
+  const serviceName = env.OTEL_SERVICE_NAME?.trim();
+  return resourceFromAttributes({ [ATTR_SERVICE_NAME]: "casq" })
+    .merge(detectResources({ detectors: [envDetector] }))
+    .merge(serviceName ? resourceFromAttributes({ [ATTR_SERVICE_NAME]: serviceName }) : null);
 }
 
 /** The OTLP/HTTP traces URL the environment asks for (the specification's rules). */
