@@ -19,18 +19,47 @@ def blocks(address: str) -> list[str]:
     return [code.replace("127.0.0.1:50051", address) for code in BLOCK.findall(DOC.read_text())]
 
 
+def named_blocks(address: str) -> dict[str, str]:
+    """The page's blocks by section, in page order: produce, work, aio work, admin."""
+    found = blocks(address)
+    assert len(found) == 4, "a Python block was added to or removed from the doc: give it a test"
+    return dict(zip(["produce", "work", "aio", "admin"], found))
+
+
+def run_block(code: str, name: str, timeout: float = 30.0) -> None:
+    """Executes a block that ends by itself, in a thread so that a hang fails instead of blocking."""
+    errors: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            exec(compile(code, f"{DOC}:{name}", "exec"), {})
+        except BaseException as error:  # noqa: BLE001 - reported by the test thread
+            errors.append(error)
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    assert not thread.is_alive(), f"the doc's {name} example did not finish"
+    if errors:
+        raise errors[0]
+
+
+def subscription(client: casq.Client, queue: str, name: str = "default") -> admin_service_pb2.SubscriptionStats:
+    response = client.admin_stub().GetQueue(admin_service_pb2.GetQueueRequest(queue=queue), timeout=10)
+    return [s for s in response.subscriptions if s.subscription == name][0]
+
+
 def test_doc_examples_run(server_address: str, client: casq.Client) -> None:
-    produce, work = blocks(server_address)
-    exec(compile(produce, f"{DOC}:produce", "exec"), {})
+    examples = named_blocks(server_address)
+    run_block(examples["produce"], "produce")
 
     namespace: dict[str, object] = {}
-    thread = threading.Thread(target=exec, args=(compile(work, f"{DOC}:work", "exec"), namespace), daemon=True)
+    work = compile(examples["work"], f"{DOC}:work", "exec")
+    thread = threading.Thread(target=exec, args=(work, namespace), daemon=True)
     thread.start()
 
     def ready() -> int:
-        request = admin_service_pb2.GetQueueRequest(queue="emails")
-        response = client.admin_stub().GetQueue(request, timeout=10)
-        default = [s for s in response.subscriptions if s.subscription == "default"][0]
+        default = subscription(client, "emails")
         return int(default.ready + default.in_flight)
 
     deadline = time.monotonic() + 15
@@ -42,3 +71,17 @@ def test_doc_examples_run(server_address: str, client: casq.Client) -> None:
     worker.stop(5)
     thread.join(5)
     assert not thread.is_alive()
+
+
+def test_doc_asyncio_worker_runs(server_address: str, client: casq.Client) -> None:
+    code = named_blocks(server_address)["aio"]
+    run_block(code, "aio")
+    thumbnails = subscription(client, "thumbnails")
+    assert thumbnails.ready + thumbnails.in_flight + thumbnails.delayed == 0  # handled and acked
+
+
+def test_doc_admin_runs(server_address: str, client: casq.Client) -> None:
+    run_block(named_blocks(server_address)["admin"], "admin")
+    response = client.admin_stub().GetQueue(admin_service_pb2.GetQueueRequest(queue="reports"), timeout=10)
+    assert response.shard_count == 2 and response.config.max_attempts == 5
+    assert [s.subscription for s in response.subscriptions] == ["audit", "default"]

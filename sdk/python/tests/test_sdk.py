@@ -204,3 +204,22 @@ def test_heartbeats_keep_a_long_job(client: casq.Client) -> None:
     worker.stop(5)
     thread.join(5)
     assert attempts == [1] and lost == [False]
+
+
+def test_failover_skips_a_dead_broker(server_address: str) -> None:
+    """A refused first broker costs one backoff, then the call goes to the next one."""
+    dead = "127.0.0.1:1"  # nothing listens on port 1
+    with casq.Client(brokers=[dead, server_address], timeout=5.0, retry_timeout=10.0) as client:
+        queue = casq.Admin(client).create_queue(f"py-{uuid.uuid4().hex[:12]}").queue
+        assert casq.Producer(client).enqueue(queue, "x").id
+        assert client.current_broker == server_address
+
+
+def test_retry_budget_gives_up_on_time() -> None:
+    """Outages are retried until retry_timeout, not forever."""
+    with casq.Client(brokers=["127.0.0.1:1"], timeout=1.0, retry_timeout=0.5, backoff_initial=0.05) as client:
+        with pytest.raises(casq.UnavailableError):
+            casq.Producer(client).enqueue("q", "x")
+    with casq.Client(brokers=["127.0.0.1:1"], max_attempts=2, backoff_initial=0.01) as client:
+        with pytest.raises(casq.UnavailableError):
+            casq.Producer(client).enqueue("q", "x")

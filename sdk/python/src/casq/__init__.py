@@ -1,11 +1,13 @@
 """casq: a durable job queue and pub/sub log whose whole state lives in object storage.
 
-The synchronous SDK: :class:`Client`, :class:`Producer`, :class:`Worker`; the
+The synchronous SDK: :class:`Client`, :class:`Producer`, :class:`Worker`,
+:class:`Admin`; the
 asyncio one is :mod:`casq.aio`. The generated protobuf messages and gRPC stubs
 of the API are in :mod:`casq.v1`.
 """
 
 from casq._messages import EnqueueResult, NewMessage
+from casq.admin import Admin
 from casq.client import Client
 from casq.errors import (
     CasqError,
@@ -20,6 +22,7 @@ from casq.producer import Producer
 from casq.worker import Worker
 
 __all__ = [
+    "Admin",
     "CasqError",
     "Client",
     "DeadLetter",

@@ -5,11 +5,12 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 import grpc
 
 from casq._backoff import backoff_delay
+from casq._tracing import trace_metadata
 from casq.errors import CasqError, RedirectError, UnavailableError, error_from_rpc
 from casq.v1 import admin_service_pb2_grpc, queue_service_pb2_grpc
 
@@ -29,6 +30,63 @@ def build_metadata(token: str | None, traceparent: str | None, tracestate: str |
     return tuple(items)
 
 
+def next_broker(brokers: Sequence[str], index: int, failed: str | None) -> str:
+    """The broker at ``index`` (cyclically), skipping ``failed`` when another one is listed."""
+    for step in range(len(brokers)):
+        candidate = brokers[(index + step) % len(brokers)]
+        if candidate != failed:
+            return candidate
+    return brokers[index % len(brokers)]
+
+
+class RetryBudget:
+    """Which failures of one unary call to retry, and how long to wait first.
+
+    Redirects and outages (UNAVAILABLE) are retried until ``retry_timeout``
+    or ``max_attempts`` runs out. A redirect is followed at once, unless the
+    previous failure was one too (two brokers pointing at each other while
+    leadership moves): that one, like every outage, waits a backoff delay.
+    A call counted by attempts alone was too short to outlive a dead leader's
+    leader lease, since every redirect back to it used up an attempt.
+    """
+
+    def __init__(self, client: _ClientSettings) -> None:
+        self.client = client
+        self.deadline = time.monotonic() + client.retry_timeout
+        self.attempts = 0
+        self.backoffs = 0
+        self.last_was_redirect = False
+
+    def next_delay(self, error: CasqError, address: str) -> float:
+        """Seconds to wait before the next attempt; raises ``error`` when it is final."""
+        self.attempts += 1
+        redirect = isinstance(error, RedirectError) and bool(error.leader_address)
+        if not redirect and not isinstance(error, UnavailableError):
+            raise error
+        if self.client.max_attempts is not None and self.attempts >= self.client.max_attempts:
+            raise error
+        delay = 0.0
+        if not redirect or self.last_was_redirect or _redirect_target(error) == address:
+            delay = backoff_delay(self.backoffs, self.client.backoff_initial, self.client.backoff_max)
+            self.backoffs += 1
+        self.last_was_redirect = redirect
+        if time.monotonic() + delay > self.deadline:
+            raise error
+        return delay
+
+
+def _redirect_target(error: CasqError) -> str:
+    """The leader address a redirect points at ("" for other errors)."""
+    return error.leader_address if isinstance(error, RedirectError) else ""
+
+
+class _ClientSettings(Protocol):
+    max_attempts: int | None
+    backoff_initial: float
+    backoff_max: float
+    retry_timeout: float
+
+
 def channel_credentials(tls: TlsOption) -> grpc.ChannelCredentials | None:
     if tls is None or tls is False:
         return None
@@ -42,8 +100,13 @@ class Client:
 
     ``brokers`` are ``host:port`` addresses, any of them first. ``token`` is sent
     as ``authorization: Bearer <token>``; ``tls`` is ``True`` (system roots) or a
-    ``grpc.ChannelCredentials``. ``timeout`` bounds each unary attempt (seconds);
-    ``max_attempts`` bounds attempts across redirects and brokers.
+    ``grpc.ChannelCredentials``. ``timeout`` bounds each unary attempt (seconds).
+
+    A unary call is retried, following leader redirects and failing over to
+    the next broker with backoff on outages, until it succeeds, fails with an
+    error retrying cannot fix, ``retry_timeout`` seconds have passed (long
+    enough for a dead leader's shards to move to another broker), or
+    ``max_attempts`` attempts were made (``None``: no count limit).
     """
 
     def __init__(
@@ -53,9 +116,10 @@ class Client:
         tls: TlsOption = None,
         timeout: float = 30.0,
         *,
-        max_attempts: int = 8,
+        max_attempts: int | None = None,
         backoff_initial: float = 0.1,
         backoff_max: float = 5.0,
+        retry_timeout: float = 30.0,
     ) -> None:
         if not brokers:
             raise ValueError("casq.Client needs at least one broker address")
@@ -63,9 +127,10 @@ class Client:
         self.token = token
         self.tls = tls
         self.timeout = timeout
-        self.max_attempts = max(1, max_attempts)
+        self.max_attempts = None if max_attempts is None else max(1, max_attempts)
         self.backoff_initial = backoff_initial
         self.backoff_max = backoff_max
+        self.retry_timeout = retry_timeout
         self._lock = threading.Lock()
         self._channels: dict[str, grpc.Channel] = {}
         self._current = self.brokers[0]
@@ -99,40 +164,36 @@ class Client:
         with self._lock:
             self._current = address
 
-    def fail_over(self) -> str:
-        """Move on to the next listed broker and return it."""
+    def fail_over(self, failed: str | None = None) -> str:
+        """Move on to the next listed broker (other than ``failed``, if there is one) and return it."""
         with self._lock:
-            self._current = self.brokers[self._next_index % len(self.brokers)]
-            self._next_index += 1
+            self._current = next_broker(self.brokers, self._next_index, failed)
+            self._next_index = self.brokers.index(self._current) + 1
             return self._current
 
     def metadata(self, traceparent: str | None = None, tracestate: str | None = None) -> Metadata:
+        """Call metadata: the token, and the explicit trace context if given, else the active span's."""
+        traceparent, tracestate = trace_metadata(traceparent, tracestate)
         return build_metadata(self.token, traceparent, tracestate)
 
     # -- calls ------------------------------------------------------------------
 
     def call(self, fn: Callable[[str], T]) -> T:
-        """Run ``fn(address)``, following redirects at once and failing over on outages."""
-        last: CasqError | None = None
-        outages = 0
-        for _ in range(self.max_attempts):
+        """Run ``fn(address)``, following redirects and failing over on outages (see the class doc)."""
+        retry = RetryBudget(self)
+        while True:
             address = self.current_broker
             try:
                 return fn(address)
             except grpc.RpcError as rpc_error:
                 error = error_from_rpc(rpc_error)
-            last = error
+            delay = retry.next_delay(error, address)  # raises ``error`` when it is final
+            if delay > 0:
+                time.sleep(delay)
             if isinstance(error, RedirectError) and error.leader_address:
                 self.follow_redirect(error.leader_address)
-                continue
-            if isinstance(error, UnavailableError):
-                time.sleep(backoff_delay(outages, self.backoff_initial, self.backoff_max))
-                outages += 1
-                self.fail_over()
-                continue
-            raise error
-        assert last is not None
-        raise last
+            else:
+                self.fail_over(address)
 
     def close(self) -> None:
         with self._lock:

@@ -16,6 +16,7 @@ import grpc
 
 from casq._backoff import backoff_delay
 from casq._messages import to_duration
+from casq._tracing import processing_span
 from casq.client import Client
 from casq.errors import (
     CasqError,
@@ -49,6 +50,7 @@ class _Session:
     outbox: queue_mod.Queue[work_pb2.WorkRequest | None] = field(default_factory=queue_mod.Queue)
     pending: dict[int, Callable[[], object]] = field(default_factory=dict)
     heartbeat_interval: float = 20.0
+    address: str = ""
     open: bool = True
     draining: bool = False
 
@@ -112,7 +114,7 @@ class Worker:
                     if not session.draining:
                         self._stopping.wait(backoff_delay(failures, self.client.backoff_initial, self.client.backoff_max))
                         failures += 1
-                    self.client.fail_over()
+                    self.client.fail_over(session.address)
                 finally:
                     self._close_session(session)
         finally:
@@ -144,7 +146,7 @@ class Worker:
     def _run_stream(
         self, session: _Session, queue: str, subscription: str, prefetch: int, lease_ttl: float | None
     ) -> None:
-        address = self.client.current_broker
+        address = session.address = self.client.current_broker
         with self._lock:
             credits = max(0, prefetch - len(self._held))
         open_request = work_pb2.WorkOpen(
@@ -272,7 +274,9 @@ class Worker:
             self._running += 1
         try:
             try:
-                self._handler(job)
+                # The handler runs as the current span; a failure escaping it marks the span failed.
+                with processing_span(job, self._queue):
+                    self._handler(job)
             except DeadLetter as dead:
                 self._settle(job, ok=False, dead_letter=True, reason=dead.reason or "dead-lettered by handler")
             except Exception as error:  # noqa: BLE001 - any handler failure means nack

@@ -9,16 +9,19 @@ from typing import TypeVar
 import grpc
 from grpc import aio
 
-from casq._backoff import backoff_delay
-from casq.client import Metadata, TlsOption, build_metadata, channel_credentials
-from casq.errors import CasqError, RedirectError, UnavailableError, error_from_rpc
+from casq._tracing import trace_metadata
+from casq.client import Metadata, RetryBudget, TlsOption, build_metadata, channel_credentials, next_broker
+from casq.errors import RedirectError, error_from_rpc
 from casq.v1 import admin_service_pb2_grpc, queue_service_pb2_grpc
 
 T = TypeVar("T")
 
 
 class Client:
-    """Like :class:`casq.Client`, over ``grpc.aio`` channels. Use ``async with`` or ``await close()``."""
+    """Like :class:`casq.Client` (same arguments and retries), over ``grpc.aio`` channels.
+
+    Use ``async with`` or ``await close()``.
+    """
 
     def __init__(
         self,
@@ -27,9 +30,10 @@ class Client:
         tls: TlsOption = None,
         timeout: float = 30.0,
         *,
-        max_attempts: int = 8,
+        max_attempts: int | None = None,
         backoff_initial: float = 0.1,
         backoff_max: float = 5.0,
+        retry_timeout: float = 30.0,
     ) -> None:
         if not brokers:
             raise ValueError("casq.aio.Client needs at least one broker address")
@@ -37,9 +41,10 @@ class Client:
         self.token = token
         self.tls = tls
         self.timeout = timeout
-        self.max_attempts = max(1, max_attempts)
+        self.max_attempts = None if max_attempts is None else max(1, max_attempts)
         self.backoff_initial = backoff_initial
         self.backoff_max = backoff_max
+        self.retry_timeout = retry_timeout
         self._channels: dict[str, aio.Channel] = {}
         self.current_broker = self.brokers[0]
         self._next_index = 1
@@ -59,34 +64,32 @@ class Client:
         return admin_service_pb2_grpc.AdminServiceStub(self.channel(address or self.current_broker))
 
     def metadata(self, traceparent: str | None = None, tracestate: str | None = None) -> Metadata:
+        """Call metadata: the token, and the explicit trace context if given, else the active span's."""
+        traceparent, tracestate = trace_metadata(traceparent, tracestate)
         return build_metadata(self.token, traceparent, tracestate)
 
-    def fail_over(self) -> str:
-        self.current_broker = self.brokers[self._next_index % len(self.brokers)]
-        self._next_index += 1
+    def fail_over(self, failed: str | None = None) -> str:
+        """Move on to the next listed broker (other than ``failed``, if there is one) and return it."""
+        self.current_broker = next_broker(self.brokers, self._next_index, failed)
+        self._next_index = self.brokers.index(self.current_broker) + 1
         return self.current_broker
 
     async def call(self, fn: Callable[[str], Awaitable[T]]) -> T:
-        """Await ``fn(address)``, following redirects at once and failing over on outages."""
-        last: CasqError | None = None
-        outages = 0
-        for _ in range(self.max_attempts):
+        """Await ``fn(address)``, following redirects and failing over on outages (see :class:`casq.Client`)."""
+        retry = RetryBudget(self)
+        while True:
+            address = self.current_broker
             try:
-                return await fn(self.current_broker)
+                return await fn(address)
             except grpc.RpcError as rpc_error:
                 error = error_from_rpc(rpc_error)
-            last = error
+            delay = retry.next_delay(error, address)  # raises ``error`` when it is final
+            if delay > 0:
+                await asyncio.sleep(delay)
             if isinstance(error, RedirectError) and error.leader_address:
                 self.current_broker = error.leader_address
-                continue
-            if isinstance(error, UnavailableError):
-                await asyncio.sleep(backoff_delay(outages, self.backoff_initial, self.backoff_max))
-                outages += 1
-                self.fail_over()
-                continue
-            raise error
-        assert last is not None
-        raise last
+            else:
+                self.fail_over(address)
 
     async def close(self) -> None:
         channels = list(self._channels.values())
