@@ -8,7 +8,7 @@
 #                                        compares it with the generated files in the work tree:
 #                                        a changed, missing (would be created) or extra (would be
 #                                        deleted) file fails, with `git diff --stat` of the change.
-#   4. go mod tidy -diff in sdk/go       go.mod / go.sum match the code (incl. generated code).
+#   4. go mod tidy -diff in sdk/go and sdk/go/examples: go.mod / go.sum match the code.
 #
 # The work tree is never modified, so uncommitted work is safe; on a clean clone
 # (CI) the work tree is the commit, so this checks exactly what is committed.
@@ -68,11 +68,14 @@ if ! (cd "$tmp" && git diff --no-index --quiet -- committed expected); then
   failed=1
 fi
 
-echo "check-generated: go mod tidy -diff (sdk/go)"
-if ! (cd sdk/go && go mod tidy -diff); then
-  echo "check-generated: FAIL: sdk/go/go.mod or go.sum is not tidy; run: (cd sdk/go && go mod tidy)" >&2
-  failed=1
-fi
+for module in sdk/go sdk/go/examples; do
+  [[ -f "$module/go.mod" ]] || continue
+  echo "check-generated: go mod tidy -diff ($module)"
+  if ! (cd "$module" && go mod tidy -diff); then
+    echo "check-generated: FAIL: $module/go.mod or go.sum is not tidy; run: (cd $module && go mod tidy)" >&2
+    failed=1
+  fi
+done
 
 if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
   pending="$(git status --porcelain --untracked-files=all -- sdk/ts/src/gen sdk/go/gen sdk/go/go.mod sdk/go/go.sum \

@@ -32,6 +32,7 @@ install_tool() {
 install_tool protoc-gen-go google.golang.org/protobuf/cmd/protoc-gen-go "$PROTOC_GEN_GO_VERSION"
 install_tool protoc-gen-go-grpc google.golang.org/grpc/cmd/protoc-gen-go-grpc "$PROTOC_GEN_GO_GRPC_VERSION"
 
-echo "setup-go: go mod download (sdk/go)"
+echo "setup-go: go mod download (sdk/go, sdk/go/examples)"
 (cd sdk/go && go mod download)
+(cd sdk/go/examples && go mod download)
 echo "setup-go: done"

@@ -39,6 +39,7 @@ npx vitest run
 
 step "Go SDK (go vet, go test -race)"
 (cd sdk/go && go vet ./... && go test -race -count=1 ./...)
+(cd sdk/go/examples && go vet ./...)
 
 step "Python SDK (mypy, pytest)"
 .venv/bin/mypy --config-file sdk/python/pyproject.toml

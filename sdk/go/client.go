@@ -9,6 +9,7 @@ import (
 	"time"
 
 	casqv1 "github.com/casq/casq/sdk/go/gen/casq/v1"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -28,14 +29,24 @@ type Options struct {
 	// Timeout bounds each attempt of a unary call (default 10 s). The
 	// caller's context bounds the whole call, retries included.
 	Timeout time.Duration
-	// MaxAttempts bounds the attempts of one call across brokers and
-	// redirects (default 8).
+	// RetryTimeout bounds how long one unary call keeps retrying across
+	// brokers and redirects (default 30 s): long enough to ride out a killed
+	// broker's leader lease (10 s by default). The caller's ctx may end it
+	// sooner.
+	RetryTimeout time.Duration
+	// MaxAttempts, when > 0, also bounds the attempts of one call (default:
+	// no count limit, only RetryTimeout).
 	MaxAttempts int
 	// BackoffInitial and BackoffMax shape the exponential backoff with jitter
 	// between failed attempts (defaults 100 ms and 5 s). Redirects are
 	// followed at once.
 	BackoffInitial time.Duration
 	BackoffMax     time.Duration
+	// TracerProvider makes the worker's "process <queue>" spans; nil means
+	// otel.GetTracerProvider() (a no-op unless the application installs
+	// one). Calls carry the trace context of the span in their ctx either
+	// way.
+	TracerProvider trace.TracerProvider
 }
 
 // Client is a connection pool to a casq cluster. It is safe for concurrent
@@ -61,8 +72,8 @@ func Dial(ctx context.Context, opts Options) (*Client, error) {
 	if opts.Timeout <= 0 {
 		opts.Timeout = 10 * time.Second
 	}
-	if opts.MaxAttempts <= 0 {
-		opts.MaxAttempts = 8
+	if opts.RetryTimeout <= 0 {
+		opts.RetryTimeout = 30 * time.Second
 	}
 	if opts.BackoffInitial <= 0 {
 		opts.BackoffInitial = 100 * time.Millisecond
@@ -160,10 +171,10 @@ func (c *Client) outgoing(ctx context.Context) context.Context {
 	if c.opts.Token != "" {
 		kv = append(kv, "authorization", "Bearer "+c.opts.Token)
 	}
-	if tc, ok := ctx.Value(traceKey{}).(traceContext); ok {
-		kv = append(kv, "traceparent", tc.parent)
-		if tc.state != "" {
-			kv = append(kv, "tracestate", tc.state)
+	if parent, state := traceHeaders(ctx); parent != "" {
+		kv = append(kv, "traceparent", parent)
+		if state != "" {
+			kv = append(kv, "tracestate", state)
 		}
 	}
 	if len(kv) == 0 {
@@ -188,7 +199,15 @@ func (c *Client) call(ctx context.Context, fn func(ctx context.Context, qs casqv
 	addr := c.current()
 	failures := 0
 	var last error
-	for attempt := 0; attempt < c.opts.MaxAttempts; attempt++ {
+	var failed map[string]bool // brokers that failed without a redirect in this call
+	giveUpAt := time.Now().Add(c.opts.RetryTimeout)
+	// wait sleeps before the next attempt; false when the retry budget or ctx is spent.
+	wait := func() bool {
+		d := c.backoff(failures)
+		failures++
+		return time.Now().Add(d).Before(giveUpAt) && sleep(ctx, d) == nil
+	}
+	for attempt := 0; c.opts.MaxAttempts <= 0 || attempt < c.opts.MaxAttempts; attempt++ {
 		if err := ctx.Err(); err != nil {
 			if last != nil {
 				return last
@@ -210,15 +229,27 @@ func (c *Client) call(ctx context.Context, fn func(ctx context.Context, qs casqv
 		e := toError(err, trailer)
 		last = e
 		switch {
-		case e.LeaderAddress != "":
+		case e.LeaderAddress != "" && !failed[e.LeaderAddress]:
 			addr = e.LeaderAddress
 			c.prefer(addr)
-		case e.Code == codes.Unavailable || (e.Code == codes.DeadlineExceeded && ctx.Err() == nil):
-			addr = c.next(addr)
-			if err := sleep(ctx, c.backoff(failures)); err != nil {
+		case e.LeaderAddress != "":
+			// A redirect to a broker that already failed in this call: the
+			// leader died and this broker takes its shards over once the
+			// leader's lease runs out. Bouncing between the two would burn
+			// the attempts within a fraction of that lease, so wait here.
+			c.prefer(addr)
+			if !wait() {
 				return e
 			}
-			failures++
+		case e.Code == codes.Unavailable || (e.Code == codes.DeadlineExceeded && ctx.Err() == nil):
+			if failed == nil {
+				failed = map[string]bool{}
+			}
+			failed[addr] = true
+			addr = c.next(addr)
+			if !wait() {
+				return e
+			}
 		default:
 			return e
 		}

@@ -6,6 +6,9 @@
 // nil, nack on error, dead-letter on ErrDeadLetter, graceful shutdown when
 // the context is cancelled), and its Admin wraps queue administration.
 // Calls follow leader redirects and fail over across brokers with backoff.
+// Calls carry the W3C trace context of the OpenTelemetry span in their
+// context, and the worker runs each handler in a "process <queue>" span
+// that continues the producer's trace (see Options.TracerProvider).
 // See docs/sdk-go.md in the repository.
 //
 // The generated protobuf messages and gRPC client/server stubs of the API are

@@ -10,6 +10,9 @@ import (
 	"time"
 
 	casqv1 "github.com/casq/casq/sdk/go/gen/casq/v1"
+	"go.opentelemetry.io/otel/attribute"
+	otelcodes "go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -40,7 +43,8 @@ type Job struct {
 
 // Handler processes one job: nil acks it, an error nacks it (retried with
 // the queue's backoff), an error wrapping ErrDeadLetter dead-letters it. Its
-// context is cancelled when the lease is lost or the shutdown deadline passed.
+// context is cancelled when the lease is lost or the shutdown deadline passed,
+// and carries the job's "process <queue>" span (see Options.TracerProvider).
 type Handler func(ctx context.Context, job *Job) error
 
 // WorkerOption configures Run.
@@ -125,6 +129,7 @@ type run struct {
 	nextID  uint64
 	sess    *session
 	unary   sync.WaitGroup
+	tracer  trace.Tracer
 }
 
 // Run consumes queue until ctx is cancelled, then shuts down gracefully: it
@@ -150,8 +155,9 @@ func (w *Worker) Run(ctx context.Context, queue string, handler Handler, opts ..
 	}
 	r := &run{
 		c: w.c, ctx: ctx, queue: queue, cfg: cfg, handler: handler,
-		jobs: map[string]*held{},
-		done: make(chan result, cfg.prefetch),
+		jobs:   map[string]*held{},
+		done:   make(chan result, cfg.prefetch),
+		tracer: w.c.tracer(),
 	}
 	return r.loop(ctx)
 }
@@ -511,18 +517,49 @@ func (r *run) startWaiting() {
 		if !ok {
 			continue
 		}
-		hctx := context.WithoutCancel(r.ctx)
-		if h.job.TraceParent != "" {
-			hctx = WithTraceParent(hctx, h.job.TraceParent, h.job.TraceState)
-		}
+		hctx, span := r.startSpan(h.job)
 		hctx, h.cancel = context.WithCancel(hctx)
 		h.started = true
 		r.running++
 		go func(ctx context.Context, job *Job) {
 			err := r.safeHandle(ctx, job)
+			if err != nil {
+				span.RecordError(err)
+				span.SetStatus(otelcodes.Error, err.Error())
+			}
+			span.End()
 			r.done <- result{receipt: job.Receipt, err: err}
 		}(hctx, h.job)
 	}
+}
+
+// startSpan starts the "process <queue>" span of a job, a child of the
+// producer's trace context stored with the job (a new root without one), so
+// that producer, broker and worker spans share one trace.
+func (r *run) startSpan(job *Job) (context.Context, trace.Span) {
+	ctx, ok := jobParent(context.WithoutCancel(r.ctx), job)
+	sub := job.Subscription
+	if sub == "" {
+		sub = r.cfg.subscription
+	}
+	if sub == "" {
+		sub = "default"
+	}
+	opts := []trace.SpanStartOption{
+		trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(
+			attribute.String("messaging.system", "casq"),
+			attribute.String("messaging.operation.type", "process"),
+			attribute.String("messaging.destination.name", r.queue),
+			attribute.String("messaging.consumer.group.name", sub),
+			attribute.String("messaging.message.id", job.ID),
+			attribute.Int64("casq.attempt", int64(job.Attempt)),
+		),
+	}
+	if !ok {
+		opts = append(opts, trace.WithNewRoot())
+	}
+	return r.tracer.Start(ctx, "process "+r.queue, opts...)
 }
 
 func (r *run) safeHandle(ctx context.Context, job *Job) (err error) {

@@ -1,0 +1,1064 @@
+package casq_test
+
+// The language-neutral SDK scenarios of test/scenarios (see its README for
+// the spec this runner follows): each scenario gets its own brokers on a
+// fresh file store, one client over all of them, a fresh queue, and steps.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	casq "github.com/casq/casq/sdk/go"
+	casqv1 "github.com/casq/casq/sdk/go/gen/casq/v1"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+// crashWorkerEnv makes TestMain run crashWorkerMain instead of the tests: the
+// child process of the crashWorker step. Its value is a JSON crashWorkerArgs.
+const crashWorkerEnv = "CASQ_SCENARIO_CRASH_WORKER"
+
+type crashWorkerArgs struct {
+	Brokers      []string `json:"brokers"`
+	Queue        string   `json:"queue"`
+	Subscription string   `json:"subscription"`
+	Jobs         int      `json:"jobs"`
+}
+
+// crashWorkerMain runs a worker whose handlers print "STARTED <payload>" and
+// never return; the parent SIGKILLs the process.
+func crashWorkerMain(spec string) int {
+	var args crashWorkerArgs
+	if err := json.Unmarshal([]byte(spec), &args); err != nil {
+		fmt.Fprintln(os.Stderr, "crash worker:", err)
+		return 2
+	}
+	ctx := context.Background()
+	client, err := casq.Dial(ctx, scenarioClientOptions(args.Brokers))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "crash worker:", err)
+		return 1
+	}
+	var out sync.Mutex
+	err = client.Worker().Run(ctx, args.Queue, func(ctx context.Context, job *casq.Job) error {
+		out.Lock()
+		fmt.Fprintf(os.Stdout, "STARTED %s\n", job.Payload)
+		out.Unlock()
+		select {} // until SIGKILL
+	}, casq.WithSubscription(args.Subscription), casq.WithConcurrency(args.Jobs), casq.WithPrefetch(args.Jobs),
+		casq.WithErrorHandler(func(err error, _ *casq.Job) { fmt.Fprintln(os.Stderr, "crash worker:", err) }))
+	fmt.Fprintln(os.Stderr, "crash worker: Run returned:", err)
+	return 1
+}
+
+// scenarioClientOptions are the SDK's defaults: their retry budget (a unary
+// call keeps retrying for 30 s) must ride out a killed leader on its own.
+func scenarioClientOptions(brokers []string) casq.Options {
+	return casq.Options{Brokers: brokers}
+}
+
+// --- scenario files ---
+
+type scenarioFile struct {
+	Name          string            `json:"name"`
+	Description   string            `json:"description"`
+	Brokers       int               `json:"brokers"`
+	Queue         scenarioQueue     `json:"queue"`
+	Subscriptions []string          `json:"subscriptions"`
+	Steps         []json.RawMessage `json:"steps"`
+}
+
+type scenarioQueue struct {
+	Shards      uint32  `json:"shards"`
+	LeaseTTLMs  *int64  `json:"leaseTtlMs"`
+	MaxAttempts *uint32 `json:"maxAttempts"`
+	BackoffMs   *int64  `json:"backoffMs"`
+}
+
+type scenarioMessage struct {
+	Payload     string            `json:"payload"`
+	Key         string            `json:"key"`
+	Priority    int32             `json:"priority"`
+	DelayMs     int64             `json:"delayMs"`
+	MaxAttempts uint32            `json:"maxAttempts"`
+	DedupID     string            `json:"dedupId"`
+	Headers     map[string]string `json:"headers"`
+}
+
+type enqueueStep struct {
+	Do              string            `json:"do"`
+	Batch           bool              `json:"batch"`
+	Messages        []scenarioMessage `json:"messages"`
+	ExpectDuplicate []bool            `json:"expectDuplicate"`
+}
+
+type produceStep struct {
+	Do              string `json:"do"`
+	Count           int    `json:"count"`
+	Prefix          string `json:"prefix"`
+	KillLeaderAfter int    `json:"killLeaderAfter"`
+}
+
+type startWorkerStep struct {
+	Do           string `json:"do"`
+	Name         string `json:"name"`
+	Subscription string `json:"subscription"`
+	Concurrency  int    `json:"concurrency"`
+	Prefetch     int    `json:"prefetch"`
+	Handler      string `json:"handler"`
+	HandlerMs    int64  `json:"handlerMs"`
+	LeaseTTLMs   int64  `json:"leaseTtlMs"`
+}
+
+type awaitWorkerStep struct {
+	Do               string   `json:"do"`
+	Name             string   `json:"name"`
+	Started          *int     `json:"started"`
+	Completed        *int     `json:"completed"`
+	DistinctPayloads *int     `json:"distinctPayloads"`
+	TimeoutMs        *int64   `json:"timeoutMs"`
+	Expect           []string `json:"expect"`
+	Ordered          bool     `json:"ordered"`
+	ExpectAttempts   []uint32 `json:"expectAttempts"`
+	ExpectAllOf      *struct {
+		Prefix string `json:"prefix"`
+		Count  int    `json:"count"`
+	} `json:"expectAllOf"`
+}
+
+type stopWorkerStep struct {
+	Do              string `json:"do"`
+	Name            string `json:"name"`
+	TimeoutMs       *int64 `json:"timeoutMs"`
+	ExpectStarted   *int   `json:"expectStarted"`
+	ExpectCompleted *int   `json:"expectCompleted"`
+}
+
+type crashWorkerStep struct {
+	Do           string   `json:"do"`
+	Subscription string   `json:"subscription"`
+	Jobs         int      `json:"jobs"`
+	Expect       []string `json:"expect"`
+	TimeoutMs    *int64   `json:"timeoutMs"`
+}
+
+type statsStep struct {
+	Do           string            `json:"do"`
+	Subscription string            `json:"subscription"`
+	Expect       map[string]uint64 `json:"expect"`
+	Counters     map[string]uint64 `json:"counters"`
+	TimeoutMs    *int64            `json:"timeoutMs"`
+}
+
+type deadLettersStep struct {
+	Do           string    `json:"do"`
+	Subscription string    `json:"subscription"`
+	Expect       *[]string `json:"expect"`
+}
+
+type redriveStep struct {
+	Do           string  `json:"do"`
+	Subscription string  `json:"subscription"`
+	Expect       *uint64 `json:"expect"`
+}
+
+// decodeStrict decodes exactly one JSON value into v, refusing unknown
+// fields and trailing data. encoding/json matches field names case
+// insensitively, so exactKeys checks the spelling too.
+func decodeStrict(data []byte, v any) error {
+	d := json.NewDecoder(bytes.NewReader(data))
+	d.DisallowUnknownFields()
+	if err := d.Decode(v); err != nil {
+		return err
+	}
+	if _, err := d.Token(); !errors.Is(err, io.EOF) {
+		return errors.New("trailing data after the JSON value")
+	}
+	return exactKeys(data, reflect.TypeOf(v))
+}
+
+// exactKeys checks that every object key in data is spelled exactly as a
+// json tag of the struct type t (recursively; maps take any key).
+func exactKeys(data []byte, t reflect.Type) error {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.Slice:
+		var items []json.RawMessage
+		if json.Unmarshal(data, &items) != nil {
+			return nil // null; the decoder checked the rest
+		}
+		for _, item := range items {
+			if err := exactKeys(item, t.Elem()); err != nil {
+				return err
+			}
+		}
+	case reflect.Struct:
+		var obj map[string]json.RawMessage
+		if json.Unmarshal(data, &obj) != nil {
+			return nil
+		}
+		fields := map[string]reflect.Type{}
+		for i := range t.NumField() {
+			name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+			fields[name] = t.Field(i).Type
+		}
+		for key, value := range obj {
+			ft, ok := fields[key]
+			if !ok {
+				return fmt.Errorf("unknown field %q", key)
+			}
+			if err := exactKeys(value, ft); err != nil {
+				return fmt.Errorf("%s: %w", key, err)
+			}
+		}
+	}
+	return nil
+}
+
+// parseStep decodes one step into its typed form by its "do".
+func parseStep(raw json.RawMessage) (string, any, error) {
+	var head struct {
+		Do string `json:"do"`
+	}
+	if err := json.Unmarshal(raw, &head); err != nil {
+		return "", nil, err
+	}
+	var step any
+	switch head.Do {
+	case "enqueue":
+		step = &enqueueStep{}
+	case "produce":
+		step = &produceStep{}
+	case "startWorker":
+		step = &startWorkerStep{}
+	case "awaitWorker":
+		step = &awaitWorkerStep{}
+	case "stopWorker":
+		step = &stopWorkerStep{}
+	case "crashWorker":
+		step = &crashWorkerStep{}
+	case "stats":
+		step = &statsStep{}
+	case "deadLetters":
+		step = &deadLettersStep{}
+	case "redrive":
+		step = &redriveStep{}
+	default:
+		return head.Do, nil, fmt.Errorf("unknown do %q", head.Do)
+	}
+	if err := decodeStrict(raw, step); err != nil {
+		return head.Do, nil, err
+	}
+	return head.Do, step, nil
+}
+
+// --- the runner ---
+
+func TestScenarios(t *testing.T) {
+	_, file, _, _ := runtime.Caller(0)
+	root := filepath.Join(filepath.Dir(file), "..", "..")
+	files, err := filepath.Glob(filepath.Join(root, "test", "scenarios", "*.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) == 0 {
+		t.Fatal("no scenarios in test/scenarios")
+	}
+	for _, f := range files {
+		name := strings.TrimSuffix(filepath.Base(f), ".json")
+		t.Run(name, func(t *testing.T) { runScenarioFile(t, root, f) })
+	}
+}
+
+type parsedStep struct {
+	do   string
+	step any
+}
+
+func runScenarioFile(t *testing.T, root, path string) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sc scenarioFile
+	if err := decodeStrict(data, &sc); err != nil {
+		t.Fatalf("%s: %v", filepath.Base(path), err)
+	}
+	// Parse every step first: a scenario this runner does not fully
+	// understand fails before anything runs.
+	steps := make([]parsedStep, len(sc.Steps))
+	for i, raw := range sc.Steps {
+		do, step, err := parseStep(raw)
+		if err != nil {
+			t.Fatalf("scenario %s: step %d (%s): %v", sc.Name, i, do, err)
+		}
+		steps[i] = parsedStep{do, step}
+	}
+	if sc.Name == "" {
+		t.Fatalf("%s: no name", filepath.Base(path))
+	}
+
+	r := &scenarioRun{t: t, sc: &sc, root: root, dedup: map[string]string{}, workers: map[string]*scenarioWorker{}, graces: map[string]time.Duration{}}
+	for _, s := range steps {
+		if stop, ok := s.step.(*stopWorkerStep); ok {
+			r.graces[stop.Name] = timeout(stop.TimeoutMs, 10*time.Second)
+		}
+	}
+	r.startBrokers()
+	r.setup()
+	for i, s := range steps {
+		if err := r.step(s.step); err != nil {
+			t.Fatalf("scenario %s: step %d (%s): %v", sc.Name, i, s.do, err)
+		}
+	}
+}
+
+type broker struct {
+	addr   string
+	cmd    *exec.Cmd
+	log    *lockedLines
+	killed bool
+}
+
+type scenarioRun struct {
+	t       *testing.T
+	sc      *scenarioFile
+	root    string
+	dir     string
+	brokers []*broker
+	client  *casq.Client
+	queue   string
+	dedup   map[string]string // dedupId -> message id
+	workers map[string]*scenarioWorker
+	graces  map[string]time.Duration // worker name -> shutdown grace of its stopWorker
+}
+
+// lockedLines keeps the last lines a broker printed, for failure messages.
+type lockedLines struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *lockedLines) add(s string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lines = append(l.lines, s)
+	if len(l.lines) > 50 {
+		l.lines = l.lines[1:]
+	}
+}
+
+func (l *lockedLines) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Join(l.lines, "\n")
+}
+
+func (r *scenarioRun) startBrokers() {
+	t := r.t
+	n := r.sc.Brokers
+	if n == 0 {
+		n = 1
+	}
+	r.dir = t.TempDir() // removed after the brokers are killed (cleanups run last-in first-out)
+	t.Cleanup(func() {
+		for _, b := range r.brokers {
+			_ = b.cmd.Process.Signal(syscall.SIGKILL)
+			_ = b.cmd.Wait()
+			if t.Failed() {
+				t.Logf("broker %s output:\n%s", b.addr, b.log)
+			}
+		}
+	})
+	for i := range n {
+		b, err := startBroker(r.root, r.dir)
+		if b != nil {
+			r.brokers = append(r.brokers, b)
+		}
+		if err != nil {
+			t.Fatalf("scenario %s: broker %d: %v", r.sc.Name, i, err)
+		}
+	}
+}
+
+func startBroker(root, dir string) (*broker, error) {
+	cmd := exec.Command("node", filepath.Join(root, "server", "bin", "casq.js"), "serve",
+		"--store", "file:"+dir, "--listen", "127.0.0.1:0", "--log-level", "warn", "--leader-lease", "2s")
+	cmd.Dir = root
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stderr = cmd.Stdout
+	cmd.WaitDelay = 5 * time.Second
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	b := &broker{cmd: cmd, log: &lockedLines{}}
+	found := make(chan string, 1)
+	go func() {
+		re := regexp.MustCompile(`listening on (\S+)`)
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			line := sc.Text()
+			b.log.add(line)
+			if m := re.FindStringSubmatch(line); m != nil {
+				select {
+				case found <- m[1]:
+				default:
+				}
+			}
+		}
+		close(found)
+	}()
+	select {
+	case addr, ok := <-found:
+		if !ok {
+			return b, fmt.Errorf("exited before printing its address:\n%s", b.log)
+		}
+		b.addr = addr
+		return b, nil
+	case <-time.After(30 * time.Second):
+		return b, fmt.Errorf("did not print its address within 30 s:\n%s", b.log)
+	}
+}
+
+func (r *scenarioRun) setup() {
+	t := r.t
+	var addrs []string
+	for _, b := range r.brokers {
+		addrs = append(addrs, b.addr)
+	}
+	c, err := casq.Dial(context.Background(), scenarioClientOptions(addrs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.client = c
+	t.Cleanup(func() {
+		// Workers left running by a failed scenario: stop them quickly.
+		for _, w := range r.workers {
+			w.cancel()
+		}
+		for _, w := range r.workers {
+			select {
+			case <-w.done:
+			case <-time.After(15 * time.Second):
+			}
+		}
+		_ = c.Close()
+	})
+
+	name := strings.Trim(regexp.MustCompile(`[^a-z0-9]+`).ReplaceAllString(strings.ToLower(r.sc.Name), "-"), "-")
+	suffix := strconv.FormatUint(rand.Uint64(), 36)
+	r.queue = fmt.Sprintf("go-%.*s-%s", 100-len("go--")-len(suffix), name, suffix)
+
+	q := r.sc.Queue
+	leaseMs, backoffMs := int64(2000), int64(100)
+	if q.LeaseTTLMs != nil {
+		leaseMs = *q.LeaseTTLMs
+	}
+	if q.BackoffMs != nil {
+		backoffMs = *q.BackoffMs
+	}
+	shards := q.Shards
+	if shards == 0 {
+		shards = 1
+	}
+	backoff := durationpb.New(time.Duration(backoffMs) * time.Millisecond)
+	cfg := &casqv1.QueueConfig{
+		LeaseTtl:    durationpb.New(time.Duration(leaseMs) * time.Millisecond),
+		MaxAttempts: q.MaxAttempts,
+		Backoff: &casqv1.BackoffPolicy{
+			InitialDelay: backoff, MaxDelay: proto.Clone(backoff).(*durationpb.Duration),
+			Multiplier: proto.Float64(1), Jitter: proto.Float64(0),
+		},
+	}
+	ctx := context.Background()
+	if _, err := c.Admin().CreateQueue(ctx, r.queue, shards, cfg); err != nil {
+		t.Fatalf("scenario %s: create queue %s: %v", r.sc.Name, r.queue, err)
+	}
+	for _, s := range r.sc.Subscriptions {
+		if s == "default" {
+			continue
+		}
+		if _, err := c.Admin().CreateSubscription(ctx, r.queue, s, casqv1.SubscriptionStart_SUBSCRIPTION_START_EARLIEST); err != nil {
+			t.Fatalf("scenario %s: create subscription %s: %v", r.sc.Name, s, err)
+		}
+	}
+}
+
+func timeout(ms *int64, def time.Duration) time.Duration {
+	if ms == nil {
+		return def
+	}
+	return time.Duration(*ms) * time.Millisecond
+}
+
+func orDefault(s string) string {
+	if s == "" {
+		return "default"
+	}
+	return s
+}
+
+// poll calls cond every interval until it returns true or d passes.
+func poll(d, interval time.Duration, cond func() bool) bool {
+	end := time.Now().Add(d)
+	for {
+		if cond() {
+			return true
+		}
+		if time.Now().After(end) {
+			return false
+		}
+		time.Sleep(interval)
+	}
+}
+
+func (r *scenarioRun) step(step any) error {
+	ctx := context.Background()
+	switch s := step.(type) {
+	case *enqueueStep:
+		return r.enqueue(ctx, s)
+	case *produceStep:
+		return r.produce(ctx, s)
+	case *startWorkerStep:
+		return r.startWorker(s)
+	case *awaitWorkerStep:
+		return r.awaitWorker(s)
+	case *stopWorkerStep:
+		return r.stopWorker(s)
+	case *crashWorkerStep:
+		return r.crashWorker(s)
+	case *statsStep:
+		return r.stats(ctx, s)
+	case *deadLettersStep:
+		if s.Expect == nil {
+			return errors.New("expect is required")
+		}
+		dls, err := r.client.Admin().ListDeadLetters(ctx, r.queue, orDefault(s.Subscription))
+		if err != nil {
+			return err
+		}
+		var got []string
+		for _, d := range dls {
+			got = append(got, string(d.GetMessage().GetPayload()))
+		}
+		if !sameMultiset(got, *s.Expect) {
+			return fmt.Errorf("dead letters %q, want %q (any order)", got, *s.Expect)
+		}
+		return nil
+	case *redriveStep:
+		if s.Expect == nil {
+			return errors.New("expect is required")
+		}
+		n, err := r.client.Admin().Redrive(ctx, r.queue, orDefault(s.Subscription))
+		if err != nil {
+			return err
+		}
+		if n != *s.Expect {
+			return fmt.Errorf("redriven %d, want %d", n, *s.Expect)
+		}
+		return nil
+	}
+	return fmt.Errorf("unhandled step %T", step)
+}
+
+func (r *scenarioRun) enqueue(ctx context.Context, s *enqueueStep) error {
+	if len(s.Messages) == 0 {
+		return errors.New("no messages")
+	}
+	if s.ExpectDuplicate != nil && len(s.ExpectDuplicate) != len(s.Messages) {
+		return errors.New("expectDuplicate and messages differ in length")
+	}
+	msgs := make([]casq.Message, len(s.Messages))
+	for i, m := range s.Messages {
+		var opts []casq.EnqueueOption
+		if m.Key != "" {
+			opts = append(opts, casq.WithKey(m.Key))
+		}
+		if m.Priority != 0 {
+			opts = append(opts, casq.WithPriority(m.Priority))
+		}
+		if m.DelayMs != 0 {
+			opts = append(opts, casq.WithDelay(time.Duration(m.DelayMs)*time.Millisecond))
+		}
+		if m.MaxAttempts != 0 {
+			opts = append(opts, casq.WithMaxAttempts(m.MaxAttempts))
+		}
+		if m.DedupID != "" {
+			opts = append(opts, casq.WithDedupID(m.DedupID))
+		}
+		if m.Headers != nil {
+			opts = append(opts, casq.WithHeaders(m.Headers))
+		}
+		msgs[i] = casq.Message{Payload: []byte(m.Payload), Options: opts}
+	}
+	var results []casq.EnqueueResult
+	if s.Batch {
+		res, err := r.client.Producer().EnqueueBatch(ctx, r.queue, msgs)
+		if err != nil {
+			return fmt.Errorf("batch enqueue: %w", err)
+		}
+		results = res
+	} else {
+		for i, m := range msgs {
+			res, err := r.client.Producer().Enqueue(ctx, r.queue, m.Payload, m.Options...)
+			if err != nil {
+				return fmt.Errorf("enqueue of message %d: %w", i, err)
+			}
+			results = append(results, res)
+		}
+	}
+	if len(results) != len(s.Messages) {
+		return fmt.Errorf("%d results for %d messages", len(results), len(s.Messages))
+	}
+	for i, res := range results {
+		if res.ID == "" {
+			return fmt.Errorf("result %d has no id", i)
+		}
+		if s.ExpectDuplicate != nil && res.Duplicate != s.ExpectDuplicate[i] {
+			return fmt.Errorf("result %d: duplicate %v, want %v", i, res.Duplicate, s.ExpectDuplicate[i])
+		}
+		dedupID := s.Messages[i].DedupID
+		switch {
+		case res.Duplicate && dedupID == "":
+			return fmt.Errorf("result %d: duplicate without a dedup id", i)
+		case res.Duplicate:
+			if want, ok := r.dedup[dedupID]; !ok || want != res.ID {
+				return fmt.Errorf("result %d: duplicate of %q has id %q, want %q", i, dedupID, res.ID, want)
+			}
+		case dedupID != "":
+			r.dedup[dedupID] = res.ID
+		}
+	}
+	return nil
+}
+
+func (r *scenarioRun) produce(ctx context.Context, s *produceStep) error {
+	for i := range s.Count {
+		payload := fmt.Sprintf("%s%d", s.Prefix, i)
+		res, err := r.client.Producer().Enqueue(ctx, r.queue, []byte(payload), casq.WithDedupID(payload))
+		if err != nil {
+			return fmt.Errorf("enqueue of %s: %w", payload, err)
+		}
+		if res.ID == "" {
+			return fmt.Errorf("enqueue of %s: no id", payload)
+		}
+		if s.KillLeaderAfter > 0 && i+1 == s.KillLeaderAfter {
+			if err := r.killLeader(ctx); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (r *scenarioRun) killLeader(ctx context.Context) error {
+	q, err := r.client.Admin().GetQueue(ctx, r.queue)
+	if err != nil {
+		return fmt.Errorf("get queue for the leader: %w", err)
+	}
+	addr := q.GetShards()[0].GetLeader().GetAddress()
+	for _, b := range r.brokers {
+		if b.addr == addr && !b.killed {
+			b.killed = true
+			if err := b.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+				return err
+			}
+			_ = b.cmd.Wait()
+			return nil
+		}
+	}
+	return fmt.Errorf("leader of shard 0 is %q, not a live broker of this scenario", addr)
+}
+
+// --- workers ---
+
+type invocation struct {
+	payload string
+	attempt uint32
+}
+
+type scenarioWorker struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+	err    error // Run's result, once done is closed
+
+	mu          sync.Mutex
+	invocations []invocation
+	completed   int
+}
+
+func (w *scenarioWorker) counts() (started, completed int, inv []invocation) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.invocations), w.completed, slices.Clone(w.invocations)
+}
+
+var errScenarioNack = errors.New("scenario handler: nack")
+
+func (r *scenarioRun) startWorker(s *startWorkerStep) error {
+	if s.Name == "" {
+		return errors.New("name is required")
+	}
+	if _, ok := r.workers[s.Name]; ok {
+		return fmt.Errorf("worker %q already started", s.Name)
+	}
+	var fail error
+	switch s.Handler {
+	case "ack":
+	case "nack":
+		fail = errScenarioNack
+	case "deadLetter":
+		fail = casq.DeadLetter(errors.New("scenario handler: dead letter"))
+	default:
+		return fmt.Errorf("unknown handler %q", s.Handler)
+	}
+	concurrency := max(s.Concurrency, 1)
+	prefetch := s.Prefetch
+	if prefetch == 0 {
+		prefetch = concurrency
+	}
+	opts := []casq.WorkerOption{
+		casq.WithSubscription(orDefault(s.Subscription)), casq.WithConcurrency(concurrency), casq.WithPrefetch(prefetch),
+	}
+	if s.LeaseTTLMs > 0 {
+		opts = append(opts, casq.WithLeaseTTL(time.Duration(s.LeaseTTLMs)*time.Millisecond))
+	}
+	w := &scenarioWorker{done: make(chan struct{})}
+	var ctx context.Context
+	ctx, w.cancel = context.WithCancel(context.Background())
+	handlerDur := time.Duration(s.HandlerMs) * time.Millisecond
+	handler := func(hctx context.Context, job *casq.Job) error {
+		w.mu.Lock()
+		w.invocations = append(w.invocations, invocation{string(job.Payload), job.Attempt})
+		w.mu.Unlock()
+		defer func() {
+			w.mu.Lock()
+			w.completed++
+			w.mu.Unlock()
+		}()
+		if handlerDur > 0 {
+			select {
+			case <-time.After(handlerDur):
+			case <-hctx.Done():
+				return hctx.Err()
+			}
+		}
+		return fail
+	}
+	r.workers[s.Name] = w
+	// The grace period is the one of this worker's stopWorker step (known
+	// up front, since Run takes it as an option).
+	opts = append(opts, casq.WithShutdownTimeout(r.graces[s.Name]))
+	go func() {
+		defer close(w.done)
+		w.err = r.client.Worker().Run(ctx, r.queue, handler, opts...)
+	}()
+	return nil
+}
+
+func (r *scenarioRun) worker(name string) (*scenarioWorker, error) {
+	w, ok := r.workers[name]
+	if !ok {
+		return nil, fmt.Errorf("no worker %q", name)
+	}
+	return w, nil
+}
+
+func (r *scenarioRun) awaitWorker(s *awaitWorkerStep) error {
+	w, err := r.worker(s.Name)
+	if err != nil {
+		return err
+	}
+	var conds int
+	var cond func(started, completed, distinct int) bool
+	var what string
+	if s.Started != nil {
+		conds++
+		what = fmt.Sprintf("started >= %d", *s.Started)
+		cond = func(st, _, _ int) bool { return st >= *s.Started }
+	}
+	if s.Completed != nil {
+		conds++
+		what = fmt.Sprintf("completed >= %d", *s.Completed)
+		cond = func(_, c, _ int) bool { return c >= *s.Completed }
+	}
+	if s.DistinctPayloads != nil {
+		conds++
+		what = fmt.Sprintf("distinct payloads >= %d", *s.DistinctPayloads)
+		cond = func(_, _, d int) bool { return d >= *s.DistinctPayloads }
+	}
+	if conds != 1 {
+		return errors.New("exactly one of started, completed and distinctPayloads is required")
+	}
+	var started, completed int
+	var inv []invocation
+	var distinct map[string]bool
+	var ended bool
+	ok := poll(timeout(s.TimeoutMs, 30*time.Second), 20*time.Millisecond, func() bool {
+		select {
+		case <-w.done:
+			ended = true
+		default:
+		}
+		started, completed, inv = w.counts()
+		distinct = map[string]bool{}
+		for _, i := range inv {
+			distinct[i.payload] = true
+		}
+		return cond(started, completed, len(distinct)) || ended
+	})
+	payloads := make([]string, len(inv))
+	attempts := make([]uint32, len(inv))
+	for i, v := range inv {
+		payloads[i], attempts[i] = v.payload, v.attempt
+	}
+	if !ok || (ended && !cond(started, completed, len(distinct))) {
+		if ended {
+			return fmt.Errorf("worker %q stopped (Run returned %v) before %s: started %d, completed %d", s.Name, w.err, what, started, completed)
+		}
+		return fmt.Errorf("timed out waiting for %s: started %d, completed %d, distinct payloads %d; invocations %q attempts %v",
+			what, started, completed, len(distinct), payloads, attempts)
+	}
+	if s.Expect != nil {
+		if len(payloads) < len(s.Expect) {
+			return fmt.Errorf("only %d invocations %q, want %q first", len(payloads), payloads, s.Expect)
+		}
+		first := payloads[:len(s.Expect)]
+		if s.Ordered && !slices.Equal(first, s.Expect) {
+			return fmt.Errorf("first invocations %q, want %q in order (all: %q)", first, s.Expect, payloads)
+		}
+		if !s.Ordered && !sameMultiset(first, s.Expect) {
+			return fmt.Errorf("first invocations %q, want %q in any order (all: %q)", first, s.Expect, payloads)
+		}
+	}
+	if s.ExpectAttempts != nil {
+		if len(attempts) < len(s.ExpectAttempts) || !slices.Equal(attempts[:len(s.ExpectAttempts)], s.ExpectAttempts) {
+			return fmt.Errorf("attempts %v (payloads %q), want %v first", attempts, payloads, s.ExpectAttempts)
+		}
+	}
+	if a := s.ExpectAllOf; a != nil {
+		var missing []string
+		for i := range a.Count {
+			if p := fmt.Sprintf("%s%d", a.Prefix, i); !distinct[p] {
+				missing = append(missing, p)
+			}
+		}
+		if len(missing) > 0 {
+			return fmt.Errorf("payloads never seen: %q", missing)
+		}
+	}
+	return nil
+}
+
+func (r *scenarioRun) stopWorker(s *stopWorkerStep) error {
+	w, err := r.worker(s.Name)
+	if err != nil {
+		return err
+	}
+	w.cancel()
+	// Run waits up to the grace period for handlers, then settles and
+	// half-closes; allow a margin for that beyond the grace period.
+	limit := timeout(s.TimeoutMs, 10*time.Second) + 30*time.Second
+	select {
+	case <-w.done:
+	case <-time.After(limit):
+		return fmt.Errorf("worker %q did not stop within %v", s.Name, limit)
+	}
+	if w.err != nil {
+		return fmt.Errorf("worker %q run ended with %v", s.Name, w.err)
+	}
+	started, completed, _ := w.counts()
+	if s.ExpectStarted != nil && started != *s.ExpectStarted {
+		return fmt.Errorf("worker %q started %d handlers, want %d", s.Name, started, *s.ExpectStarted)
+	}
+	if s.ExpectCompleted != nil && completed != *s.ExpectCompleted {
+		return fmt.Errorf("worker %q completed %d handlers, want %d", s.Name, completed, *s.ExpectCompleted)
+	}
+	return nil
+}
+
+// crashWorker re-executes this test binary as a worker process (see
+// crashWorkerMain) and SIGKILLs it once its handlers have started.
+func (r *scenarioRun) crashWorker(s *crashWorkerStep) error {
+	if s.Jobs <= 0 {
+		return errors.New("jobs must be positive")
+	}
+	var addrs []string
+	for _, b := range r.brokers {
+		if !b.killed {
+			addrs = append(addrs, b.addr)
+		}
+	}
+	spec, err := json.Marshal(crashWorkerArgs{Brokers: addrs, Queue: r.queue, Subscription: orDefault(s.Subscription), Jobs: s.Jobs})
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), crashWorkerEnv+"="+string(spec))
+	var stderr lockedLines
+	cmd.Stderr = lineWriter(&stderr)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	cmd.WaitDelay = 5 * time.Second
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	kill := func() {
+		_ = cmd.Process.Signal(syscall.SIGKILL)
+		_ = cmd.Wait()
+	}
+	defer kill()
+	lines := make(chan string)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+	var seen []string
+	deadline := time.After(timeout(s.TimeoutMs, 30*time.Second))
+	for len(seen) < s.Jobs {
+		select {
+		case line, ok := <-lines:
+			if !ok {
+				return fmt.Errorf("child exited after %d STARTED lines %q; its stderr:\n%s", len(seen), seen, &stderr)
+			}
+			payload, found := strings.CutPrefix(line, "STARTED ")
+			if !found {
+				return fmt.Errorf("unexpected child output %q", line)
+			}
+			seen = append(seen, payload)
+		case <-deadline:
+			return fmt.Errorf("timed out with %d STARTED lines %q; child stderr:\n%s", len(seen), seen, &stderr)
+		}
+	}
+	kill()
+	if s.Expect != nil && !sameMultiset(seen, s.Expect) {
+		return fmt.Errorf("crashed worker started %q, want %q (any order)", seen, s.Expect)
+	}
+	return nil
+}
+
+// lineWriter adapts lockedLines to an io.Writer.
+func lineWriter(l *lockedLines) io.Writer {
+	pr, pw := io.Pipe()
+	go func() {
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			l.add(sc.Text())
+		}
+	}()
+	return pw
+}
+
+func (r *scenarioRun) stats(ctx context.Context, s *statsStep) error {
+	sub := orDefault(s.Subscription)
+	stats := (&casqv1.SubscriptionStats{}).ProtoReflect().Descriptor()
+	counters := (&casqv1.SubscriptionCounters{}).ProtoReflect().Descriptor()
+	for name := range s.Expect {
+		if f := stats.Fields().ByJSONName(name); f == nil || f.Kind() != protoreflect.Uint64Kind {
+			return fmt.Errorf("expect: %q is not a SubscriptionStats count", name)
+		}
+	}
+	for name := range s.Counters {
+		if f := counters.Fields().ByJSONName(name); f == nil || f.Kind() != protoreflect.Uint64Kind {
+			return fmt.Errorf("counters: %q is not a SubscriptionCounters field", name)
+		}
+	}
+	var last string
+	var lastErr error
+	ok := poll(timeout(s.TimeoutMs, 10*time.Second), 100*time.Millisecond, func() bool {
+		q, err := r.client.Admin().GetQueue(ctx, r.queue)
+		if err != nil {
+			lastErr = err
+			return false
+		}
+		lastErr = nil
+		var st *casqv1.SubscriptionStats
+		for _, x := range q.GetSubscriptions() {
+			if x.GetSubscription() == sub {
+				st = x
+			}
+		}
+		if st == nil {
+			last = fmt.Sprintf("no subscription %q", sub)
+			return false
+		}
+		var diffs []string
+		check := func(m protoreflect.Message, want map[string]uint64) {
+			for _, name := range slices.Sorted(maps.Keys(want)) {
+				got := m.Get(m.Descriptor().Fields().ByJSONName(name)).Uint()
+				if got != want[name] {
+					diffs = append(diffs, fmt.Sprintf("%s=%d (want %d)", name, got, want[name]))
+				}
+			}
+		}
+		check(st.ProtoReflect(), s.Expect)
+		check(st.GetCounters().ProtoReflect(), s.Counters)
+		last = strings.Join(diffs, ", ")
+		return len(diffs) == 0
+	})
+	if !ok {
+		if lastErr != nil {
+			return fmt.Errorf("GetQueue: %w", lastErr)
+		}
+		return fmt.Errorf("subscription %s: %s", sub, last)
+	}
+	return nil
+}
+
+func sameMultiset(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(a, b)
+}
+
+func TestScenarioParsingIsStrict(t *testing.T) {
+	for _, bad := range []string{
+		`{"do": "explode"}`,
+		`{"do": "enqueue", "messages": [{"payload": "a", "colour": "red"}]}`,
+		`{"do": "enqueue", "messages": [{"Payload": "a"}]}`,
+		`{"do": "awaitWorker", "name": "w", "completed": 1, "expectallof": {"prefix": "m", "count": 1}}`,
+		`{"do": "stats", "expect": {"ready": 1}, "timeout": 5}`,
+	} {
+		if do, _, err := parseStep(json.RawMessage(bad)); err == nil {
+			t.Errorf("%s (%s) was accepted", bad, do)
+		}
+	}
+	if _, _, err := parseStep(json.RawMessage(`{"do": "enqueue", "messages": [{"payload": "a", "headers": {"Any-Name": "v"}}]}`)); err != nil {
+		t.Errorf("headers take any key: %v", err)
+	}
+}
