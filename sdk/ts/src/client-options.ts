@@ -27,7 +27,13 @@ export interface ClientOptions {
   readonly tls?: TlsOptions | boolean;
   /** Deadline of each unary attempt in ms. Default 30 000. */
   readonly timeoutMs?: number;
-  /** Attempts of one call across brokers and redirects before giving up. Default 8. */
+  /**
+   * How long one unary call keeps retrying across brokers and redirects, in
+   * ms. Default 30 000: long enough to ride out a killed broker's leader
+   * lease (10 s by default). A call's own `timeoutMs` / `signal` may end it sooner.
+   */
+  readonly retryTimeoutMs?: number;
+  /** Also cap the attempts of one call. Default: no cap, only `retryTimeoutMs`. */
   readonly maxAttempts?: number;
   /** First retry delay in ms (doubled per attempt, with full jitter). Default 100. */
   readonly backoffInitialMs?: number;
@@ -41,6 +47,7 @@ export interface ResolvedClientOptions {
   readonly token: string | undefined;
   readonly tls: TlsOptions | boolean;
   readonly timeoutMs: number;
+  readonly retryTimeoutMs: number;
   readonly maxAttempts: number;
   readonly backoffInitialMs: number;
   readonly backoffMaxMs: number;
@@ -55,7 +62,8 @@ export function resolveClientOptions(options: ClientOptions): ResolvedClientOpti
     token: options.token,
     tls: options.tls ?? false,
     timeoutMs: options.timeoutMs ?? 30_000,
-    maxAttempts: Math.max(1, options.maxAttempts ?? 8),
+    retryTimeoutMs: options.retryTimeoutMs ?? 30_000,
+    maxAttempts: Math.max(1, options.maxAttempts ?? Number.POSITIVE_INFINITY),
     backoffInitialMs: options.backoffInitialMs ?? 100,
     backoffMaxMs: options.backoffMaxMs ?? 5_000,
   };

@@ -2,7 +2,8 @@
  * The call wrapper behind every unary call of the SDK: follows redirects to
  * the leading broker at once, moves on to the next broker with exponential
  * backoff and full jitter on outages and connection errors, and gives up
- * after a bounded number of attempts, an abort, or the caller's deadline.
+ * when the retry budget (`retryTimeoutMs`, optionally `maxAttempts`) is
+ * spent, on an abort, or at the caller's deadline.
  */
 import { Code } from "@connectrpc/connect";
 import { CasqError, isRetryable, RedirectError, toCasqError } from "./errors.ts";
@@ -60,20 +61,34 @@ export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
 
 /**
  * Runs `attempt` against brokers of `pool` until it succeeds:
- * - {@link RedirectError}: the leader is added to the pool, preferred, and called at once;
+ * - {@link RedirectError}: the leader is added to the pool, preferred, and called at once —
+ *   unless that leader already failed to answer in this call: then it is dead, the
+ *   redirecting broker takes its shards over once the leader's lease runs out, so the
+ *   call stays with the redirecting broker and backs off;
  * - outage / connection error (see {@link isRetryable}): the next broker, after a backoff;
  * - anything else: thrown as a {@link CasqError}.
- * Throws the last error after `maxAttempts` attempts or when the deadline would pass.
+ * Throws the last error after `maxAttempts` attempts or when a backoff would pass the
+ * caller's deadline or the retry budget (`retryTimeoutMs` from the first attempt).
  */
 export async function callWithFailover<T>(
   pool: BrokerPool,
   attempt: (ctx: AttemptContext) => Promise<T>,
   options: FailoverCallOptions = {},
 ): Promise<T> {
-  const { backoffInitialMs, backoffMaxMs, timeoutMs } = pool.options;
+  const { backoffInitialMs, backoffMaxMs, timeoutMs, retryTimeoutMs } = pool.options;
   const maxAttempts = options.maxAttempts ?? pool.options.maxAttempts;
+  const giveUpAt = Date.now() + retryTimeoutMs;
   let address = options.address ?? pool.preferred();
   let failures = 0;
+  // Brokers that failed without a redirect during this call.
+  const failed = new Set<string>();
+  /** Sleeps the next backoff delay; rethrows `error` when that would pass the deadline. */
+  const backOff = async (error: CasqError): Promise<void> => {
+    const delay = backoffDelay(++failures, backoffInitialMs, backoffMaxMs);
+    const end = Date.now() + delay;
+    if (end >= giveUpAt || (options.deadline !== undefined && end >= options.deadline)) throw error;
+    await sleep(delay, options.signal);
+  };
   for (let n = 1; ; n++) {
     if (options.signal?.aborted)
       throw new CasqError(Code.Canceled, "casq: call aborted", { cause: options.signal.reason });
@@ -86,18 +101,23 @@ export async function callWithFailover<T>(
       const error = toCasqError(thrown);
       if (n >= maxAttempts) throw error;
       if (error instanceof RedirectError) {
+        if (failed.has(error.leaderAddress)) {
+          // Bouncing between this broker and a dead leader would burn every
+          // attempt within a fraction of the leader's lease: wait here instead.
+          pool.prefer(address);
+          await backOff(error);
+          continue;
+        }
         pool.prefer(error.leaderAddress);
         // A redirect back to the broker we just asked means its view is stale: back off a little.
-        if (error.leaderAddress === address)
-          await sleep(backoffDelay(++failures, backoffInitialMs, backoffMaxMs), options.signal);
+        if (error.leaderAddress === address) await backOff(error);
         address = error.leaderAddress;
         continue;
       }
       if (!isRetryable(error)) throw error;
-      const delay = backoffDelay(++failures, backoffInitialMs, backoffMaxMs);
-      if (options.deadline !== undefined && Date.now() + delay >= options.deadline) throw error;
+      failed.add(address);
+      await backOff(error);
       address = pool.rotate(address);
-      await sleep(delay, options.signal);
     }
   }
 }

@@ -24,5 +24,6 @@ export {
   type Payload,
   Producer,
 } from "./producer.ts";
+export { spanContextFromTraceContext } from "./tracing.ts";
 export { activeTraceHeaders } from "./transport.ts";
 export { type JobHandler, type RunOptions, type StopOptions, Worker, type WorkerOptions } from "./worker.ts";

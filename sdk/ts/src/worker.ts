@@ -9,6 +9,7 @@ import { hostname } from "node:os";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { durationFromMs, durationMs } from "@bufbuild/protobuf/wkt";
 import { Code } from "@connectrpc/connect";
+import type { Tracer, TracerProvider } from "@opentelemetry/api";
 import { type ClientOptions, resolveClientOptions } from "./client-options.ts";
 import {
   CasqError,
@@ -24,6 +25,7 @@ import { HeartbeatOutcome, type HeartbeatResult } from "./gen/casq/v1/message_pb
 import { QueueService } from "./gen/casq/v1/queue_service_pb.ts";
 import type { WorkRequestSchema, WorkResponse } from "./gen/casq/v1/work_pb.ts";
 import { type Job, jobFromClaim } from "./job.ts";
+import { casqTracer, runInProcessSpan } from "./tracing.ts";
 import { BrokerPool } from "./transport.ts";
 
 /** Handles one job. Resolve: ack. Throw: nack (retry with the queue's backoff). Throw {@link DeadLetterError}: dead-letter. */
@@ -33,6 +35,12 @@ export type JobHandler = (job: Job) => Promise<void> | void;
 export interface WorkerOptions extends ClientOptions {
   /** Worker identity recorded in leases and logs. Default `<hostname>/<pid>`. */
   readonly workerId?: string;
+  /**
+   * Where the `process <queue>` spans of handlers go (see the Tracing section
+   * of the docs). Default: the global provider (`trace.getTracer("casq")`),
+   * a no-op until an OpenTelemetry SDK registers one.
+   */
+  readonly tracerProvider?: TracerProvider;
 }
 
 /** Options of {@link Worker.run}. */
@@ -184,6 +192,7 @@ class Run {
   constructor(
     private readonly pool: BrokerPool,
     private readonly workerId: string,
+    private readonly tracer: Tracer,
     private readonly queue: string,
     private readonly handler: JobHandler,
     private readonly options: RunOptions,
@@ -208,6 +217,8 @@ class Run {
   private async loop(): Promise<void> {
     let address = this.pool.preferred();
     let failures = 0;
+    // Brokers whose stream broke (not drained, not redirected) since the last open.
+    const failed = new Set<string>();
     while (!this.stopping) {
       const session = new Session(address);
       this.session = session;
@@ -228,7 +239,10 @@ class Run {
           },
         });
         for await (const response of responses) {
-          if (response.event.case === "opened") failures = 0;
+          if (response.event.case === "opened") {
+            failures = 0;
+            failed.clear();
+          }
           this.onResponse(session, response);
         }
         session.close(new StreamClosedError("casq: work stream ended"));
@@ -243,6 +257,13 @@ class Run {
         if (this.stopping) break;
         const error = toCasqError(thrown);
         if (error instanceof RedirectError) {
+          if (failed.has(error.leaderAddress)) {
+            // The leader died; this broker takes its shards over once the
+            // leader's lease runs out. Wait here rather than bounce between the two.
+            this.pool.prefer(address);
+            await this.pause(++failures);
+            continue;
+          }
           const same = error.leaderAddress === address;
           this.pool.prefer(error.leaderAddress);
           address = error.leaderAddress;
@@ -255,6 +276,7 @@ class Run {
           throw error;
         }
         this.report(error);
+        if (!session.draining) failed.add(address);
         address = this.pool.rotate(address);
         // A broker that drained us: go elsewhere at once. Anything else: back off.
         if (!session.draining || !isRetryable(error)) await this.pause(++failures);
@@ -341,7 +363,8 @@ class Run {
   private async execute(held: Held): Promise<void> {
     let outcome: { kind: "ack" } | { kind: "nack"; deadLetter: boolean; reason: string };
     try {
-      await this.handler(held.job);
+      const subscription = held.job.subscription || this.subscription || "default";
+      await runInProcessSpan(this.tracer, held.job, subscription, this.handler);
       outcome = { kind: "ack" };
     } catch (error) {
       outcome = {
@@ -543,7 +566,8 @@ class Run {
 }
 
 /**
- * Runs handlers for jobs of a queue.
+ * Runs handlers for jobs of a queue. Each handler runs inside an
+ * OpenTelemetry `process <queue>` span that continues the producer's trace.
  *
  * @example
  * const worker = new Worker({ brokers: ["127.0.0.1:50051"] });
@@ -554,11 +578,13 @@ class Run {
 export class Worker {
   private readonly pool: BrokerPool;
   private readonly workerId: string;
+  private readonly tracer: Tracer;
   private readonly runs = new Set<Run>();
 
   constructor(options: WorkerOptions) {
     this.pool = new BrokerPool(resolveClientOptions(options));
     this.workerId = options.workerId ?? `${hostname()}/${process.pid}`;
+    this.tracer = casqTracer(options.tracerProvider);
   }
 
   /**
@@ -568,7 +594,7 @@ export class Worker {
    * UNAUTHENTICATED. Outages, redirects and broken streams are retried.
    */
   async run(queue: string, handler: JobHandler, options: RunOptions = {}): Promise<void> {
-    const run = new Run(this.pool, this.workerId, queue, handler, options);
+    const run = new Run(this.pool, this.workerId, this.tracer, queue, handler, options);
     this.runs.add(run);
     const onAbort = () => void run.stop(options.stopTimeoutMs ?? 30_000);
     options.signal?.addEventListener("abort", onAbort, { once: true });

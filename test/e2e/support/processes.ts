@@ -92,6 +92,8 @@ export interface StartServerOptions {
   readonly args?: readonly string[];
   /** How long to wait for the "listening on" line (default 30 s). */
   readonly readyTimeoutMs?: number;
+  /** Extra environment variables (e.g. `OTEL_*`). */
+  readonly env?: Readonly<Record<string, string>>;
 }
 
 /** Starts `casq serve` and waits until it prints where it listens. */
@@ -109,7 +111,7 @@ export async function startServer(options: StartServerOptions): Promise<CasqServ
       "warn",
       ...(options.args ?? []),
     ],
-    { cwd: ROOT, stdio: ["ignore", "pipe", "pipe"], env: childEnv() },
+    { cwd: ROOT, stdio: ["ignore", "pipe", "pipe"], env: childEnv(options.env) },
   );
   live.add(child);
   let output = "";
@@ -170,12 +172,14 @@ export interface RunOptions {
   readonly env?: Readonly<Record<string, string>>;
   /** Kill after this long (default 60 s). */
   readonly timeoutMs?: number;
+  /** Working directory (default: the repository root). */
+  readonly cwd?: string;
 }
 
 /** Runs a program to completion. */
 export function run(program: string, args: readonly string[], options: RunOptions = {}): Promise<RunResult> {
   return new Promise((resolveRun, reject) => {
-    const child = spawn(program, args, { cwd: ROOT, env: childEnv(options.env) });
+    const child = spawn(program, args, { cwd: options.cwd ?? ROOT, env: childEnv(options.env) });
     live.add(child);
     let stdout = "";
     let stderr = "";
@@ -216,7 +220,12 @@ export interface CasqProcess {
 
 /** Starts the `casq` CLI without waiting for it. */
 export function spawnCasq(args: readonly string[]): CasqProcess {
-  const child = spawn(process.execPath, [CASQ_BIN, ...args], {
+  return spawnProgram(process.execPath, [CASQ_BIN, ...args]);
+}
+
+/** Starts a program (from the repository root) without waiting for it; killed when the test process exits. */
+export function spawnProgram(program: string, args: readonly string[]): CasqProcess {
+  const child = spawn(program, args, {
     cwd: ROOT,
     stdio: ["ignore", "pipe", "pipe"],
     env: childEnv(),

@@ -1,0 +1,84 @@
+/**
+ * callWithFailover when the leader dies: the surviving broker keeps
+ * redirecting to the dead leader until the leader's lease runs out. The call
+ * must wait at the survivor instead of bouncing between the two, which would
+ * burn every attempt long before the survivor takes the shard over.
+ */
+import { create } from "@bufbuild/protobuf";
+import { describe, expect, it } from "vitest";
+import { resolveClientOptions } from "./client-options.ts";
+import { RedirectError, UnavailableError } from "./errors.ts";
+import { callWithFailover } from "./failover.ts";
+import { LeaderRedirectSchema } from "./gen/casq/v1/errors_pb.ts";
+import { BrokerPool } from "./transport.ts";
+
+const DEAD = "127.0.0.1:1";
+const SURVIVOR = "127.0.0.1:2";
+
+function redirectTo(address: string): RedirectError {
+  return new RedirectError(
+    "shard led elsewhere",
+    create(LeaderRedirectSchema, { leaderAddress: address, queue: "q", shard: 0 }),
+  );
+}
+
+/** A cluster whose leader is gone: the survivor redirects to it `redirects` times, then serves. */
+function deadLeaderCluster(redirects: number) {
+  const calls: string[] = [];
+  let left = redirects;
+  const attempt = async ({ address }: { address: string }): Promise<string> => {
+    calls.push(address);
+    if (address === DEAD) throw new UnavailableError("connect ECONNREFUSED");
+    if (left-- > 0) throw redirectTo(DEAD);
+    return "stored";
+  };
+  return { calls, attempt };
+}
+
+describe("callWithFailover", () => {
+  it("waits at the survivor while it still redirects to a leader that failed in this call", async () => {
+    const pool = new BrokerPool(
+      resolveClientOptions({
+        brokers: [DEAD, SURVIVOR],
+        maxAttempts: 8,
+        backoffInitialMs: 1,
+        backoffMaxMs: 2,
+      }),
+    );
+    // Six redirects: bouncing DEAD, SURVIVOR, DEAD, ... would spend the 8 attempts on four.
+    const { calls, attempt } = deadLeaderCluster(6);
+    await expect(callWithFailover(pool, attempt)).resolves.toBe("stored");
+    expect(calls).toEqual([DEAD, ...Array(7).fill(SURVIVOR)]);
+    expect(pool.preferred()).toBe(SURVIVOR);
+  });
+
+  it("still follows a redirect to a broker that has not failed", async () => {
+    const pool = new BrokerPool(
+      resolveClientOptions({ brokers: [SURVIVOR], maxAttempts: 3, backoffInitialMs: 1, backoffMaxMs: 2 }),
+    );
+    const leader = "127.0.0.1:3";
+    const calls: string[] = [];
+    const result = await callWithFailover(pool, async ({ address }) => {
+      calls.push(address);
+      if (address !== leader) throw redirectTo(leader);
+      return "stored";
+    });
+    expect(result).toBe("stored");
+    expect(calls).toEqual([SURVIVOR, leader]);
+    expect(pool.preferred()).toBe(leader);
+  });
+
+  it("gives up after maxAttempts with the last error", async () => {
+    const pool = new BrokerPool(
+      resolveClientOptions({
+        brokers: [DEAD, SURVIVOR],
+        maxAttempts: 4,
+        backoffInitialMs: 1,
+        backoffMaxMs: 2,
+      }),
+    );
+    const { calls, attempt } = deadLeaderCluster(100);
+    await expect(callWithFailover(pool, attempt)).rejects.toBeInstanceOf(RedirectError);
+    expect(calls).toHaveLength(4);
+  });
+});

@@ -1,0 +1,64 @@
+/**
+ * The language-neutral SDK scenarios (test/scenarios/*.json, spec in
+ * test/scenarios/README.md) run with the TypeScript SDK: one test per file,
+ * found by listing the directory so a new scenario is picked up by itself.
+ */
+import { readdirSync } from "node:fs";
+import { join } from "node:path";
+import { describe, expect, it } from "vitest";
+import { ROOT } from "../e2e/support/processes.ts";
+import { loadScenario, parseScenario, runScenario } from "./scenario-runner.ts";
+
+const dir = join(ROOT, "test", "scenarios");
+const files = readdirSync(dir)
+  .filter((f) => f.endsWith(".json"))
+  .sort();
+
+describe("SDK scenarios (TypeScript)", () => {
+  it("finds scenario files", () => {
+    expect(files.length).toBeGreaterThan(0);
+  });
+
+  for (const file of files) {
+    // Failover waits out a 2 s leader lease and the SDK's retries: be generous.
+    it(file, { timeout: 180_000 }, async () => {
+      await runScenario(loadScenario(join(dir, file)));
+    });
+  }
+});
+
+describe("scenario parsing", () => {
+  const base = { name: "x", steps: [] as unknown[] };
+
+  it("rejects an unknown do", () => {
+    expect(() => parseScenario(JSON.stringify({ ...base, steps: [{ do: "teleport" }] }))).toThrow(
+      /step 0 \(teleport\).*unknown do/,
+    );
+  });
+
+  it("rejects unknown fields at every level", () => {
+    expect(() => parseScenario(JSON.stringify({ ...base, extra: 1 }))).toThrow(/unknown field "extra"/);
+    expect(() => parseScenario(JSON.stringify({ ...base, queue: { shard: 2 } }))).toThrow(
+      /unknown field "shard"/,
+    );
+    expect(() =>
+      parseScenario(JSON.stringify({ ...base, steps: [{ do: "redrive", expect: 1, subscriptions: "a" }] })),
+    ).toThrow(/step 0 \(redrive\).*unknown field "subscriptions"/);
+    expect(() =>
+      parseScenario(
+        JSON.stringify({ ...base, steps: [{ do: "enqueue", messages: [{ payload: "a", delay: 5 }] }] }),
+      ),
+    ).toThrow(/messages\[0\].*unknown field "delay"/);
+    expect(() =>
+      parseScenario(JSON.stringify({ ...base, steps: [{ do: "stats", expect: { readyy: 1 } }] })),
+    ).toThrow(/unknown field "readyy"/);
+  });
+
+  it("needs exactly one wait condition in awaitWorker", () => {
+    expect(() =>
+      parseScenario(
+        JSON.stringify({ ...base, steps: [{ do: "awaitWorker", name: "w", started: 1, completed: 1 }] }),
+      ),
+    ).toThrow(/exactly one/);
+  });
+});
