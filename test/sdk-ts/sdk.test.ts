@@ -8,6 +8,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import {
   Admin,
+  Code,
   DeadLetterError,
   type Job,
   NotFoundError,
@@ -154,6 +155,36 @@ describe("@casq/sdk", () => {
     expect(jobs[1]?.id).toBe(id);
     await eventually(async () => (await admin.listDeadLetters("poison")).length === 0);
     expect((await admin.listQueues()).map((q) => q.name)).toContain("poison");
+  });
+
+  it("Admin covers the queue lifecycle: create, update, subscriptions, document, purge, delete", async () => {
+    const s = await startServer();
+    const admin = new Admin({ brokers: [s.address] });
+    const created = await admin.createQueue("lifecycle", { shardCount: 2, config: { maxAttempts: 4 } });
+    expect(created.shardCount).toBe(2);
+    const updated = await admin.updateQueue("lifecycle", { maxAttempts: 7 });
+    expect(updated.config?.maxAttempts).toBe(7);
+    expect((await admin.getQueue("lifecycle")).config?.maxAttempts).toBe(7);
+
+    await new Producer({ brokers: [s.address] }).enqueue("lifecycle", "kept", { key: "k" });
+    const audit = await admin.createSubscription("lifecycle", "audit", { start: "earliest" });
+    expect(audit.backlog).toBe(1n);
+    const subscriptions = (await admin.getQueue("lifecycle")).subscriptions.map((x) => x.subscription);
+    expect(subscriptions.sort()).toEqual(["audit", "default"]);
+
+    const shards = await Promise.all([0, 1].map((shard) => admin.getDocument("lifecycle", { shard })));
+    const documents = shards.map(({ document }) => JSON.parse(new TextDecoder().decode(document)));
+    expect(documents.map((d) => d.shard).sort()).toEqual([0, 1]);
+    expect(shards.every(({ etag }) => etag !== "")).toBe(true);
+    const stored = documents.flatMap((d) => d.messages as { key?: string }[]);
+    expect(stored.map((m) => m.key)).toEqual(["k"]);
+
+    await expect(admin.deleteQueue("lifecycle")).rejects.toMatchObject({ code: Code.FailedPrecondition });
+    const purged = await admin.purge("lifecycle", { allSubscriptions: true });
+    expect(purged.messagesPurged).toBe(1n);
+    expect((await admin.deleteSubscription("lifecycle", "audit")).messagesDropped).toBe(0n);
+    await admin.deleteQueue("lifecycle");
+    await expect(admin.getQueue("lifecycle")).rejects.toBeInstanceOf(NotFoundError);
   });
 
   it("graceful stop waits for a running handler, acks it, and takes no more jobs", async () => {

@@ -17,6 +17,7 @@ import {
   type QueueSummary,
   type RedriveDeadLettersResponse,
   SubscriptionStart,
+  type UpdateQueueResponse,
 } from "./gen/casq/v1/admin_service_pb.ts";
 import type { QueueConfigSchema } from "./gen/casq/v1/queue_config_pb.ts";
 import type { CallOptions } from "./producer.ts";
@@ -31,6 +32,7 @@ export type {
   PurgeQueueResponse,
   QueueSummary,
   RedriveDeadLettersResponse,
+  UpdateQueueResponse,
 } from "./gen/casq/v1/admin_service_pb.ts";
 export { SubscriptionStart } from "./gen/casq/v1/admin_service_pb.ts";
 
@@ -86,6 +88,38 @@ export class Admin {
         ),
       options,
     );
+  }
+
+  /** Changes the given config fields on every shard; unset fields keep their values. */
+  updateQueue(
+    queue: string,
+    config: QueueConfigInit,
+    options: CallOptions = {},
+  ): Promise<UpdateQueueResponse> {
+    return this.call((c, o) => c.updateQueue({ queue, config }, o), options);
+  }
+
+  /** The raw JSON shard document of `queue`/`shard` (default 0) as stored, with its etag: for debugging and support. */
+  getDocument(
+    queue: string,
+    options: { shard?: number } & CallOptions = {},
+  ): Promise<{ document: Uint8Array; etag: string }> {
+    return this.call(async (c, o) => {
+      const chunks: Uint8Array[] = [];
+      let etag = "";
+      // A retried attempt reads the whole stream again.
+      for await (const part of c.getDocument({ queue, shard: options.shard ?? 0 }, o)) {
+        chunks.push(part.chunk);
+        if (part.etag !== "") etag = part.etag;
+      }
+      const document = new Uint8Array(chunks.reduce((n, c) => n + c.length, 0));
+      let at = 0;
+      for (const chunk of chunks) {
+        document.set(chunk, at);
+        at += chunk.length;
+      }
+      return { document, etag };
+    }, options);
   }
 
   /** Config, statistics per subscription and per shard of a queue. */
