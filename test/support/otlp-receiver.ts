@@ -6,17 +6,22 @@
  *
  * Only the fields the tests look at are decoded, straight from the protobuf
  * wire format of `opentelemetry.proto.collector.trace.v1.ExportTraceServiceRequest`
- * (field numbers from opentelemetry-proto's trace.proto); everything else is
- * skipped.
+ * (field numbers from opentelemetry-proto's trace.proto) or its OTLP/JSON
+ * form; everything else is skipped. {@link startOtlpGrpcReceiver} takes the
+ * same request over gRPC (`TraceService/Export`).
  */
 import { createServer, type IncomingMessage, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { gunzipSync } from "node:zlib";
 import { BinaryReader, type WireType } from "@bufbuild/protobuf/wire";
+import * as grpc from "@grpc/grpc-js";
 
 /** One received span, ids as lowercase hex ("" when absent). */
 export interface ReceivedSpan {
+  /** `service.name` of the resource that sent it. */
   readonly service: string;
+  /** All resource attributes of the sender. */
+  readonly resource: Readonly<Record<string, string | number | boolean>>;
   readonly traceId: string;
   readonly spanId: string;
   readonly parentSpanId: string;
@@ -88,7 +93,8 @@ function link(bytes: Uint8Array): { traceId: string; spanId: string } {
   return { traceId, spanId };
 }
 
-function span(bytes: Uint8Array, service: string): ReceivedSpan {
+function span(bytes: Uint8Array, resource: Record<string, AttributeValue>): ReceivedSpan {
+  const service = String(resource["service.name"] ?? "");
   let traceId = "";
   let spanId = "";
   let parentSpanId = "";
@@ -114,7 +120,7 @@ function span(bytes: Uint8Array, service: string): ReceivedSpan {
     else return false;
     return true;
   });
-  return { service, traceId, spanId, parentSpanId, name, kind, attributes, links, statusCode };
+  return { service, resource, traceId, spanId, parentSpanId, name, kind, attributes, links, statusCode };
 }
 
 /** Decodes an ExportTraceServiceRequest into its spans. */
@@ -136,16 +142,67 @@ export function decodeExportTraceRequest(bytes: Uint8Array): ReceivedSpan[] {
       else return false;
       return true;
     });
-    const service = String(resource["service.name"] ?? "");
     for (const scope of scopeSpans)
       fields(scope, (ssNo, _w, sr) => {
         if (ssNo !== 2) return false;
-        out.push(span(sr.bytes(), service));
+        out.push(span(sr.bytes(), resource));
         return true;
       });
     return true;
   });
   return out;
+}
+
+interface JsonKeyValue {
+  key: string;
+  value?: { stringValue?: string; boolValue?: boolean; intValue?: string | number; doubleValue?: number };
+}
+
+function jsonAttributes(list: readonly JsonKeyValue[] | undefined): Record<string, AttributeValue> {
+  const out: Record<string, AttributeValue> = {};
+  for (const { key, value } of list ?? []) {
+    const v = value?.stringValue ?? value?.boolValue ?? value?.doubleValue ?? value?.intValue;
+    if (v !== undefined) out[key] = typeof v === "string" && value?.intValue !== undefined ? Number(v) : v;
+  }
+  return out;
+}
+
+/** Decodes an ExportTraceServiceRequest in OTLP/JSON (ids in hex) into its spans. */
+export function decodeJsonExportTraceRequest(text: string): ReceivedSpan[] {
+  interface JsonSpan {
+    traceId?: string;
+    spanId?: string;
+    parentSpanId?: string;
+    name?: string;
+    kind?: number;
+    attributes?: JsonKeyValue[];
+    links?: { traceId?: string; spanId?: string }[];
+    status?: { code?: number };
+  }
+  const request = JSON.parse(text) as {
+    resourceSpans?: {
+      resource?: { attributes?: JsonKeyValue[] };
+      scopeSpans?: { spans?: JsonSpan[] }[];
+    }[];
+  };
+  return (request.resourceSpans ?? []).flatMap((rs) => {
+    const resource = jsonAttributes(rs.resource?.attributes);
+    const service = String(resource["service.name"] ?? "");
+    return (rs.scopeSpans ?? []).flatMap((ss) =>
+      (ss.spans ?? []).map((sp) => ({
+        service,
+        resource,
+        traceId: (sp.traceId ?? "").toLowerCase(),
+        spanId: (sp.spanId ?? "").toLowerCase(),
+        parentSpanId: (sp.parentSpanId ?? "").toLowerCase(),
+        name: sp.name ?? "",
+        kind: sp.kind ?? 0,
+        attributes: jsonAttributes(sp.attributes),
+        links: (sp.links ?? []).map((l) => ({ traceId: l.traceId ?? "", spanId: l.spanId ?? "" })),
+        statusCode: sp.status?.code ?? 0,
+      })),
+    );
+  });
 }
 
 async function body(req: IncomingMessage): Promise<Buffer> {
@@ -163,12 +220,14 @@ export async function startOtlpReceiver(): Promise<OtlpReceiver> {
       res.writeHead(404).end();
       return;
     }
-    if (!String(req.headers["content-type"] ?? "").includes("protobuf")) {
-      res.writeHead(415).end("only application/x-protobuf");
-      return;
-    }
+    const json = String(req.headers["content-type"] ?? "").includes("json");
     body(req).then(
       (bytes) => {
+        if (json) {
+          received.push(...decodeJsonExportTraceRequest(bytes.toString("utf8")));
+          res.writeHead(200, { "content-type": "application/json" }).end("{}");
+          return;
+        }
         received.push(...decodeExportTraceRequest(bytes));
         // An empty ExportTraceServiceResponse is zero bytes.
         res.writeHead(200, { "content-type": "application/x-protobuf" }).end();
@@ -182,5 +241,41 @@ export async function startOtlpReceiver(): Promise<OtlpReceiver> {
     endpoint: `http://127.0.0.1:${port}/v1/traces`,
     spans: () => [...received],
     close: () => new Promise<void>((resolve) => server.close(() => resolve())),
+  };
+}
+
+/** Starts an OTLP/gRPC receiver (`TraceService/Export`) on a free loopback port; `endpoint` is `http://127.0.0.1:PORT`. */
+export async function startOtlpGrpcReceiver(): Promise<OtlpReceiver> {
+  const received: ReceivedSpan[] = [];
+  const server = new grpc.Server();
+  const raw = (b: Buffer) => b;
+  server.addService(
+    {
+      Export: {
+        path: "/opentelemetry.proto.collector.trace.v1.TraceService/Export",
+        requestStream: false,
+        responseStream: false,
+        requestSerialize: raw,
+        requestDeserialize: raw,
+        responseSerialize: raw,
+        responseDeserialize: raw,
+      },
+    },
+    {
+      Export: (call: grpc.ServerUnaryCall<Buffer, Buffer>, callback: grpc.sendUnaryData<Buffer>) => {
+        received.push(...decodeExportTraceRequest(call.request));
+        callback(null, Buffer.alloc(0));
+      },
+    },
+  );
+  const port = await new Promise<number>((resolve, reject) =>
+    server.bindAsync("127.0.0.1:0", grpc.ServerCredentials.createInsecure(), (error, bound) =>
+      error ? reject(error) : resolve(bound),
+    ),
+  );
+  return {
+    endpoint: `http://127.0.0.1:${port}`,
+    spans: () => [...received],
+    close: () => new Promise<void>((resolve) => server.tryShutdown(() => resolve())),
   };
 }

@@ -1,5 +1,11 @@
 import { afterEach, describe, expect, it, vi } from "vitest";
-import { otlpTracesEndpoint, resourceFromEnv, TraceConfigError, tracingFromEnv } from "./trace-setup.ts";
+import {
+  otlpProtocol,
+  otlpTracesEndpoint,
+  resourceFromEnv,
+  TraceConfigError,
+  tracingFromEnv,
+} from "./trace-setup.ts";
 
 describe("tracingFromEnv", () => {
   it("is off by default, with none, and when the SDK is disabled", () => {
@@ -56,5 +62,34 @@ describe("resourceFromEnv", () => {
     });
     const named = resourceFromEnv({ OTEL_SERVICE_NAME: "casq-eu-1" });
     expect(named.attributes).toMatchObject({ "service.name": "casq-eu-1", team: "queues" });
+  });
+});
+
+describe("OTLP protocol", () => {
+  it("is http/protobuf unless the traces or the general variable says otherwise", () => {
+    expect(otlpProtocol({})).toBe("http/protobuf");
+    expect(otlpProtocol({ OTEL_EXPORTER_OTLP_PROTOCOL: "grpc" })).toBe("grpc");
+    expect(
+      otlpProtocol({ OTEL_EXPORTER_OTLP_PROTOCOL: "grpc", OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: "http/json" }),
+    ).toBe("http/json");
+    expect(() => otlpProtocol({ OTEL_EXPORTER_OTLP_PROTOCOL: "thrift" })).toThrow(TraceConfigError);
+  });
+
+  it("gRPC uses the base endpoint as is and defaults to port 4317", () => {
+    expect(otlpTracesEndpoint({}, "grpc")).toBe("http://localhost:4317");
+    expect(otlpTracesEndpoint({ OTEL_EXPORTER_OTLP_ENDPOINT: "http://collector:4317" }, "grpc")).toBe(
+      "http://collector:4317",
+    );
+    expect(otlpTracesEndpoint({ OTEL_EXPORTER_OTLP_ENDPOINT: "http://collector:4318" }, "http/json")).toBe(
+      "http://collector:4318/v1/traces",
+    );
+  });
+
+  it("builds an exporter for each protocol", async () => {
+    for (const protocol of ["http/protobuf", "http/json", "grpc"]) {
+      const t = tracingFromEnv({ OTEL_TRACES_EXPORTER: "otlp", OTEL_EXPORTER_OTLP_PROTOCOL: protocol });
+      expect(t?.protocol).toBe(protocol);
+      await t?.shutdown();
+    }
   });
 });

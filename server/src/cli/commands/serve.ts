@@ -262,7 +262,7 @@ async function serve(options: ServeOptions): Promise<void> {
     out(`metrics on http://${server.metricsAddress}/metrics (Prometheus text format)`);
   if (tracing !== undefined)
     out(
-      `traces to ${tracing.exporters.map((e) => (e === "otlp" ? `otlp (${tracing?.endpoint})` : e)).join(", ")}`,
+      `traces to ${tracing.exporters.map((e) => (e === "otlp" ? `otlp (${tracing?.protocol} ${tracing?.endpoint})` : e)).join(", ")}`,
     ); // Telemetry: tracing
   if (server.advertisedAddress !== server.address)
     out(`advertised to clients as ${server.advertisedAddress}`);
