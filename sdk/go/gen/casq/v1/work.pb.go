@@ -714,7 +714,11 @@ type WorkResponse_RequestFailed struct {
 }
 
 type WorkResponse_Routing struct {
-	// The shards this stream serves, or their leaders, changed.
+	// The shards this stream serves changed (it took one over or lost one);
+	// the other shards' leaders are as this broker knows them at that moment.
+	// A change of leader among shards this stream does not serve sends no
+	// event: a stream to a leader that is gone fails, and the SDK retries it
+	// with backoff or learns the new leader from a redirect.
 	Routing *WorkRouting `protobuf:"bytes,9,opt,name=routing,proto3,oneof"`
 }
 

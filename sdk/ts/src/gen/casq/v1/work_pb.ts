@@ -382,7 +382,11 @@ export type WorkResponse = Message<"casq.v1.WorkResponse"> & {
     case: "requestFailed";
   } | {
     /**
-     * The shards this stream serves, or their leaders, changed.
+     * The shards this stream serves changed (it took one over or lost one);
+     * the other shards' leaders are as this broker knows them at that moment.
+     * A change of leader among shards this stream does not serve sends no
+     * event: a stream to a leader that is gone fails, and the SDK retries it
+     * with backoff or learns the new leader from a redirect.
      *
      * @generated from field: casq.v1.WorkRouting routing = 9;
      */
