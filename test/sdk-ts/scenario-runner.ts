@@ -9,7 +9,7 @@ import type { ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import { durationFromMs } from "@bufbuild/protobuf/wkt";
+import { durationFromMs, timestampMs } from "@bufbuild/protobuf/wkt";
 import {
   Admin,
   type ClientOptions,
@@ -56,6 +56,8 @@ export type ScenarioStep =
   | {
       readonly do: "enqueue";
       readonly batch?: boolean;
+      /** Send through a producer that knows only this broker (index into the scenario's brokers). */
+      readonly via?: number;
       readonly messages: ScenarioMessage[];
       readonly expectDuplicate?: boolean[];
     }
@@ -65,6 +67,8 @@ export type ScenarioStep =
       readonly prefix: string;
       readonly killLeaderAfter?: number;
     }
+  | { readonly do: "restartBroker"; readonly broker: number }
+  | { readonly do: "expectLeaders"; readonly distinct: number }
   | {
       readonly do: "startWorker";
       readonly name: string;
@@ -207,6 +211,7 @@ function parseStep(where: string, raw: unknown): ScenarioStep {
       checkFields(where, step, {
         "do!": "string",
         batch: "boolean",
+        via: "integer",
         "messages!": "array",
         expectDuplicate: "boolean[]",
       });
@@ -237,6 +242,13 @@ function parseStep(where: string, raw: unknown): ScenarioStep {
         "prefix!": "string",
         killLeaderAfter: "integer",
       });
+      break;
+    case "restartBroker":
+      checkFields(where, step, { "do!": "string", "broker!": "integer" });
+      break;
+    case "expectLeaders":
+      checkFields(where, step, { "do!": "string", "distinct!": "integer" });
+      if ((step.distinct as number) < 0) throw new Error(`${where}: distinct must not be negative`);
       break;
     case "startWorker":
       checkFields(where, step, {
@@ -336,7 +348,13 @@ export function parseScenario(source: string, label = "scenario"): Scenario {
   if (brokers < 1) throw new Error(`scenario ${name}: brokers must be at least 1`);
   const steps = (raw.steps as unknown[]).map((s, i) => {
     const kind = typeOk(s, "object") ? String((s as Record<string, unknown>).do) : "?";
-    return parseStep(`scenario ${name}: step ${i} (${kind})`, s);
+    const where = `scenario ${name}: step ${i} (${kind})`;
+    const step = parseStep(where, s);
+    // Broker indexes are checked here, where the broker count is known.
+    const index = step.do === "restartBroker" ? step.broker : step.do === "enqueue" ? step.via : undefined;
+    if (index !== undefined && (index < 0 || index >= brokers))
+      throw new Error(`${where}: broker index ${index} is not one of the ${brokers} brokers`);
+    return step;
   });
   return {
     name,
@@ -411,6 +429,8 @@ class ScenarioContext {
   readonly workers = new Map<string, ScenarioWorker>();
   readonly children = new Set<ChildProcess>();
   readonly dedupIds = new Map<string, string>();
+  /** Producers of `enqueue.via`, by broker index: each knows only that broker. */
+  private readonly viaProducers = new Map<number, Producer>();
   clientOptions!: ClientOptions;
   producer!: Producer;
   admin!: Admin;
@@ -423,10 +443,7 @@ class ScenarioContext {
   }
 
   async start(): Promise<void> {
-    for (let i = 0; i < this.scenario.brokers; i++)
-      this.brokers.push(
-        await startServer({ store: `file:${this.store.path}`, args: ["--leader-lease", "2s"] }),
-      );
+    for (let i = 0; i < this.scenario.brokers; i++) this.brokers.push(await this.startBroker());
     // The SDK's defaults: their retry budget must ride out a killed leader on its own.
     this.clientOptions = { brokers: this.brokers.map((b) => b.address) };
     this.producer = new Producer(this.clientOptions);
@@ -445,6 +462,15 @@ class ScenarioContext {
     for (const subscription of this.scenario.subscriptions)
       if (subscription !== "default")
         await this.admin.createSubscription(this.queue, subscription, { start: "earliest" });
+  }
+
+  /** Starts one `casq serve` on the scenario's store (on `listen` when given: a restart keeps its address). */
+  private startBroker(listen?: string): Promise<CasqServerProcess> {
+    return startServer({
+      store: `file:${this.store.path}`,
+      ...(listen === undefined ? {} : { listen }),
+      args: ["--leader-lease", "2s"],
+    });
   }
 
   /** Stops what is still running, SIGKILLs every broker and child, removes the store. */
@@ -467,6 +493,10 @@ class ScenarioContext {
         return this.enqueue(step);
       case "produce":
         return this.produce(step);
+      case "restartBroker":
+        return this.restartBroker(step);
+      case "expectLeaders":
+        return this.expectLeaders(step);
       case "startWorker":
         return this.startWorker(step);
       case "awaitWorker":
@@ -506,11 +536,12 @@ class ScenarioContext {
       ...(m.dedupId === undefined ? {} : { dedupId: m.dedupId }),
       ...(m.headers === undefined ? {} : { headers: m.headers }),
     }));
+    const producer = step.via === undefined ? this.producer : this.viaProducer(step.via);
     const results: EnqueueResult[] = [];
-    if (step.batch) results.push(...(await this.producer.enqueueBatch(this.queue, outgoing)));
+    if (step.batch) results.push(...(await producer.enqueueBatch(this.queue, outgoing)));
     else
       for (const { payload, ...options } of outgoing)
-        results.push(await this.producer.enqueue(this.queue, payload, options));
+        results.push(await producer.enqueue(this.queue, payload, options));
     if (results.length !== step.messages.length)
       fail(`got ${results.length} results for ${step.messages.length} messages`);
     for (const [i, r] of results.entries()) this.checkDedup(step.messages[i] as ScenarioMessage, r, i);
@@ -519,6 +550,47 @@ class ScenarioContext {
       if (JSON.stringify(got) !== JSON.stringify(step.expectDuplicate))
         fail(`duplicate flags ${JSON.stringify(got)}, expected ${JSON.stringify(step.expectDuplicate)}`);
     }
+  }
+
+  /** A producer whose client knows only broker `index` (it still follows redirects). */
+  private viaProducer(index: number): Producer {
+    let producer = this.viaProducers.get(index);
+    if (!producer) {
+      const broker = this.brokers[index] ?? fail(`no broker ${index}`);
+      producer = new Producer({ brokers: [broker.address] });
+      this.viaProducers.set(index, producer);
+    }
+    return producer;
+  }
+
+  private async restartBroker(step: Extract<ScenarioStep, { do: "restartBroker" }>): Promise<void> {
+    const old = this.brokers[step.broker] ?? fail(`no broker ${step.broker}`);
+    const exit = await old.stop("SIGTERM");
+    if (exit.code !== 0)
+      fail(
+        `broker ${step.broker} (${old.address}) exited with code ${exit.code}, signal ${exit.signal} after SIGTERM; output:\n${old.output()}`,
+      );
+    const restarted = await this.startBroker(old.address);
+    this.brokers[step.broker] = restarted;
+    if (restarted.address !== old.address)
+      fail(`broker ${step.broker} came back on ${restarted.address}, not on ${old.address}`);
+  }
+
+  private async expectLeaders(step: Extract<ScenarioStep, { do: "expectLeaders" }>): Promise<void> {
+    const info = await this.admin.getQueue(this.queue);
+    const now = Date.now();
+    const leaders = info.shards.flatMap((s) => {
+      const leader = s.leader;
+      if (!leader?.address) return [];
+      // A lease in the past (e.g. released by a graceful stop) is no live leader.
+      if (leader.leaseUntil && timestampMs(leader.leaseUntil) <= now) return [];
+      return [leader.address];
+    });
+    const distinct = new Set(leaders);
+    if (distinct.size !== step.distinct)
+      fail(
+        `shards are led by ${distinct.size} distinct brokers (${JSON.stringify(info.shards.map((s) => ({ shard: s.shard, leader: s.leader?.address ?? null })))}), expected ${step.distinct}`,
+      );
   }
 
   private async produce(step: Extract<ScenarioStep, { do: "produce" }>): Promise<void> {

@@ -54,6 +54,36 @@ describe("scenario parsing", () => {
     ).toThrow(/unknown field "readyy"/);
   });
 
+  it("parses restartBroker, expectLeaders and enqueue.via, checking broker indexes", () => {
+    const two = { ...base, brokers: 2 };
+    const parsed = parseScenario(
+      JSON.stringify({
+        ...two,
+        steps: [
+          { do: "restartBroker", broker: 0 },
+          { do: "enqueue", via: 1, messages: [{ payload: "a" }] },
+          { do: "expectLeaders", distinct: 2 },
+        ],
+      }),
+    );
+    expect(parsed.steps.map((s) => s.do)).toEqual(["restartBroker", "enqueue", "expectLeaders"]);
+    expect(() =>
+      parseScenario(JSON.stringify({ ...two, steps: [{ do: "restartBroker", broker: 2 }] })),
+    ).toThrow(/step 0 \(restartBroker\).*broker index 2/);
+    expect(() =>
+      parseScenario(JSON.stringify({ ...two, steps: [{ do: "enqueue", via: -1, messages: [] }] })),
+    ).toThrow(/broker index -1/);
+    expect(() => parseScenario(JSON.stringify({ ...two, steps: [{ do: "restartBroker" }] }))).toThrow(
+      /missing field "broker"/,
+    );
+    expect(() =>
+      parseScenario(JSON.stringify({ ...two, steps: [{ do: "expectLeaders", distinct: 1, shards: 2 }] })),
+    ).toThrow(/unknown field "shards"/);
+    expect(() =>
+      parseScenario(JSON.stringify({ ...two, steps: [{ do: "enqueue", via: "1", messages: [] }] })),
+    ).toThrow(/field via must be integer/);
+  });
+
   it("needs exactly one wait condition in awaitWorker", () => {
     expect(() =>
       parseScenario(

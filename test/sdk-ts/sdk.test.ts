@@ -54,6 +54,36 @@ function collect(
   return { jobs, done };
 }
 
+/**
+ * A 2-shard queue on a file store whose shards are led by two brokers, a and
+ * b, with jobs on both shards (`payloads`).
+ */
+async function splitQueue(queue: string) {
+  const store = `file:${mkdtempSync(join(tmpdir(), "casq-sdk-"))}`;
+  // Created, then released by a graceful stop: nobody leads either shard.
+  const setup = await startServer({ store, brokerId: "setup" });
+  await new Admin({ brokers: [setup.address] }).createQueue(queue, { shardCount: 2 });
+  await setup.close({ graceful: true });
+  const a = await startServer({ store, brokerId: "a" });
+  const b = await startServer({ store, brokerId: "b" });
+  // A producer that knows one broker makes it take over the shard of what it enqueues.
+  const first = await new Producer({ brokers: [a.address] }).enqueue(queue, "p0", { key: "k0" });
+  const viaB = new Producer({ brokers: [b.address] });
+  const payloads = ["p0"];
+  let otherShard = false;
+  for (let i = 1; !otherShard || payloads.length < 6; i++) {
+    if (i >= 50) throw new Error("no key of the other shard"); // some key lands there long before
+    const result = await viaB.enqueue(queue, `p${i}`, { key: `k${i}` });
+    payloads.push(`p${i}`);
+    if (result.shard !== first.shard) otherShard = true;
+  }
+  const leaders = (await new Admin({ brokers: [a.address] }).getQueue(queue)).shards.map(
+    (s) => s.leader?.brokerId,
+  );
+  expect(new Set(leaders)).toEqual(new Set(["a", "b"]));
+  return { a, b, payloads };
+}
+
 describe("@casq/sdk", () => {
   it("produces and consumes: payload encodings, headers, key, ack", async () => {
     const s = await startServer();
@@ -253,6 +283,72 @@ describe("@casq/sdk", () => {
     await eventually(async () => (await admin.getQueue("led")).totals?.messages === 0n);
     // Nothing was taken over: the leader still leads, so the SDK really followed the redirect.
     expect((await admin.getQueue("led")).shards[0]?.leader?.brokerId).toBe("leader");
+  });
+
+  it("works every shard when a queue's shards are led by different brokers: one stream per leader", async () => {
+    const { a, payloads } = await splitQueue("split");
+    const admin = new Admin({ brokers: [a.address] });
+    // The worker knows only broker a: it learns of b from the stream's routing.
+    const w = worker([a.address]);
+    let running = 0;
+    let mostAtOnce = 0;
+    const { jobs, done } = collect(
+      w,
+      "split",
+      async () => {
+        running++;
+        mostAtOnce = Math.max(mostAtOnce, running);
+        await new Promise((resolve) => setTimeout(resolve, 5));
+        running--;
+      },
+      { concurrency: 1, prefetch: 2 },
+    );
+    await eventually(() => jobs.length >= payloads.length);
+    expect(jobs.map((j) => j.text()).sort()).toEqual([...payloads].sort());
+    expect(new Set(jobs.map((j) => j.shard)).size).toBe(2);
+    // Concurrency bounds the handlers of all streams together.
+    expect(mostAtOnce).toBe(1);
+    // Every job acked once, on whichever stream delivered it.
+    await eventually(async () => {
+      const stats = (await admin.getQueue("split")).subscriptions[0];
+      return stats?.depth === 0n && stats.counters?.acked === BigInt(payloads.length);
+    });
+    await w.stop({ timeoutMs: 1_000 });
+    await done;
+    const counters = (await admin.getQueue("split")).subscriptions[0]?.counters;
+    expect(counters?.delivered).toBe(BigInt(payloads.length));
+    expect(counters?.acked).toBe(BigInt(payloads.length));
+  });
+
+  it("when the leader of a secondary stream stops, its shard's jobs come through the broker that takes it over", async () => {
+    const { a, b, payloads } = await splitQueue("moved");
+    const admin = new Admin({ brokers: [a.address] });
+    const errors: unknown[] = [];
+    const { jobs, done } = collect(
+      worker([a.address], { backoffInitialMs: 20, backoffMaxMs: 200 }),
+      "moved",
+      () => {},
+      {
+        onError: (error: unknown) => errors.push(error),
+      },
+    );
+    await eventually(() => jobs.length >= payloads.length);
+    // b shuts down (draining its stream, releasing its shard); a takes the shard over.
+    await b.close({ graceful: true });
+    const producer = new Producer({ brokers: [a.address] });
+    const more: string[] = [];
+    for (let i = 0; i < 6; i++) {
+      await producer.enqueue("moved", `later${i}`, { key: `k${i}` });
+      more.push(`later${i}`);
+    }
+    await eventually(() => jobs.length >= payloads.length + more.length);
+    expect(jobs.map((j) => j.text()).sort()).toEqual([...payloads, ...more].sort());
+    await eventually(async () => {
+      const stats = (await admin.getQueue("moved")).subscriptions[0];
+      return stats?.depth === 0n && stats.counters?.acked === BigInt(payloads.length + more.length);
+    });
+    await workers[workers.length - 1]?.stop({ timeoutMs: 1_000 });
+    await done;
   });
 
   it("fails over past a dead broker in the list", async () => {

@@ -193,6 +193,17 @@ class Enqueue:
     batch: bool
     messages: list[Message]
     expect_duplicate: list[bool] | None
+    via: int | None = None  # send through a client that knows only this broker
+
+
+@dataclass
+class RestartBroker:
+    broker: int
+
+
+@dataclass
+class ExpectLeaders:
+    distinct: int
 
 
 @dataclass
@@ -261,7 +272,19 @@ class Redrive:
     expect: int
 
 
-Action = Enqueue | Produce | StartWorker | AwaitWorker | StopWorker | CrashWorker | Stats | DeadLetters | Redrive
+Action = (
+    Enqueue
+    | Produce
+    | RestartBroker
+    | ExpectLeaders
+    | StartWorker
+    | AwaitWorker
+    | StopWorker
+    | CrashWorker
+    | Stats
+    | DeadLetters
+    | Redrive
+)
 
 
 @dataclass
@@ -322,7 +345,15 @@ def parse_action(do: str, f: Fields) -> Action:
         expect_duplicate = f.bool_list("expectDuplicate")
         if expect_duplicate is not None and len(expect_duplicate) != len(messages):
             raise ScenarioError(f"{where}.expectDuplicate: needs one flag per message")
-        return Enqueue(f.opt_bool("batch", False), messages, expect_duplicate)
+        via = positive(f.opt_int("via"), f"{where}.via")
+        return Enqueue(f.opt_bool("batch", False), messages, expect_duplicate, via)
+    if do == "restartBroker":
+        return RestartBroker(positive(f.req_int("broker"), f"{where}.broker") or 0)
+    if do == "expectLeaders":
+        distinct = f.req_int("distinct")
+        if distinct < 1:
+            raise ScenarioError(f"{where}.distinct: must be at least 1")
+        return ExpectLeaders(distinct)
     if do == "produce":
         count = positive(f.req_int("count"), f"{where}.count") or 0
         kill = positive(f.opt_int("killLeaderAfter"), f"{where}.killLeaderAfter")
@@ -398,6 +429,14 @@ def parse_action(do: str, f: Fields) -> Action:
     raise ScenarioError(f"{where}: unknown do {do!r}")
 
 
+def check_broker_index(action: Action, brokers: int) -> None:
+    """A step naming broker *i* must name one the scenario starts."""
+    index = action.broker if isinstance(action, RestartBroker) else action.via if isinstance(action, Enqueue) else None
+    field_name = "broker" if isinstance(action, RestartBroker) else "via"
+    if index is not None and index >= brokers:
+        raise ScenarioError(f"{field_name}: broker {index} does not exist (the scenario starts {brokers})")
+
+
 def parse_scenario(value: object, source: str) -> Scenario:
     top = Fields(value, source)
     name = top.req_str("name")
@@ -427,6 +466,7 @@ def parse_scenario(value: object, source: str) -> Scenario:
         try:
             action = parse_action(do, fields)
             fields.done()
+            check_broker_index(action, brokers)
         except ScenarioError as error:
             raise ScenarioError(f"scenario {name!r} step {index} ({do}): {error}") from None
         steps.append(Step(index, do, action))
@@ -475,8 +515,19 @@ class Broker:
             self.process.send_signal(signal.SIGKILL)
         self.process.wait()
 
+    def terminate(self, timeout: float) -> None:
+        """Graceful stop (SIGTERM): the broker releases its shard leases and must exit with status 0."""
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            status = self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise ScenarioError(f"broker {self.address} did not exit within {timeout:g}s of SIGTERM") from None
+        if status != 0:
+            raise ScenarioError(f"broker {self.address} exited with status {status} after SIGTERM")
 
-def start_broker(store: Path) -> Broker:
+
+def start_broker(store: Path, listen: str = "127.0.0.1:0") -> Broker:
     process = subprocess.Popen(
         [
             "node",
@@ -485,7 +536,7 @@ def start_broker(store: Path) -> Broker:
             "--store",
             f"file:{store}",
             "--listen",
-            "127.0.0.1:0",
+            listen,
             "--log-level",
             "warn",
             "--leader-lease",
@@ -597,6 +648,8 @@ class Run:
     workers: dict[str, WorkerRun] = field(default_factory=dict)
     dedup_ids: dict[str, str] = field(default_factory=dict)
     children: list[subprocess.Popen[str]] = field(default_factory=list)
+    # Output of brokers that were restarted, for the failure message.
+    retired_logs: list[str] = field(default_factory=list)
     client: casq.Client | None = None
     queue: str = ""
 
@@ -647,7 +700,7 @@ class Run:
         shutil.rmtree(self.store, ignore_errors=True)
 
     def broker_logs(self) -> str:
-        lines: list[str] = []
+        lines: list[str] = list(self.retired_logs)
         for i, broker in enumerate(self.brokers):
             lines += [f"  broker {i} ({broker.address}): {line}" for line in broker.output.seen[-20:]]
         return "\n".join(lines)
@@ -659,6 +712,10 @@ class Run:
             self.enqueue(action)
         elif isinstance(action, Produce):
             self.produce(action)
+        elif isinstance(action, RestartBroker):
+            self.restart_broker(action.broker)
+        elif isinstance(action, ExpectLeaders):
+            self.expect_leaders(action.distinct)
         elif isinstance(action, StartWorker):
             if action.name in self.workers:
                 raise ScenarioError(f"worker {action.name!r} was already started")
@@ -695,10 +752,20 @@ class Run:
             )
             for m in step.messages
         ]
-        if step.batch:
-            results = self.producer.enqueue_batch(self.queue, messages)
-        else:
-            results = [self.producer.enqueue_batch(self.queue, [message])[0] for message in messages]
+        via: casq.Client | None = None
+        producer = self.producer
+        if step.via is not None:
+            # Only this broker is known; the SDK still follows redirects from it.
+            via = casq.Client(brokers=[self.brokers[step.via].address], timeout=10.0, retry_timeout=30.0)
+            producer = casq.Producer(via)
+        try:
+            if step.batch:
+                results = producer.enqueue_batch(self.queue, messages)
+            else:
+                results = [producer.enqueue_batch(self.queue, [message])[0] for message in messages]
+        finally:
+            if via is not None:
+                via.close()
         if len(results) != len(messages):
             raise ScenarioError(f"{len(results)} results for {len(messages)} messages")
         for i, (message, result) in enumerate(zip(step.messages, results, strict=True)):
@@ -732,6 +799,28 @@ class Run:
             if not result.id:
                 raise ScenarioError(f"enqueue {i} ({payload!r}): empty id")
             self.dedup_ids.setdefault(payload, result.id)
+
+    def restart_broker(self, index: int) -> None:
+        old = self.brokers[index]
+        old.terminate(BROKER_START_TIMEOUT)
+        self.retired_logs += [f"  broker {index} before restart ({old.address}): {line}" for line in old.output.seen[-20:]]
+        # Same address and store, so that clients configured with the old address reach it.
+        new = start_broker(self.store, listen=old.address)
+        self.brokers[index] = new
+        if new.address != old.address:
+            raise ScenarioError(f"broker {index} restarted on {new.address}, expected {old.address}")
+
+    def expect_leaders(self, distinct: int) -> None:
+        described = self.admin.get_queue(self.queue)
+        now = time.time()
+        leaders = {
+            shard.leader.address
+            for shard in described.shards
+            if shard.HasField("leader") and shard.leader.lease_until.ToNanoseconds() / 1e9 > now
+        }
+        if len(leaders) != distinct:
+            shards = [(s.shard, s.leader.address if s.HasField("leader") else None) for s in described.shards]
+            raise ScenarioError(f"shards are led by {sorted(leaders)} ({len(leaders)}), expected {distinct}: {shards}")
 
     def kill_leader(self) -> None:
         described = self.admin.get_queue(self.queue)
@@ -905,6 +994,18 @@ def test_parsing_is_strict() -> None:
     """Unknown fields and steps fail instead of being skipped."""
     base: dict[str, object] = {"name": "x", "steps": [{"do": "redrive", "expect": 0}]}
     parse_scenario(base, "ok")
+    parse_scenario(
+        {
+            "name": "x",
+            "brokers": 2,
+            "steps": [
+                {"do": "restartBroker", "broker": 1},
+                {"do": "enqueue", "via": 1, "messages": [{"payload": "a"}]},
+                {"do": "expectLeaders", "distinct": 2},
+            ],
+        },
+        "ok with brokers",
+    )
     bad_cases: list[tuple[str, dict[str, object]]] = [
         ("unknown field", {**base, "extra": 1}),
         ("unknown do", {**base, "steps": [{"do": "dance"}]}),
@@ -914,6 +1015,13 @@ def test_parsing_is_strict() -> None:
         ("unknown handler", {**base, "steps": [{"do": "startWorker", "name": "w", "handler": "explode"}]}),
         ("two conditions", {**base, "steps": [{"do": "awaitWorker", "name": "w", "started": 1, "completed": 1}]}),
         ("wrong type", {**base, "steps": [{"do": "redrive", "expect": "1"}]}),
+        ("restart missing broker", {**base, "steps": [{"do": "restartBroker"}]}),
+        ("restart unknown broker", {**base, "steps": [{"do": "restartBroker", "broker": 1}]}),
+        ("restart extra field", {**base, "steps": [{"do": "restartBroker", "broker": 0, "grace": 1}]}),
+        ("leaders missing distinct", {**base, "steps": [{"do": "expectLeaders"}]}),
+        ("leaders wrong type", {**base, "steps": [{"do": "expectLeaders", "distinct": "2"}]}),
+        ("via unknown broker", {**base, "steps": [{"do": "enqueue", "via": 1, "messages": [{"payload": "a"}]}]}),
+        ("via wrong type", {**base, "steps": [{"do": "enqueue", "via": True, "messages": [{"payload": "a"}]}]}),
     ]
     for label, case in bad_cases:
         with pytest.raises(ScenarioError):

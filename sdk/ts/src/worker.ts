@@ -1,8 +1,9 @@
 /**
- * The worker: `worker.run(queue, handler)` over the `QueueService.Work`
- * bidirectional stream, with credits (prefetch), heartbeats, ack / nack /
- * dead-letter by the handler's outcome, lost-lease signalling, reconnects
- * with backoff that follow redirects, and graceful shutdown.
+ * The worker: `worker.run(queue, handler)` over `QueueService.Work`
+ * bidirectional streams — one per broker that leads shards of the queue —
+ * with credits (prefetch per stream), heartbeats, ack / nack / dead-letter by
+ * the handler's outcome, lost-lease signalling, reconnects with backoff that
+ * follow redirects, and graceful shutdown.
  */
 
 import { hostname } from "node:os";
@@ -23,7 +24,7 @@ import {
 import { backoffDelay, callWithFailover, sleep } from "./failover.ts";
 import { HeartbeatOutcome, type HeartbeatResult } from "./gen/casq/v1/message_pb.ts";
 import { QueueService } from "./gen/casq/v1/queue_service_pb.ts";
-import type { WorkRequestSchema, WorkResponse } from "./gen/casq/v1/work_pb.ts";
+import type { WorkRequestSchema, WorkResponse, WorkRouting } from "./gen/casq/v1/work_pb.ts";
 import { type Job, jobFromClaim } from "./job.ts";
 import { casqTracer, runInProcessSpan } from "./tracing.ts";
 import { BrokerPool } from "./transport.ts";
@@ -107,7 +108,7 @@ class Pushable<T> implements AsyncIterable<T> {
   }
 }
 
-/** One Work stream. */
+/** One Work stream, to one broker. */
 class Session {
   readonly requests = new Pushable<WorkRequestInit>();
   readonly abort = new AbortController();
@@ -118,6 +119,16 @@ class Session {
   private nextId = 0n;
   closed = false;
   draining = false;
+  opened = false;
+  /**
+   * Owned by the run's reconnect loop. Any other session is a secondary: it
+   * is dropped when it ends, and opened again only when routing still needs it.
+   */
+  primary = false;
+  /** The latest routing of this stream (from `opened` or `routing`). */
+  routing: WorkRouting | undefined;
+  /** Settles when the stream has ended: resolves on a clean end, rejects with what broke it. */
+  ended: Promise<void> = Promise.resolve();
 
   constructor(readonly address: string) {}
 
@@ -157,6 +168,14 @@ class Session {
 interface Held {
   readonly job: Job;
   readonly controller: AbortController;
+  /** The stream that delivered it: its ack, nack and heartbeats go there while that stream is usable. */
+  readonly session: Session;
+  /**
+   * The stream that gets this job's credit back when the job is done: the one
+   * that delivered it, or, once that one ended, a stream opened since (which
+   * opened with that much less credit).
+   */
+  creditTo: Session;
   started: boolean;
   settled: boolean;
   abandoned: boolean;
@@ -172,9 +191,29 @@ const FATAL = new Set<Code>([
   Code.FailedPrecondition,
 ]);
 
-/** One `run()`: its sessions, held jobs and handlers. */
+/**
+ * One `run()`: its Work streams, held jobs and handlers.
+ *
+ * A broker's stream delivers jobs only from the shards that broker leads, so
+ * the run keeps one stream per shard leader:
+ *
+ * - The **primary** stream goes to the preferred broker; {@link loop}
+ *   reconnects it with backoff and follows its redirects, as a one-stream
+ *   worker would.
+ * - Every `opened` / `routing` event tells which shards the stream serves and
+ *   who leads every shard. A shard that no open stream serves and whose
+ *   leader is known names a broker; {@link reconcile} opens a **secondary**
+ *   stream there unless one is open or opening. A secondary that ends is
+ *   dropped (no reconnect loop of its own); the routing of the streams still
+ *   open, or the leader its redirect named, opens it again when still
+ *   needed, after a backoff per address.
+ * - Each stream opens with `prefetch` credits (less the jobs of ended streams
+ *   it takes over) and gets a credit back when a job it delivered is done;
+ *   `concurrency` bounds the handlers of all streams together.
+ */
 class Run {
-  private session: Session | undefined;
+  /** Streams open or opening (closed ones are removed as they end). */
+  private readonly sessions = new Set<Session>();
   private readonly held = new Map<string, Held>();
   private readonly waiting: Held[] = [];
   private running = 0;
@@ -187,6 +226,16 @@ class Run {
   private readonly subscription: string;
   private readonly concurrency: number;
   private readonly prefetch: number;
+  /** Failures of the primary stream since it last opened. */
+  private failures = 0;
+  /** Brokers whose primary stream broke (not drained, not redirected) since the last open. */
+  private readonly failed = new Set<string>();
+  /** Secondary streams that ended: how often in a row, and not to be reopened before when. */
+  private readonly secondaryRetry = new Map<string, { failures: number; notBefore: number }>();
+  /** Leaders named by redirects of secondary streams, still to be tried. */
+  private readonly redirectHints = new Set<string>();
+  private reconcileTimer: NodeJS.Timeout | undefined;
+  private reconcileAt = 0;
   done: Promise<void>;
 
   constructor(
@@ -203,7 +252,12 @@ class Run {
       1000,
       Math.max(this.concurrency, Math.floor(options.prefetch ?? this.concurrency)),
     );
-    this.done = this.loop().finally(() => this.clearHeartbeat());
+    this.done = this.loop().finally(async () => {
+      this.clearHeartbeat();
+      this.clearReconcile();
+      // The run is over once every stream is: secondaries end with the half-close of the stop.
+      await Promise.allSettled([...this.sessions].map((s) => s.ended));
+    });
   }
 
   private report(error: unknown, job?: Job): void {
@@ -214,60 +268,170 @@ class Run {
     }
   }
 
+  /** The open (or opening) stream to `address`, if any. */
+  private sessionAt(address: string, includeDraining = false): Session | undefined {
+    for (const session of this.sessions)
+      if (session.address === address && !session.closed && (includeDraining || !session.draining))
+        return session;
+    return undefined;
+  }
+
+  /** Opens a Work stream to `address`; {@link sessionEnded} runs when it ends. */
+  private startSession(address: string): Session {
+    const session = new Session(address);
+    // Jobs of streams that ended give their credit to this one, so the worker
+    // holds no more than before the other stream ended.
+    let adopted = 0;
+    for (const held of this.held.values()) {
+      if (adopted >= this.prefetch) break;
+      if (held.creditTo.closed) {
+        held.creditTo = session;
+        adopted++;
+      }
+    }
+    this.sessions.add(session);
+    session.ended = this.consume(session, this.prefetch - adopted);
+    session.ended.then(
+      () => this.sessionEnded(session, undefined),
+      (thrown: unknown) => this.sessionEnded(session, thrown),
+    );
+    return session;
+  }
+
+  private async consume(session: Session, credits: number): Promise<void> {
+    const responses = this.pool
+      .client(QueueService, session.address)
+      .work(session.requests, { signal: session.abort.signal });
+    session.send({
+      case: "open",
+      value: {
+        queue: this.queue,
+        subscription: this.subscription,
+        workerId: this.workerId,
+        credits,
+        ...(this.options.leaseTtlMs === undefined
+          ? {}
+          : { leaseTtl: durationFromMs(this.options.leaseTtlMs) }),
+      },
+    });
+    for await (const response of responses) this.onResponse(session, response);
+  }
+
+  /** A stream ended: fails its open requests; a secondary is dropped and its broker retried later if still needed. */
+  private sessionEnded(session: Session, thrown: unknown): void {
+    session.close(
+      thrown === undefined
+        ? new StreamClosedError("casq: work stream ended")
+        : new StreamClosedError("casq: work stream broke", { cause: thrown }),
+    );
+    this.sessions.delete(session);
+    // The primary is the reconnect loop's business.
+    if (session.primary || this.stopping) return;
+    const error = thrown === undefined ? undefined : toCasqError(thrown);
+    const retry = this.secondaryRetry.get(session.address) ?? { failures: 0, notBefore: 0 };
+    retry.failures++;
+    // Back off before this broker is tried again: the routing that sent us
+    // there may be stale, and a routing event that corrects it may never come.
+    const { backoffInitialMs, backoffMaxMs } = this.pool.options;
+    retry.notBefore = Date.now() + backoffDelay(retry.failures, backoffInitialMs, backoffMaxMs);
+    this.secondaryRetry.set(session.address, retry);
+    if (error instanceof RedirectError) {
+      // That broker leads none of the queue's shards any more; the one it
+      // names leads one. Tried no sooner than this broker, so that two brokers
+      // with stale views cannot bounce us between them without a pause.
+      const target = this.secondaryRetry.get(error.leaderAddress) ?? { failures: 0, notBefore: 0 };
+      target.notBefore = Math.max(target.notBefore, retry.notBefore);
+      this.secondaryRetry.set(error.leaderAddress, target);
+      this.redirectHints.add(error.leaderAddress);
+    } else if (error !== undefined) this.report(error);
+    this.reconcile();
+  }
+
+  /**
+   * Opens a secondary stream to every broker that leads a shard no open
+   * stream serves (by the streams' latest routing, or named by a redirect),
+   * unless a stream to it is open or opening, or it failed too recently.
+   */
+  private reconcile(): void {
+    if (this.stopping) return;
+    const served = new Set<number>();
+    for (const session of this.sessions)
+      if (!session.closed && !session.draining)
+        for (const shard of session.routing?.servingShards ?? []) served.add(shard);
+    const wanted = new Set(this.redirectHints);
+    for (const session of this.sessions)
+      for (const route of session.routing?.shards ?? [])
+        if (!served.has(route.shard) && route.leader?.address) wanted.add(route.leader.address);
+    const now = Date.now();
+    let wakeAt = Number.POSITIVE_INFINITY;
+    for (const address of wanted) {
+      if (this.sessionAt(address, true)) {
+        this.redirectHints.delete(address);
+        continue;
+      }
+      const notBefore = this.secondaryRetry.get(address)?.notBefore ?? 0;
+      if (notBefore > now) {
+        wakeAt = Math.min(wakeAt, notBefore);
+        continue;
+      }
+      this.redirectHints.delete(address);
+      this.startSession(address);
+    }
+    if (wakeAt !== Number.POSITIVE_INFINITY) this.scheduleReconcile(wakeAt - now);
+  }
+
+  private scheduleReconcile(ms: number): void {
+    const at = Date.now() + Math.max(0, ms);
+    // An earlier look is enough: it schedules the next one itself.
+    if (this.reconcileTimer && this.reconcileAt <= at) return;
+    this.clearReconcile();
+    this.reconcileAt = at;
+    this.reconcileTimer = setTimeout(
+      () => {
+        this.reconcileTimer = undefined;
+        this.reconcile();
+      },
+      Math.max(0, ms),
+    );
+    this.reconcileTimer.unref();
+  }
+
+  private clearReconcile(): void {
+    if (this.reconcileTimer) clearTimeout(this.reconcileTimer);
+    this.reconcileTimer = undefined;
+  }
+
+  /** Keeps the primary stream: reconnects with backoff, follows redirects, ends on a fatal error. */
   private async loop(): Promise<void> {
     let address = this.pool.preferred();
-    let failures = 0;
-    // Brokers whose stream broke (not drained, not redirected) since the last open.
-    const failed = new Set<string>();
     while (!this.stopping) {
-      const session = new Session(address);
-      this.session = session;
+      // A secondary to that broker becomes the primary rather than a second stream to the same broker.
+      const session = this.sessionAt(address) ?? this.startSession(address);
+      session.primary = true;
+      if (session.opened) this.primaryOpened();
       try {
-        const responses = this.pool
-          .client(QueueService, address)
-          .work(session.requests, { signal: session.abort.signal });
-        session.send({
-          case: "open",
-          value: {
-            queue: this.queue,
-            subscription: this.subscription,
-            workerId: this.workerId,
-            credits: Math.max(0, this.prefetch - this.held.size),
-            ...(this.options.leaseTtlMs === undefined
-              ? {}
-              : { leaseTtl: durationFromMs(this.options.leaseTtlMs) }),
-          },
-        });
-        for await (const response of responses) {
-          if (response.event.case === "opened") {
-            failures = 0;
-            failed.clear();
-          }
-          this.onResponse(session, response);
-        }
-        session.close(new StreamClosedError("casq: work stream ended"));
+        await session.ended;
         if (this.stopping) break;
         address = this.pool.rotate(address);
         await sleep(
-          backoffDelay(++failures, this.pool.options.backoffInitialMs, this.pool.options.backoffMaxMs),
+          backoffDelay(++this.failures, this.pool.options.backoffInitialMs, this.pool.options.backoffMaxMs),
           this.stopController.signal,
         );
       } catch (thrown) {
-        session.close(new StreamClosedError("casq: work stream broke", { cause: thrown }));
         if (this.stopping) break;
         const error = toCasqError(thrown);
         if (error instanceof RedirectError) {
-          if (failed.has(error.leaderAddress)) {
+          if (this.failed.has(error.leaderAddress)) {
             // The leader died; this broker takes its shards over once the
             // leader's lease runs out. Wait here rather than bounce between the two.
             this.pool.prefer(address);
-            await this.pause(++failures);
+            await this.pause(++this.failures);
             continue;
           }
           const same = error.leaderAddress === address;
           this.pool.prefer(error.leaderAddress);
           address = error.leaderAddress;
-          if (same) await this.pause(++failures);
+          if (same) await this.pause(++this.failures);
           continue;
         }
         if (FATAL.has(error.code)) {
@@ -276,13 +440,18 @@ class Run {
           throw error;
         }
         this.report(error);
-        if (!session.draining) failed.add(address);
+        if (!session.draining) this.failed.add(address);
         address = this.pool.rotate(address);
         // A broker that drained us: go elsewhere at once. Anything else: back off.
-        if (!session.draining || !isRetryable(error)) await this.pause(++failures);
+        if (!session.draining || !isRetryable(error)) await this.pause(++this.failures);
       }
     }
     // Stopped: stop() drives the rest.
+  }
+
+  private primaryOpened(): void {
+    this.failures = 0;
+    this.failed.clear();
   }
 
   private async pause(failures: number): Promise<void> {
@@ -300,15 +469,26 @@ class Run {
     const event = response.event;
     switch (event.case) {
       case "opened": {
+        session.opened = true;
+        this.secondaryRetry.delete(session.address);
+        if (session.primary) this.primaryOpened();
         const ms = event.value.heartbeatInterval ? durationMs(event.value.heartbeatInterval) : 0;
         this.startHeartbeat(ms > 0 ? ms : 20_000);
+        session.routing = event.value.routing;
+        this.reconcile();
         return;
       }
+      case "routing":
+        session.routing = event.value;
+        this.reconcile();
+        return;
       case "job": {
         const controller = new AbortController();
         const held: Held = {
           job: jobFromClaim(event.value, controller.signal),
           controller,
+          session,
+          creditTo: session,
           started: false,
           settled: false,
           abandoned: false,
@@ -407,14 +587,17 @@ class Run {
     );
   }
 
-  /** Acks or nacks one held job exactly once: on the stream, or by unary call to the leader. */
+  /**
+   * Acks or nacks one held job exactly once: on the stream that delivered it,
+   * or (that stream gone, or the request redirected) by unary call to the leader.
+   */
   private async settle(held: Held, command: Extract<Command, { case: "ack" | "nack" }>): Promise<void> {
     if (held.settled) return;
     held.settled = true;
     let leader: string | undefined;
     try {
-      const session = this.session;
-      if (session?.usable) {
+      const session = held.session;
+      if (session.usable) {
         try {
           await session.request(command);
           return;
@@ -458,11 +641,11 @@ class Run {
     }
   }
 
-  /** Drops a job from the held set and grants its credit back (unless stopping). */
+  /** Drops a job from the held set and grants its credit back to its stream (unless stopping). */
   private forget(held: Held): void {
     if (!this.held.delete(held.job.receipt)) return;
-    const session = this.session;
-    if (!this.stopping && session?.usable) session.send({ case: "credit", value: { credits: 1 } });
+    const session = held.creditTo;
+    if (!this.stopping && session.usable) session.send({ case: "credit", value: { credits: 1 } });
     if (this.running === 0) for (const wake of this.idleWaiters.splice(0)) wake();
   }
 
@@ -479,52 +662,62 @@ class Run {
     this.heartbeatTimer = undefined;
   }
 
+  /** Heartbeats every running job, each on the stream that delivered it (or by unary call). */
   private async heartbeat(): Promise<void> {
-    const receipts = [...this.held.values()]
-      .filter((h) => !h.settled && !h.abandoned)
-      .map((h) => h.job.receipt);
-    for (let i = 0; i < receipts.length; i += 500) {
-      const chunk = receipts.slice(i, i + 500);
-      try {
-        let results: HeartbeatResult[] | undefined;
-        let leader: string | undefined;
-        const session = this.session;
-        if (session?.usable) {
-          try {
-            const reply = await session.request({ case: "heartbeat", value: { receipts: chunk } });
-            if (reply.event.case === "heartbeated") results = reply.event.value.results;
-          } catch (thrown) {
-            const error = toCasqError(thrown);
-            if (error instanceof RedirectError) leader = error.leaderAddress;
-            else if (!(error instanceof StreamClosedError) && !isRetryable(error)) throw error;
-          }
+    const bySession = new Map<Session, string[]>();
+    for (const held of this.held.values()) {
+      if (held.settled || held.abandoned) continue;
+      const receipts = bySession.get(held.session) ?? [];
+      receipts.push(held.job.receipt);
+      bySession.set(held.session, receipts);
+    }
+    await Promise.all(
+      [...bySession].map(async ([session, receipts]) => {
+        for (let i = 0; i < receipts.length; i += 500)
+          await this.heartbeatChunk(session, receipts.slice(i, i + 500));
+      }),
+    );
+  }
+
+  private async heartbeatChunk(session: Session, chunk: string[]): Promise<void> {
+    try {
+      let results: HeartbeatResult[] | undefined;
+      let leader: string | undefined;
+      if (session.usable) {
+        try {
+          const reply = await session.request({ case: "heartbeat", value: { receipts: chunk } });
+          if (reply.event.case === "heartbeated") results = reply.event.value.results;
+        } catch (thrown) {
+          const error = toCasqError(thrown);
+          if (error instanceof RedirectError) leader = error.leaderAddress;
+          else if (!(error instanceof StreamClosedError) && !isRetryable(error)) throw error;
         }
-        if (!results) {
-          const response = await callWithFailover(
-            this.pool,
-            ({ address, timeoutMs }) =>
-              this.pool.client(QueueService, address).heartbeat(
-                {
-                  queue: this.queue,
-                  subscription: this.subscription,
-                  workerId: this.workerId,
-                  receipts: chunk,
-                },
-                { timeoutMs },
-              ),
-            { ...(leader ? { address: leader } : {}), maxAttempts: 3 },
-          );
-          results = response.results;
-        }
-        for (const r of results)
-          if (r.outcome === HeartbeatOutcome.LOST) this.lost(r.receipt, "heartbeat: lease lost");
-      } catch (error) {
-        this.report(error);
       }
+      if (!results) {
+        const response = await callWithFailover(
+          this.pool,
+          ({ address, timeoutMs }) =>
+            this.pool.client(QueueService, address).heartbeat(
+              {
+                queue: this.queue,
+                subscription: this.subscription,
+                workerId: this.workerId,
+                receipts: chunk,
+              },
+              { timeoutMs },
+            ),
+          { ...(leader ? { address: leader } : {}), maxAttempts: 3 },
+        );
+        results = response.results;
+      }
+      for (const r of results)
+        if (r.outcome === HeartbeatOutcome.LOST) this.lost(r.receipt, "heartbeat: lease lost");
+    } catch (error) {
+      this.report(error);
     }
   }
 
-  /** Graceful stop: no new jobs, wait for handlers up to `timeoutMs`, abort the rest, end the stream. */
+  /** Graceful stop: no new jobs, wait for handlers up to `timeoutMs`, abort the rest, end every stream. */
   async stop(timeoutMs: number): Promise<void> {
     this.stopping = true;
     this.stopController.abort();
@@ -533,6 +726,7 @@ class Run {
   }
 
   private async drain(timeoutMs: number): Promise<void> {
+    this.clearReconcile();
     // Jobs received but not started go back at once.
     for (const held of this.waiting.splice(0)) this.release(held);
     if (this.running > 0) {
@@ -551,17 +745,16 @@ class Run {
         held.controller.abort(new CasqError(Code.Canceled, "casq: worker stopped"));
       }
     }
-    // Let acks of finished jobs land, then half-close and wait briefly for the broker's OK.
+    // Let acks of finished jobs land, then half-close every stream and wait briefly for the brokers' OK.
     await Promise.race([Promise.allSettled([...this.settles]), sleep(5_000).catch(() => {})]);
     this.clearHeartbeat();
-    const session = this.session;
-    if (session && !session.closed) {
-      session.requests.end();
-      const ended = this.done.catch(() => {});
-      const timer = setTimeout(() => session.abort.abort(), 2_000);
-      await ended;
-      clearTimeout(timer);
-    }
+    const open = [...this.sessions].filter((s) => !s.closed);
+    for (const session of open) session.requests.end();
+    const timer = setTimeout(() => {
+      for (const session of open) session.abort.abort();
+    }, 2_000);
+    await Promise.allSettled(open.map((s) => s.ended));
+    clearTimeout(timer);
   }
 }
 

@@ -8,7 +8,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -26,7 +26,7 @@ from casq.errors import (
     error_from_status,
 )
 from casq.job import Job
-from casq.v1 import queue_service_pb2, work_pb2
+from casq.v1 import message_pb2, queue_service_pb2, work_pb2
 
 Handler = Callable[[Job], None]
 ErrorCallback = Callable[[Exception, "Job | None"], None]
@@ -43,20 +43,64 @@ FATAL_CODES = frozenset(
 )
 
 
-@dataclass
-class _Session:
-    """One Work stream: its outbox (None half-closes) and unanswered requests."""
+# The lane of the primary session; a secondary session's lane is its broker address.
+_PRIMARY = ""
+# Opened.max_credits: more outstanding credit ends the stream.
+_MAX_CREDITS = 1000
+# Receipts per heartbeat request (stays within limits.max_batch).
+_HEARTBEAT_CHUNK = 500
+# How long run() waits for secondary streams to end after their half-close.
+_CLOSE_GRACE = 5.0
 
+
+@dataclass(eq=False)
+class _Session:
+    """One Work stream: its lane, outbox (None half-closes) and unanswered requests.
+
+    ``open`` is true from creation until the stream ends or is half-closed:
+    requests sent meanwhile go on the stream (an opening stream sends them after
+    its open), later ones as unary calls.
+    """
+
+    lane: str
+    address: str
     outbox: queue_mod.Queue[work_pb2.WorkRequest | None] = field(default_factory=queue_mod.Queue)
     pending: dict[int, Callable[[], object]] = field(default_factory=dict)
-    heartbeat_interval: float = 20.0
-    address: str = ""
+    # Pending heartbeats are not resent when the stream ends: the next round covers them.
+    heartbeats: set[int] = field(default_factory=set)
     open: bool = True
     draining: bool = False
+    routing: work_pb2.WorkRouting | None = None
+    cancel: Callable[[], object] | None = None  # ends the call at once
+
+    def half_close(self) -> None:
+        """No more requests: the broker answers what is outstanding, then ends with OK (caller holds the lock)."""
+        if self.open:
+            self.open = False
+            self.outbox.put(None)
+
+
+@dataclass(eq=False)
+class _Held:
+    """A job the run holds a lease for, from delivery until its handler is over."""
+
+    job: Job
+    lane: str
+    # The stream whose credit the job uses: the one that delivered it, or the
+    # lane's next stream if that one opened while the job was still held.
+    session: _Session | None
+    settled: bool = False
 
 
 class Worker:
-    """Consumes a queue with a handler: ack on return, nack on exception."""
+    """Consumes a queue with a handler: ack on return, nack on exception.
+
+    A run keeps one Work stream per broker that leads shards of the queue: the
+    primary stream (to the client's current broker; reconnects with backoff and
+    follows redirects) and a secondary stream to every other leader the
+    brokers' routing names. ``prefetch`` applies per stream; ``concurrency``
+    (the handler threads) is shared by all of them.
+    """
 
     def __init__(self, client: Client, worker_id: str | None = None) -> None:
         self.client = client
@@ -65,13 +109,20 @@ class Worker:
         self._stopping = threading.Event()
         self._done = threading.Event()
         self._done.set()
-        self._session: _Session | None = None
-        self._held: dict[str, Job] = {}
+        self._sessions: dict[str, _Session] = {}  # lane -> open or opening stream
+        self._secondaries: set[threading.Thread] = set()
+        self._recheck_failures: dict[str, int] = {}  # address -> secondary streams that failed in a row
+        self._held: dict[str, _Held] = {}
         self._running = 0
         self._ids = itertools.count(1)
         self._queue = ""
         self._subscription = ""
+        self._prefetch = 1
+        self._lease_ttl: float | None = None
         self._on_error: ErrorCallback | None = None
+        self._heartbeat_interval = 20.0
+        self._heartbeats: threading.Thread | None = None
+        self._run_over = threading.Event()
 
     # -- public API -------------------------------------------------------------
 
@@ -86,22 +137,34 @@ class Worker:
         lease_ttl: float | None = None,
         on_error: ErrorCallback | None = None,
     ) -> None:
-        """Run until :meth:`stop`; raises only for failures retrying cannot fix."""
+        """Run until :meth:`stop`; raises only for failures retrying cannot fix.
+
+        Up to ``concurrency`` handlers run at once, across all streams.
+        ``prefetch`` (default ``concurrency``, at most 1000) is how many jobs
+        each stream may hand over before they are finished: a worker whose
+        queue's shards are led by *n* brokers holds up to ``n * prefetch`` jobs.
+        """
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
         self._queue, self._subscription = queue, subscription
         self._handler, self._on_error = handler, on_error
-        credits = prefetch if prefetch is not None else concurrency
+        self._prefetch = min(_MAX_CREDITS, prefetch if prefetch is not None else concurrency)
+        self._lease_ttl = lease_ttl
         self._stopping.clear()
         self._done.clear()
+        self._run_over = threading.Event()
+        self._heartbeats = None
+        self._recheck_failures.clear()
         executor = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="casq-worker")
         self._executor = executor
         failures = 0
         try:
             while not self._stopping.is_set():
-                session = _Session()
+                session = self._new_session(_PRIMARY, self.client.current_broker)
+                if session is None:
+                    break
                 try:
-                    self._run_stream(session, queue, subscription, credits, lease_ttl)
+                    self._run_stream(session)
                     failures = 0
                 except grpc.RpcError as rpc_error:
                     error = error_from_rpc(rpc_error)
@@ -118,11 +181,15 @@ class Worker:
                 finally:
                     self._close_session(session)
         finally:
+            # Also after a fatal error: no stream may be opened again and no queued job started.
+            self._stopping.set()
+            self._end_secondaries()
+            self._run_over.set()
             executor.shutdown(wait=False, cancel_futures=False)
             self._done.set()
 
     def stop(self, timeout: float | None = 30.0) -> None:
-        """Stop taking jobs, wait up to ``timeout`` for running handlers, then end the stream.
+        """Stop taking jobs, wait up to ``timeout`` for running handlers, then end every stream.
 
         Handlers still running afterwards are not acked: their leases expire and
         casq redelivers them. Returns once ``run()`` has returned (or ``timeout`` passed).
@@ -135,26 +202,38 @@ class Worker:
                 if remaining is not None and remaining <= 0:
                     break
                 self._lock.wait(remaining)
-            session = self._session
-            if session is not None and session.open:
-                session.outbox.put(None)  # half-close: the broker answers what is outstanding, then OK
+            for session in self._sessions.values():
+                session.half_close()  # the broker answers what is outstanding, then OK
         remaining = None if deadline is None else max(0.5, deadline - time.monotonic())
         self._done.wait(remaining)
 
-    # -- the stream -------------------------------------------------------------
+    # -- the streams ------------------------------------------------------------
 
-    def _run_stream(
-        self, session: _Session, queue: str, subscription: str, prefetch: int, lease_ttl: float | None
-    ) -> None:
-        address = session.address = self.client.current_broker
+    def _new_session(self, lane: str, address: str) -> _Session | None:
+        """Registers the lane's new stream and queues its open; None once stopping."""
         with self._lock:
-            credits = max(0, prefetch - len(self._held))
-        open_request = work_pb2.WorkOpen(
-            queue=queue, subscription=subscription, worker_id=self.worker_id, credits=min(credits, 1000)
-        )
-        if lease_ttl is not None:
-            open_request.lease_ttl.CopyFrom(to_duration(lease_ttl))
-        session.outbox.put(work_pb2.WorkRequest(open=open_request))
+            if self._stopping.is_set():
+                return None
+            session = _Session(lane, address)
+            # Jobs still held from the lane's earlier stream keep their leases and
+            # count against prefetch; their credit comes back to this stream.
+            mine = [held for held in self._held.values() if held.lane == lane]
+            for held in mine:
+                held.session = session
+            open_request = work_pb2.WorkOpen(
+                queue=self._queue,
+                subscription=self._subscription,
+                worker_id=self.worker_id,
+                credits=max(0, self._prefetch - len(mine)),
+            )
+            if self._lease_ttl is not None:
+                open_request.lease_ttl.CopyFrom(to_duration(self._lease_ttl))
+            session.outbox.put(work_pb2.WorkRequest(open=open_request))
+            self._sessions[lane] = session
+            return session
+
+    def _run_stream(self, session: _Session) -> None:
+        """Reads one stream until it ends; raises its grpc.RpcError if it failed."""
 
         def requests() -> Iterator[work_pb2.WorkRequest]:
             while True:
@@ -163,67 +242,161 @@ class Worker:
                     return
                 yield item
 
-        call = self.client.queue_stub(address).Work(requests(), metadata=self.client.metadata())
-        heartbeats: threading.Thread | None = None
+        call = self.client.queue_stub(session.address).Work(requests(), metadata=self.client.metadata())
+        session.cancel = call.cancel
         try:
             for response in call:
-                event = response.WhichOneof("event")
-                if event == "opened":
-                    session.heartbeat_interval = max(0.05, response.opened.heartbeat_interval.ToTimedelta().total_seconds())
-                    with self._lock:
-                        self._session = session
-                        if self._stopping.is_set():
-                            session.outbox.put(None)
-                    heartbeats = threading.Thread(target=self._heartbeat_loop, args=(session,), daemon=True)
-                    heartbeats.start()
-                elif event == "job":
-                    self._start_job(Job(response.job))
-                elif event == "leases_lost":
-                    with self._lock:
-                        for receipt in response.leases_lost.receipts:
-                            job = self._held.pop(receipt, None)
-                            if job is not None:
-                                job.lost.set()
-                elif event in ("heartbeated", "acked", "nacked"):
-                    with self._lock:
-                        session.pending.pop(response.request_id, None)
-                    if event == "heartbeated":
-                        self._lost_from_heartbeat(response.heartbeated)
-                elif event == "request_failed":
-                    with self._lock:
-                        fallback = session.pending.pop(response.request_id, None)
-                    error = error_from_status(response.request_failed.status)
-                    if isinstance(error, RedirectError) and fallback is not None:
-                        self._unary(fallback)
-                    else:
-                        self._report(error, None)
-                elif event == "draining":
-                    session.draining = True
+                self._on_response(session, response)
         finally:
             with self._lock:
                 session.open = False
-                if self._session is session:
-                    self._session = None
             call.cancel()
+
+    def _on_response(self, session: _Session, response: work_pb2.WorkResponse) -> None:
+        event = response.WhichOneof("event")
+        if event == "opened":
+            interval = response.opened.heartbeat_interval.ToTimedelta().total_seconds()
+            with self._lock:
+                self._heartbeat_interval = max(0.05, interval) if interval > 0 else 20.0
+                self._recheck_failures.pop(session.address, None)
+                if self._heartbeats is None:
+                    self._heartbeats = threading.Thread(
+                        target=self._heartbeat_loop, args=(self._run_over,), name="casq-heartbeats", daemon=True
+                    )
+                    self._heartbeats.start()
+            self._route(session, response.opened.routing)
+        elif event == "job":
+            job = Job(response.job)
+            with self._lock:
+                self._held[job.receipt] = _Held(job, session.lane, session)
+            try:
+                self._executor.submit(self._run_job, job)
+            except RuntimeError:
+                # The run is over (a broker sent a job after the half-close): its lease expires.
+                with self._lock:
+                    self._held.pop(job.receipt, None)
+        elif event == "leases_lost":
+            self._mark_lost(response.leases_lost.receipts)
+        elif event in ("heartbeated", "acked", "nacked"):
+            with self._lock:
+                session.pending.pop(response.request_id, None)
+                session.heartbeats.discard(response.request_id)
+            if event == "heartbeated":
+                self._lost_from_results(response.heartbeated.results)
+        elif event == "request_failed":
+            with self._lock:
+                fallback = session.pending.pop(response.request_id, None)
+                session.heartbeats.discard(response.request_id)
+            error = error_from_status(response.request_failed.status)
+            if isinstance(error, RedirectError) and fallback is not None:
+                self._unary(fallback)
+            else:
+                self._report(error, None)
+        elif event == "routing":
+            self._route(session, response.routing)
+        elif event == "draining":
+            session.draining = True
+
+    def _route(self, session: _Session, routing: work_pb2.WorkRouting) -> None:
+        """Opens a secondary stream to every leader of a shard ``session`` does not serve and no stream reaches."""
+        with self._lock:
+            session.routing = routing
+            if self._stopping.is_set() or not session.open:
+                return
+            served = set(routing.serving_shards)
+            reached = {s.address for s in self._sessions.values()}
+            for route in routing.shards:
+                # A shard nobody leads is taken over by a broker we already reach,
+                # which then announces it in a routing event of its own.
+                if route.shard in served or not route.HasField("leader"):
+                    continue
+                address = route.leader.address
+                if not address or address in reached:
+                    continue
+                reached.add(address)
+                secondary = self._new_session(address, address)
+                if secondary is None:
+                    return
+                thread = threading.Thread(
+                    target=self._run_secondary, args=(secondary,), name=f"casq-work-{address}", daemon=True
+                )
+                self._secondaries.add(thread)
+                thread.start()
+
+    def _run_secondary(self, session: _Session) -> None:
+        """A secondary stream has no reconnect loop: when it ends it is dropped, and its jobs settle by unary call."""
+        error: CasqError | None = None
+        try:
+            self._run_stream(session)
+        except grpc.RpcError as rpc_error:
+            error = error_from_rpc(rpc_error)
+        finally:
+            self._close_session(session)
+            with self._lock:
+                self._secondaries.discard(threading.current_thread())
+        if self._stopping.is_set():
+            return
+        if error is not None and not isinstance(error, RedirectError):
+            self._report(error, None)
+        # Routing events come only when a broker's served shards change, so a
+        # stream lost to a passing outage would not be reopened by one: after a
+        # backoff, apply the routing the open streams last reported once more
+        # (it reopens this stream only if that routing still names the broker).
+        with self._lock:
+            failures = self._recheck_failures.get(session.address, 0)
+            self._recheck_failures[session.address] = failures + 1
+        if self._stopping.wait(backoff_delay(failures, self.client.backoff_initial, self.client.backoff_max)):
+            return
+        with self._lock:
+            known = [(s, s.routing) for s in self._sessions.values() if s.routing is not None]
+        for other, routing in known:
+            if routing is not None:
+                self._route(other, routing)
+
+    def _end_secondaries(self) -> None:
+        """After the primary loop: half-close the secondary streams and wait (bounded) for them to end."""
+        with self._lock:
+            for session in self._sessions.values():
+                session.half_close()
+            threads = list(self._secondaries)
+        deadline = time.monotonic() + _CLOSE_GRACE
+        for thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        with self._lock:
+            # A broker that does not end a half-closed stream in time: cancel it.
+            late = [s.cancel for s in self._sessions.values() if s.lane != _PRIMARY and s.cancel is not None]
+        for cancel in late:
+            cancel()
 
     def _close_session(self, session: _Session) -> None:
         """Resend what the ended stream left unanswered, as unary calls (idempotent)."""
         with self._lock:
             session.open = False
-            leftovers = list(session.pending.values())
+            if self._sessions.get(session.lane) is session:
+                del self._sessions[session.lane]
+            leftovers = [f for rid, f in session.pending.items() if rid not in session.heartbeats]
             session.pending.clear()
+            session.heartbeats.clear()
         session.outbox.put(None)
         for fallback in leftovers:
             self._unary(fallback)
 
-    def _send(self, build: Callable[[int], work_pb2.WorkRequest], fallback: Callable[[], object] | None) -> None:
-        """Send on the open stream (remembering the unary fallback), else call unary at once."""
+    def _send(
+        self,
+        session: _Session | None,
+        build: Callable[[int], work_pb2.WorkRequest],
+        fallback: Callable[[], object] | None,
+        *,
+        heartbeat: bool = False,
+    ) -> None:
+        """Send on ``session`` while it is open (remembering the unary fallback), else call unary at once."""
         with self._lock:
-            session = self._session
             if session is not None and session.open:
                 request_id = next(self._ids)
                 if fallback is not None:
                     session.pending[request_id] = fallback
+                if heartbeat:
+                    session.heartbeats.add(request_id)
                 session.outbox.put(build(request_id))
                 return
         if fallback is not None:
@@ -235,40 +408,57 @@ class Worker:
         except CasqError as error:
             self._report(error, None)
 
-    def _heartbeat_loop(self, session: _Session) -> None:
-        while not self._done.is_set():
-            time.sleep(session.heartbeat_interval)
+    # -- leases -----------------------------------------------------------------
+
+    def _heartbeat_loop(self, run_over: threading.Event) -> None:
+        """Heartbeats every held job on the stream that delivered it (unary once that one is gone)."""
+        while not run_over.wait(self._heartbeat_interval):
+            groups: dict[_Session | None, list[str]] = {}
             with self._lock:
-                if not session.open:
-                    return
-                receipts = list(self._held)
-            if receipts:
-                self._send(
-                    lambda rid: work_pb2.WorkRequest(request_id=rid, heartbeat=work_pb2.WorkHeartbeat(receipts=receipts)),
-                    None,
-                )
+                for receipt, held in self._held.items():
+                    if not held.settled and not held.job.lost.is_set():
+                        groups.setdefault(held.session, []).append(receipt)
+            for session, receipts in groups.items():
+                for start in range(0, len(receipts), _HEARTBEAT_CHUNK):
+                    self._heartbeat(session, receipts[start : start + _HEARTBEAT_CHUNK])
 
-    def _lost_from_heartbeat(self, heartbeated: work_pb2.WorkHeartbeated) -> None:
-        from casq.v1 import message_pb2
+    def _heartbeat(self, session: _Session | None, receipts: list[str]) -> None:
+        client = self.client
+        request = queue_service_pb2.HeartbeatRequest(
+            queue=self._queue, subscription=self._subscription, worker_id=self.worker_id, receipts=receipts
+        )
 
+        def unary() -> None:
+            response = client.call(
+                lambda a: client.queue_stub(a).Heartbeat(request, timeout=client.timeout, metadata=client.metadata())
+            )
+            self._lost_from_results(response.results)
+
+        self._send(
+            session,
+            lambda rid: work_pb2.WorkRequest(request_id=rid, heartbeat=work_pb2.WorkHeartbeat(receipts=receipts)),
+            unary,
+            heartbeat=True,
+        )
+
+    def _lost_from_results(self, results: Iterable[message_pb2.HeartbeatResult]) -> None:
+        self._mark_lost(result.receipt for result in results if result.outcome == message_pb2.HEARTBEAT_OUTCOME_LOST)
+
+    def _mark_lost(self, receipts: Iterable[str]) -> None:
+        """The broker no longer leases these to us: the handler sees ``job.lost``, the job is not settled."""
         with self._lock:
-            for result in heartbeated.results:
-                if result.outcome == message_pb2.HEARTBEAT_OUTCOME_LOST:
-                    job = self._held.pop(result.receipt, None)
-                    if job is not None:
-                        job.lost.set()
+            for receipt in receipts:
+                held = self._held.get(receipt)
+                if held is not None:
+                    held.job.lost.set()
 
     # -- jobs -------------------------------------------------------------------
-
-    def _start_job(self, job: Job) -> None:
-        with self._lock:
-            self._held[job.receipt] = job
-        self._executor.submit(self._run_job, job)
 
     def _run_job(self, job: Job) -> None:
         if self._stopping.is_set():
             # Never started: hand it back at once.
             self._settle(job, ok=False, dead_letter=False, reason="worker stopping", delay=0.0)
+            self._finish(job)
             return
         with self._lock:
             self._running += 1
@@ -288,21 +478,31 @@ class Worker:
             with self._lock:
                 self._running -= 1
                 self._lock.notify_all()
-            if not self._stopping.is_set():
-                self._send(lambda rid: work_pb2.WorkRequest(request_id=rid, credit=work_pb2.WorkCredit(credits=1)), None)
+            self._finish(job)
+
+    def _finish(self, job: Job) -> None:
+        """Forgets a job whose handler is over; gives its credit back to the stream it uses."""
+        with self._lock:
+            held = self._held.pop(job.receipt, None)
+            session = held.session if held is not None else None
+            if session is not None and session.open and not self._stopping.is_set():
+                session.outbox.put(work_pb2.WorkRequest(credit=work_pb2.WorkCredit(credits=1)))
 
     def _settle(
         self, job: Job, *, ok: bool, dead_letter: bool = False, reason: str = "", delay: float | None = None
     ) -> None:
         with self._lock:
-            still_held = self._held.pop(job.receipt, None) is not None
-        if not still_held or job.lost.is_set():
-            return  # the lease is gone: settling would answer LEASE_LOST
+            held = self._held.get(job.receipt)
+            if held is None or held.settled or job.lost.is_set():
+                return  # the lease is gone: settling would answer LEASE_LOST
+            held.settled = True
+            session = held.session
         receipts = [job.receipt]
         queue, subscription, client = self._queue, self._subscription, self.client
         if ok:
             ack = queue_service_pb2.AckRequest(queue=queue, subscription=subscription, receipts=receipts)
             self._send(
+                session,
                 lambda rid: work_pb2.WorkRequest(request_id=rid, ack=work_pb2.WorkAck(receipts=receipts)),
                 lambda: client.call(lambda a: client.queue_stub(a).Ack(ack, timeout=client.timeout, metadata=client.metadata())),
             )
@@ -315,6 +515,7 @@ class Worker:
             nack.delay.CopyFrom(to_duration(delay))
             unary.delay.CopyFrom(to_duration(delay))
         self._send(
+            session,
             lambda rid: work_pb2.WorkRequest(request_id=rid, nack=nack),
             lambda: client.call(lambda a: client.queue_stub(a).Nack(unary, timeout=client.timeout, metadata=client.metadata())),
         )

@@ -48,6 +48,8 @@ _MAX_CREDITS = 1000
 # long it waits for the broker's OK after the half-close before cancelling.
 _SETTLE_GRACE = 5.0
 _CLOSE_GRACE = 2.0
+# The lane of the primary stream; a secondary stream's lane is its broker address.
+_PRIMARY = ""
 
 
 class _StreamClosed(Exception):
@@ -59,6 +61,10 @@ class _Held:
     """A job this worker holds a lease for, from delivery until it is settled or given up."""
 
     job: Job
+    lane: str
+    # The stream whose credit the job uses: the one that delivered it, or the
+    # lane's next stream if that one opened while the job was still held.
+    session: _Session | None
     started: bool = False
     in_handler: bool = False
     settled: bool = False
@@ -69,8 +75,9 @@ class _Held:
 
 @dataclass(eq=False)
 class _Session:
-    """One Work stream: its outbox (None half-closes) and requests awaiting a reply."""
+    """One Work stream: its lane, outbox (None half-closes) and requests awaiting a reply."""
 
+    lane: str
     address: str
     outbox: asyncio.Queue[work_pb2.WorkRequest | None] = field(default_factory=asyncio.Queue)
     pending: dict[int, asyncio.Future[work_pb2.WorkResponse]] = field(default_factory=dict)
@@ -78,6 +85,7 @@ class _Session:
     half_closed: bool = False
     draining: bool = False
     reader: asyncio.Task[None] | None = None
+    routing: work_pb2.WorkRouting | None = None  # the latest the broker sent
 
     @property
     def usable(self) -> bool:
@@ -155,7 +163,9 @@ class _Run:
         self.waiting: deque[_Held] = deque()
         self.running = 0
         self.stopping = False
-        self.session: _Session | None = None
+        self.sessions: dict[str, _Session] = {}  # lane -> open or opening stream
+        self.secondaries: set[asyncio.Task[None]] = set()
+        self.recheck_failures: dict[str, int] = {}  # address -> secondary streams that failed in a row
         self.tasks: set[asyncio.Task[None]] = set()
         self.heartbeat_task: asyncio.Task[None] | None = None
         self.heartbeat_interval = 20.0
@@ -172,23 +182,10 @@ class _Run:
         """Opens streams until stopped; raises a fatal CasqError."""
         while not self.stopping:
             address = self.client.current_broker
-            session = _Session(address)
-            open_request = work_pb2.WorkOpen(
-                queue=self.queue,
-                subscription=self.subscription,
-                worker_id=self.worker_id,
-                # Jobs still held from an earlier stream keep their leases and count against prefetch.
-                credits=max(0, min(_MAX_CREDITS, self.prefetch - len(self.held))),
-            )
-            if self.lease_ttl is not None:
-                open_request.lease_ttl.CopyFrom(to_duration(self.lease_ttl))
-            session.send(work_pb2.WorkRequest(open=open_request))
-            self.session = session
-            call = self.client.queue_stub(address).Work(session.requests(), metadata=self.client.metadata())
-            # The stream is read in its own task so that ending it (grpc.aio raises
-            # CancelledError for a cancelled call) is never mistaken for a cancel of run().
-            reader = asyncio.create_task(self._read(session, call))
-            session.reader = reader
+            session = self._new_session(_PRIMARY, address)
+            if session is None:
+                break
+            reader = self._start(session)
             try:
                 await asyncio.wait({reader})
             except asyncio.CancelledError:
@@ -196,9 +193,7 @@ class _Run:
                 await asyncio.wait({reader}, timeout=_CLOSE_GRACE)
                 raise
             finally:
-                if self.session is session:
-                    self.session = None
-                session.close()
+                self._drop(session)
             if reader.cancelled() or self.stopping:
                 break
             failure = reader.exception()
@@ -227,6 +222,100 @@ class _Run:
                 await self._pause()
             self.client.fail_over()
 
+    def _new_session(self, lane: str, address: str) -> _Session | None:
+        """Registers the lane's new stream and queues its open; None once stopping."""
+        if self.stopping:
+            return None
+        session = _Session(lane, address)
+        # Jobs still held from the lane's earlier stream keep their leases and count
+        # against prefetch; their credit comes back to this stream.
+        mine = [held for held in self.held.values() if held.lane == lane]
+        for held in mine:
+            held.session = session
+        open_request = work_pb2.WorkOpen(
+            queue=self.queue,
+            subscription=self.subscription,
+            worker_id=self.worker_id,
+            credits=max(0, min(_MAX_CREDITS, self.prefetch - len(mine))),
+        )
+        if self.lease_ttl is not None:
+            open_request.lease_ttl.CopyFrom(to_duration(self.lease_ttl))
+        session.send(work_pb2.WorkRequest(open=open_request))
+        self.sessions[lane] = session
+        return session
+
+    def _start(self, session: _Session) -> asyncio.Task[None]:
+        """Opens the stream; it is read in its own task so that ending it (grpc.aio raises
+        CancelledError for a cancelled call) is never mistaken for a cancel of run()."""
+        call = self.client.queue_stub(session.address).Work(session.requests(), metadata=self.client.metadata())
+        reader = asyncio.create_task(self._read(session, call))
+        session.reader = reader
+        return reader
+
+    def _drop(self, session: _Session) -> None:
+        """The stream ended: unregister it; requests awaiting a reply go unary."""
+        if self.sessions.get(session.lane) is session:
+            del self.sessions[session.lane]
+        session.close()
+
+    def _route(self, session: _Session, routing: work_pb2.WorkRouting) -> None:
+        """Opens a secondary stream to every leader of a shard ``session`` does not serve and no stream reaches."""
+        session.routing = routing
+        if self.stopping or not session.usable:
+            return
+        served = set(routing.serving_shards)
+        reached = {s.address for s in self.sessions.values()}
+        for route in routing.shards:
+            # A shard nobody leads is taken over by a broker we already reach,
+            # which then announces it in a routing event of its own.
+            if route.shard in served or not route.HasField("leader"):
+                continue
+            address = route.leader.address
+            if not address or address in reached:
+                continue
+            reached.add(address)
+            secondary = self._new_session(address, address)
+            if secondary is None:
+                return
+            task = asyncio.create_task(self._secondary(secondary))
+            self.secondaries.add(task)
+            task.add_done_callback(self.secondaries.discard)
+
+    async def _secondary(self, session: _Session) -> None:
+        """A secondary stream has no reconnect loop: when it ends it is dropped, and its jobs settle by unary call."""
+        reader = self._start(session)
+        try:
+            await asyncio.wait({reader})
+        except asyncio.CancelledError:
+            reader.cancel()
+            await asyncio.wait({reader}, timeout=_CLOSE_GRACE)
+            raise
+        finally:
+            self._drop(session)
+        if reader.cancelled() or self.stopping:
+            return
+        failure = reader.exception()
+        if failure is not None and not isinstance(failure, grpc.RpcError):
+            self.report(failure if isinstance(failure, Exception) else RuntimeError(repr(failure)), None)
+        elif failure is not None:
+            error = error_from_rpc(failure)
+            if not isinstance(error, RedirectError):
+                self.report(error, None)
+        # Routing events come only when a broker's served shards change, so a
+        # stream lost to a passing outage would not be reopened by one: after a
+        # backoff, apply the routing the open streams last reported once more
+        # (it reopens this stream only if that routing still names the broker).
+        failures = self.recheck_failures.get(session.address, 0)
+        self.recheck_failures[session.address] = failures + 1
+        delay = backoff_delay(failures, self.client.backoff_initial, self.client.backoff_max)
+        try:
+            await asyncio.wait_for(self.wake.wait(), delay)
+        except asyncio.TimeoutError:
+            pass
+        for other in list(self.sessions.values()):
+            if other.routing is not None:
+                self._route(other, other.routing)
+
     async def _read(
         self, session: _Session, call: aio.StreamStreamCall[work_pb2.WorkRequest, work_pb2.WorkResponse]
     ) -> None:
@@ -247,13 +336,16 @@ class _Run:
     def _on_response(self, session: _Session, response: work_pb2.WorkResponse) -> None:
         event = response.WhichOneof("event")
         if event == "opened":
-            self.failures = self.redirects = 0
+            if session.lane == _PRIMARY:
+                self.failures = self.redirects = 0
+            self.recheck_failures.pop(session.address, None)
             interval = response.opened.heartbeat_interval.ToTimedelta().total_seconds()
             self.heartbeat_interval = max(0.05, interval) if interval > 0 else 20.0
             if self.heartbeat_task is None:
                 self.heartbeat_task = asyncio.create_task(self._heartbeats())
+            self._route(session, response.opened.routing)
         elif event == "job":
-            held = _Held(Job(response.job))
+            held = _Held(Job(response.job), session.lane, session)
             self.held[held.job.receipt] = held
             if self.stopping:
                 self._release(held)
@@ -265,21 +357,22 @@ class _Run:
                 self._lost(receipt)
         elif event in ("heartbeated", "acked", "nacked", "request_failed"):
             session.reply(response)
+        elif event == "routing":
+            self._route(session, response.routing)
         elif event == "draining":
             session.draining = True
-        # routing: one stream per worker for now (no per-leader streams), as in the other SDKs.
 
     # -- requests: on the stream, else unary -------------------------------------
 
     async def _request(
         self,
+        session: _Session | None,
         build: Callable[[int], work_pb2.WorkRequest],
         unary: Callable[[str], Awaitable[T]],
         from_reply: Callable[[work_pb2.WorkResponse], T],
     ) -> T:
-        """Sends on the open stream; when it is gone, redirected or ends first, calls ``unary`` instead."""
+        """Sends on ``session``; when it is gone, redirected or ends first, calls ``unary`` instead."""
         leader: str | None = None
-        session = self.session
         if session is not None and session.usable:
             request_id = next(self.ids)
             try:
@@ -371,6 +464,7 @@ class _Run:
                     await client.queue_stub(address).Ack(acked, timeout=client.timeout, metadata=client.metadata())
 
                 await self._request(
+                    held.session,
                     lambda rid: work_pb2.WorkRequest(request_id=rid, ack=work_pb2.WorkAck(receipts=receipts)),
                     unary_ack,
                     lambda reply: None,
@@ -393,7 +487,10 @@ class _Run:
                 await client.queue_stub(address).Nack(nacked, timeout=client.timeout, metadata=client.metadata())
 
             await self._request(
-                lambda rid: work_pb2.WorkRequest(request_id=rid, nack=nack), unary_nack, lambda reply: None
+                held.session,
+                lambda rid: work_pb2.WorkRequest(request_id=rid, nack=nack),
+                unary_nack,
+                lambda reply: None,
             )
         except CasqError as error:
             # Not settled: the lease expires and casq redelivers the job (at-least-once).
@@ -402,10 +499,10 @@ class _Run:
             self._forget(held, credit=True)
 
     def _forget(self, held: _Held, *, credit: bool) -> None:
-        """Drops a job from the held set; gives its credit back so the broker sends another."""
+        """Drops a job from the held set; gives its credit back to the stream it uses, so that one sends another."""
         if self.held.pop(held.job.receipt, None) is None:
             return
-        session = self.session
+        session = held.session
         if credit and not self.stopping and session is not None and session.usable:
             session.send(work_pb2.WorkRequest(credit=work_pb2.WorkCredit(credits=1)))
 
@@ -425,24 +522,25 @@ class _Run:
     # -- heartbeats -------------------------------------------------------------
 
     async def _heartbeats(self) -> None:
+        """Heartbeats every held job on the stream it uses (unary once that one is gone)."""
         while True:
             await asyncio.sleep(self.heartbeat_interval)
-            receipts = [
-                receipt
-                for receipt, held in self.held.items()
-                if not held.settled and not held.abandoned and not held.job.lost.is_set()
-            ]
-            for start in range(0, len(receipts), _HEARTBEAT_CHUNK):
-                try:
-                    results = await self._heartbeat(receipts[start : start + _HEARTBEAT_CHUNK])
-                except CasqError as error:
-                    self.report(error, None)
-                    continue
-                for result in results:
-                    if result.outcome == message_pb2.HEARTBEAT_OUTCOME_LOST:
-                        self._lost(result.receipt)
+            groups: dict[_Session | None, list[str]] = {}
+            for receipt, held in self.held.items():
+                if not held.settled and not held.abandoned and not held.job.lost.is_set():
+                    groups.setdefault(held.session, []).append(receipt)
+            for session, receipts in groups.items():
+                for start in range(0, len(receipts), _HEARTBEAT_CHUNK):
+                    try:
+                        results = await self._heartbeat(session, receipts[start : start + _HEARTBEAT_CHUNK])
+                    except CasqError as error:
+                        self.report(error, None)
+                        continue
+                    for result in results:
+                        if result.outcome == message_pb2.HEARTBEAT_OUTCOME_LOST:
+                            self._lost(result.receipt)
 
-    async def _heartbeat(self, receipts: list[str]) -> list[message_pb2.HeartbeatResult]:
+    async def _heartbeat(self, session: _Session | None, receipts: list[str]) -> list[message_pb2.HeartbeatResult]:
         client = self.client
         request = queue_service_pb2.HeartbeatRequest(
             queue=self.queue, subscription=self.subscription, worker_id=self.worker_id, receipts=receipts
@@ -455,6 +553,7 @@ class _Run:
             return list(response.results)
 
         return await self._request(
+            session,
             lambda rid: work_pb2.WorkRequest(request_id=rid, heartbeat=work_pb2.WorkHeartbeat(receipts=receipts)),
             unary,
             lambda reply: list(reply.heartbeated.results),
@@ -474,8 +573,8 @@ class _Run:
         # Half-close first: credit cannot be taken back, so an open stream would keep
         # sending jobs only for us to hand them back. The broker still answers what
         # was sent before; later acks and nacks go as unary calls.
-        session = self.session
-        if session is not None:
+        sessions = list(self.sessions.values())
+        for session in sessions:
             session.half_close()
         # Jobs received but not started go back at once.
         while self.waiting:
@@ -491,15 +590,17 @@ class _Run:
         if self.tasks:
             await asyncio.wait(set(self.tasks), timeout=_SETTLE_GRACE)
         # The broker ends a half-closed stream with OK once it has answered it; do not wait forever.
-        if session is not None and session.reader is not None and not session.reader.done():
-            await asyncio.wait({session.reader}, timeout=_CLOSE_GRACE)
-            session.reader.cancel()
+        readers = {s.reader for s in sessions if s.reader is not None and not s.reader.done()}
+        if readers:
+            await asyncio.wait(readers, timeout=_CLOSE_GRACE)
+            for reader in readers:
+                reader.cancel()
 
     async def close(self) -> None:
         """After the loop: nothing of this run may outlive run()."""
         if self.heartbeat_task is not None:
             self.heartbeat_task.cancel()
-        leftovers = set(self.tasks)
+        leftovers = set(self.tasks) | set(self.secondaries)
         if self.heartbeat_task is not None:
             leftovers.add(self.heartbeat_task)
         for task in leftovers:
@@ -523,7 +624,10 @@ class Worker:
         worker = casq.aio.Worker(client)
         await worker.run("emails", handle, concurrency=8)  # until worker.stop() or cancel
 
-    One ``run()`` at a time per worker.
+    One ``run()`` at a time per worker. A run keeps one Work stream per broker
+    that leads shards of the queue: the primary stream (to the client's
+    current broker; reconnects with backoff and follows redirects) and a
+    secondary stream to every other leader the brokers' routing names.
     """
 
     def __init__(self, client: Client, worker_id: str | None = None) -> None:
@@ -544,8 +648,10 @@ class Worker:
     ) -> None:
         """Work on ``queue`` until :meth:`stop`, running up to ``concurrency`` handlers at once.
 
-        ``prefetch`` (default ``concurrency``, at most 1000) is how many jobs the
-        worker holds at once, running or waiting. Each job runs in an
+        ``prefetch`` (default ``concurrency``, at most 1000) is how many jobs
+        each stream holds at once, running or waiting: a worker whose queue's
+        shards are led by *n* brokers holds up to ``n * prefetch`` jobs, while
+        ``concurrency`` bounds the running handlers across all streams. Each job runs in an
         OpenTelemetry ``process <queue>`` span. Returning from the handler acks
         the job; raising nacks it (retry with the queue's backoff);
         :class:`casq.DeadLetter` dead-letters it. ``job.lost`` is set when the
@@ -595,7 +701,7 @@ class Worker:
             run.done.set()
 
     async def stop(self, timeout: float | None = 30.0) -> None:
-        """Stop taking jobs, finish or hand back what is held, end the stream; returns once ``run()`` returned.
+        """Stop taking jobs, finish or hand back what is held, end every stream; returns once ``run()`` returned.
 
         Jobs received but not started are handed back at once (nack with no
         delay). Running handlers get ``timeout`` seconds to finish and are then
