@@ -109,8 +109,19 @@ type scenarioMessage struct {
 type enqueueStep struct {
 	Do              string            `json:"do"`
 	Batch           bool              `json:"batch"`
+	Via             *int              `json:"via"`
 	Messages        []scenarioMessage `json:"messages"`
 	ExpectDuplicate []bool            `json:"expectDuplicate"`
+}
+
+type restartBrokerStep struct {
+	Do     string `json:"do"`
+	Broker *int   `json:"broker"`
+}
+
+type expectLeadersStep struct {
+	Do       string `json:"do"`
+	Distinct *int   `json:"distinct"`
 }
 
 type produceStep struct {
@@ -252,6 +263,10 @@ func parseStep(raw json.RawMessage) (string, any, error) {
 		step = &enqueueStep{}
 	case "produce":
 		step = &produceStep{}
+	case "restartBroker":
+		step = &restartBrokerStep{}
+	case "expectLeaders":
+		step = &expectLeadersStep{}
 	case "startWorker":
 		step = &startWorkerStep{}
 	case "awaitWorker":
@@ -394,7 +409,7 @@ func (r *scenarioRun) startBrokers() {
 		}
 	})
 	for i := range n {
-		b, err := startBroker(r.root, r.dir)
+		b, err := startBroker(r.root, r.dir, "127.0.0.1:0", &lockedLines{})
 		if b != nil {
 			r.brokers = append(r.brokers, b)
 		}
@@ -404,9 +419,11 @@ func (r *scenarioRun) startBrokers() {
 	}
 }
 
-func startBroker(root, dir string) (*broker, error) {
+// startBroker starts `casq serve` on the store dir, listening on listen, and
+// waits for its address; its output goes to log.
+func startBroker(root, dir, listen string, log *lockedLines) (*broker, error) {
 	cmd := exec.Command("node", filepath.Join(root, "server", "bin", "casq.js"), "serve",
-		"--store", "file:"+dir, "--listen", "127.0.0.1:0", "--log-level", "warn", "--leader-lease", "2s")
+		"--store", "file:"+dir, "--listen", listen, "--log-level", "warn", "--leader-lease", "2s")
 	cmd.Dir = root
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -417,7 +434,7 @@ func startBroker(root, dir string) (*broker, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	b := &broker{cmd: cmd, log: &lockedLines{}}
+	b := &broker{cmd: cmd, log: log}
 	found := make(chan string, 1)
 	go func() {
 		re := regexp.MustCompile(`listening on (\S+)`)
@@ -545,6 +562,10 @@ func (r *scenarioRun) step(step any) error {
 		return r.enqueue(ctx, s)
 	case *produceStep:
 		return r.produce(ctx, s)
+	case *restartBrokerStep:
+		return r.restartBroker(s)
+	case *expectLeadersStep:
+		return r.expectLeaders(ctx, s)
 	case *startWorkerStep:
 		return r.startWorker(s)
 	case *awaitWorkerStep:
@@ -617,16 +638,31 @@ func (r *scenarioRun) enqueue(ctx context.Context, s *enqueueStep) error {
 		}
 		msgs[i] = casq.Message{Payload: []byte(m.Payload), Options: opts}
 	}
+	producer := r.client.Producer()
+	if s.Via != nil {
+		b, err := r.liveBroker(*s.Via)
+		if err != nil {
+			return fmt.Errorf("via: %w", err)
+		}
+		// A client that knows only this broker, so that it (not whichever
+		// broker the scenario's client prefers) takes over free shards.
+		c, err := casq.Dial(ctx, scenarioClientOptions([]string{b.addr}))
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		producer = c.Producer()
+	}
 	var results []casq.EnqueueResult
 	if s.Batch {
-		res, err := r.client.Producer().EnqueueBatch(ctx, r.queue, msgs)
+		res, err := producer.EnqueueBatch(ctx, r.queue, msgs)
 		if err != nil {
 			return fmt.Errorf("batch enqueue: %w", err)
 		}
 		results = res
 	} else {
 		for i, m := range msgs {
-			res, err := r.client.Producer().Enqueue(ctx, r.queue, m.Payload, m.Options...)
+			res, err := producer.Enqueue(ctx, r.queue, m.Payload, m.Options...)
 			if err != nil {
 				return fmt.Errorf("enqueue of message %d: %w", i, err)
 			}
@@ -673,6 +709,89 @@ func (r *scenarioRun) produce(ctx context.Context, s *produceStep) error {
 				return err
 			}
 		}
+	}
+	return nil
+}
+
+// liveBroker returns broker i (in start order), which must not have been
+// killed.
+func (r *scenarioRun) liveBroker(i int) (*broker, error) {
+	if i < 0 || i >= len(r.brokers) {
+		return nil, fmt.Errorf("no broker %d (the scenario has %d)", i, len(r.brokers))
+	}
+	b := r.brokers[i]
+	if b.killed {
+		return nil, fmt.Errorf("broker %d (%s) was killed", i, b.addr)
+	}
+	return b, nil
+}
+
+// restartBroker stops broker i gracefully and starts it again on the same
+// address and store, so that clients configured with that address reach it.
+func (r *scenarioRun) restartBroker(s *restartBrokerStep) error {
+	if s.Broker == nil {
+		return errors.New("broker is required")
+	}
+	b, err := r.liveBroker(*s.Broker)
+	if err != nil {
+		return err
+	}
+	if err := b.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		return err
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- b.cmd.Wait() }()
+	select {
+	case err := <-exited:
+		if err != nil {
+			// Not restarted: later steps must not count on it.
+			b.killed = true
+			return fmt.Errorf("broker %d (%s) did not exit with status 0 on SIGTERM: %v\n%s", *s.Broker, b.addr, err, b.log)
+		}
+	case <-time.After(30 * time.Second):
+		_ = b.cmd.Process.Signal(syscall.SIGKILL)
+		<-exited
+		b.killed = true
+		return fmt.Errorf("broker %d (%s) did not exit within 30 s of SIGTERM:\n%s", *s.Broker, b.addr, b.log)
+	}
+	b.log.add("--- restarted ---")
+	nb, err := startBroker(r.root, r.dir, b.addr, b.log)
+	if nb != nil {
+		b.cmd = nb.cmd
+	}
+	if err != nil {
+		b.killed = true // later steps must not count on it
+		return fmt.Errorf("restart of broker %d on %s: %w", *s.Broker, b.addr, err)
+	}
+	if nb.addr != b.addr {
+		return fmt.Errorf("broker %d restarted on %s, not on its old address %s", *s.Broker, nb.addr, b.addr)
+	}
+	return nil
+}
+
+// expectLeaders checks how many different brokers lead the queue's shards
+// (shards without a live leader ignored).
+func (r *scenarioRun) expectLeaders(ctx context.Context, s *expectLeadersStep) error {
+	if s.Distinct == nil {
+		return errors.New("distinct is required")
+	}
+	q, err := r.client.Admin().GetQueue(ctx, r.queue)
+	if err != nil {
+		return fmt.Errorf("get queue: %w", err)
+	}
+	now := time.Now()
+	leaders := map[string]bool{}
+	var shards []string
+	for _, sh := range q.GetShards() {
+		l := sh.GetLeader()
+		live := l.GetAddress() != "" && l.GetLeaseUntil() != nil && l.GetLeaseUntil().AsTime().After(now)
+		if live {
+			leaders[l.GetAddress()] = true
+		}
+		shards = append(shards, fmt.Sprintf("shard %d: %q (live %v)", sh.GetShard(), l.GetAddress(), live))
+	}
+	if len(leaders) != *s.Distinct {
+		return fmt.Errorf("%d distinct live leaders, want %d (%s)", len(leaders), *s.Distinct, strings.Join(shards, "; "))
 	}
 	return nil
 }
@@ -1053,6 +1172,9 @@ func TestScenarioParsingIsStrict(t *testing.T) {
 		`{"do": "enqueue", "messages": [{"Payload": "a"}]}`,
 		`{"do": "awaitWorker", "name": "w", "completed": 1, "expectallof": {"prefix": "m", "count": 1}}`,
 		`{"do": "stats", "expect": {"ready": 1}, "timeout": 5}`,
+		`{"do": "restartBroker", "Broker": 0}`,
+		`{"do": "expectLeaders", "distinct": 2, "shards": 2}`,
+		`{"do": "enqueue", "VIA": 1, "messages": [{"payload": "a"}]}`,
 	} {
 		if do, _, err := parseStep(json.RawMessage(bad)); err == nil {
 			t.Errorf("%s (%s) was accepted", bad, do)

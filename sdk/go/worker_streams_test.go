@@ -1,0 +1,395 @@
+package casq_test
+
+// Worker.Run against fake brokers that each lead one shard: it must keep a
+// Work stream to every leader the routing names, settle each job on the
+// stream it came from (by unary calls once that stream is gone), and give
+// each stream at most prefetch jobs.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	casq "github.com/casq/casq/sdk/go"
+	casqv1 "github.com/casq/casq/sdk/go/gen/casq/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+// fakeLeader is a broker that leads one shard: its Work streams serve that
+// shard and report routes as the other shards' leaders. It checks the
+// worker's credit: outstanding credit plus unsettled jobs of a stream never
+// exceed prefetch.
+type fakeLeader struct {
+	casqv1.UnimplementedQueueServiceServer
+	name     string
+	shard    uint32
+	prefetch int
+	addr     string
+	stop     func() // stops the server: the broker is gone
+
+	mu          sync.Mutex
+	routes      []*casqv1.ShardRoute
+	lookup      []*casqv1.ShardRoute // LookupShards' answer; nil: UNIMPLEMENTED
+	lookups     int
+	payloads    []string // still to deliver
+	sent        int
+	opens       int
+	halfCloses  int
+	streamAcks  []string
+	unaryAcks   []string
+	unaryBeats  int
+	violation   string
+	kill        chan struct{} // closing it ends the open streams with UNAVAILABLE
+	streamsOpen int
+}
+
+func startFakeLeader(t *testing.T, name string, shard uint32, prefetch int, payloads ...string) *fakeLeader {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fakeLeader{name: name, shard: shard, prefetch: prefetch, addr: lis.Addr().String(), payloads: payloads, kill: make(chan struct{})}
+	srv := grpc.NewServer()
+	casqv1.RegisterQueueServiceServer(srv, f)
+	go func() { _ = srv.Serve(lis) }()
+	f.stop = srv.Stop
+	t.Cleanup(srv.Stop)
+	return f
+}
+
+func (f *fakeLeader) snapshot(fn func(f *fakeLeader)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	fn(f)
+}
+
+// killStreams ends the open streams with UNAVAILABLE; later streams live on.
+func (f *fakeLeader) killStreams() {
+	f.mu.Lock()
+	old := f.kill
+	f.kill = make(chan struct{})
+	f.mu.Unlock()
+	close(old)
+}
+
+func (f *fakeLeader) Work(stream grpc.BidiStreamingServer[casqv1.WorkRequest, casqv1.WorkResponse]) error {
+	first, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+	open := first.GetOpen()
+	f.mu.Lock()
+	f.opens++
+	f.streamsOpen++
+	routes, kill := f.routes, f.kill
+	f.mu.Unlock()
+	defer f.snapshot(func(f *fakeLeader) { f.streamsOpen-- })
+	err = stream.Send(&casqv1.WorkResponse{Event: &casqv1.WorkResponse_Opened{Opened: &casqv1.WorkOpened{
+		Queue: open.GetQueue(), HeartbeatInterval: durationpb.New(100 * time.Millisecond), MaxCredits: 1000,
+		Routing: &casqv1.WorkRouting{ServingShards: []uint32{f.shard}, Shards: routes},
+	}}})
+	if err != nil {
+		return err
+	}
+	credits, unsettled := int(open.GetCredits()), 0
+	reqs := make(chan *casqv1.WorkRequest)
+	ended := make(chan error, 1)
+	go func() {
+		for {
+			req, err := stream.Recv()
+			if err != nil {
+				ended <- err
+				return
+			}
+			select {
+			case reqs <- req:
+			case <-stream.Context().Done():
+				return
+			}
+		}
+	}()
+	tick := time.NewTicker(10 * time.Millisecond) // picks up payloads added later
+	defer tick.Stop()
+	for {
+		f.mu.Lock()
+		if credits+unsettled > f.prefetch && f.violation == "" {
+			f.violation = fmt.Sprintf("%s: credit %d + unsettled %d > prefetch %d", f.name, credits, unsettled, f.prefetch)
+		}
+		var jobs []*casqv1.ClaimedMessage
+		for credits > 0 && len(f.payloads) > 0 {
+			p := f.payloads[0]
+			f.payloads = f.payloads[1:]
+			jobs = append(jobs, &casqv1.ClaimedMessage{
+				Receipt: fmt.Sprintf("%s-%d", f.name, f.sent), Attempt: 1,
+				Message: &casqv1.Message{Id: p, Queue: open.GetQueue(), Payload: []byte(p)},
+			})
+			f.sent++
+			credits--
+			unsettled++
+		}
+		f.mu.Unlock()
+		for _, j := range jobs {
+			if err := stream.Send(&casqv1.WorkResponse{Event: &casqv1.WorkResponse_Job{Job: j}}); err != nil {
+				return err
+			}
+		}
+		var reply *casqv1.WorkResponse
+		select {
+		case req := <-reqs:
+			switch c := req.GetCommand().(type) {
+			case *casqv1.WorkRequest_Credit:
+				credits += int(c.Credit.GetCredits())
+			case *casqv1.WorkRequest_Ack:
+				f.snapshot(func(f *fakeLeader) { f.streamAcks = append(f.streamAcks, c.Ack.GetReceipts()...) })
+				unsettled -= len(c.Ack.GetReceipts())
+				reply = &casqv1.WorkResponse{Event: &casqv1.WorkResponse_Acked{Acked: &casqv1.WorkAcked{}}}
+			case *casqv1.WorkRequest_Nack:
+				unsettled -= len(c.Nack.GetReceipts())
+				reply = &casqv1.WorkResponse{Event: &casqv1.WorkResponse_Nacked{Nacked: &casqv1.WorkNacked{}}}
+			case *casqv1.WorkRequest_Heartbeat:
+				reply = &casqv1.WorkResponse{Event: &casqv1.WorkResponse_Heartbeated{Heartbeated: &casqv1.WorkHeartbeated{}}}
+			}
+			if reply != nil {
+				reply.RequestId = req.GetRequestId()
+			}
+		case err := <-ended:
+			if errors.Is(err, io.EOF) {
+				f.snapshot(func(f *fakeLeader) { f.halfCloses++ })
+				return nil
+			}
+			return err
+		case <-kill:
+			return status.Error(codes.Unavailable, "fake broker shutting down")
+		case <-tick.C:
+		}
+		if reply != nil {
+			if err := stream.Send(reply); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+func (f *fakeLeader) Ack(_ context.Context, req *casqv1.AckRequest) (*casqv1.AckResponse, error) {
+	f.snapshot(func(f *fakeLeader) { f.unaryAcks = append(f.unaryAcks, req.GetReceipts()...) })
+	return &casqv1.AckResponse{}, nil
+}
+
+func (f *fakeLeader) LookupShards(context.Context, *casqv1.LookupShardsRequest) (*casqv1.LookupShardsResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lookups++
+	if f.lookup == nil {
+		return nil, status.Error(codes.Unimplemented, "no lookup")
+	}
+	return &casqv1.LookupShardsResponse{Shards: f.lookup}, nil
+}
+
+func (f *fakeLeader) Heartbeat(_ context.Context, req *casqv1.HeartbeatRequest) (*casqv1.HeartbeatResponse, error) {
+	res := &casqv1.HeartbeatResponse{}
+	for _, r := range req.GetReceipts() {
+		res.Results = append(res.Results, &casqv1.HeartbeatResult{Receipt: r, Outcome: casqv1.HeartbeatOutcome_HEARTBEAT_OUTCOME_EXTENDED})
+	}
+	f.snapshot(func(f *fakeLeader) { f.unaryBeats++ })
+	return res, nil
+}
+
+// twoLeaders starts fake leaders of shards 0 and 1 whose routes name each
+// other.
+func twoLeaders(t *testing.T, prefetch int, a, b []string) (*fakeLeader, *fakeLeader) {
+	fa := startFakeLeader(t, "A", 0, prefetch, a...)
+	fb := startFakeLeader(t, "B", 1, prefetch, b...)
+	routes := []*casqv1.ShardRoute{
+		{Shard: 0, Leader: &casqv1.ShardLeader{Address: fa.addr}},
+		{Shard: 1, Leader: &casqv1.ShardLeader{Address: fb.addr}},
+	}
+	fa.routes, fb.routes = routes, routes
+	return fa, fb
+}
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	end := time.Now().Add(15 * time.Second)
+	for !cond() {
+		if time.Now().After(end) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestWorkerStreamPerLeader(t *testing.T) {
+	const prefetch = 2
+	fa, fb := twoLeaders(t, prefetch, []string{"a0", "a1", "a2", "a3", "a4"}, []string{"b0", "b1", "b2", "b3", "b4"})
+	// The client knows only A: B is found through A's routing.
+	c, err := casq.Dial(context.Background(), casq.Options{Brokers: []string{fa.addr}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+
+	var mu sync.Mutex
+	var seen []string
+	var running, maxRunning atomic.Int32
+	stop := runWorker(t, c, "q", func(_ context.Context, job *casq.Job) error {
+		n := running.Add(1)
+		defer running.Add(-1)
+		for m := maxRunning.Load(); n > m && !maxRunning.CompareAndSwap(m, n); m = maxRunning.Load() {
+		}
+		time.Sleep(5 * time.Millisecond)
+		mu.Lock()
+		seen = append(seen, string(job.Payload))
+		mu.Unlock()
+		return nil
+	}, casq.WithConcurrency(1), casq.WithPrefetch(prefetch), casq.WithErrorHandler(func(err error, _ *casq.Job) { t.Log(err) }))
+
+	acked := func(f *fakeLeader) (n int) {
+		f.snapshot(func(f *fakeLeader) { n = len(f.streamAcks) })
+		return n
+	}
+	eventually(t, "every job acked", func() bool { return acked(fa) == 5 && acked(fb) == 5 })
+	if err := stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	mu.Lock()
+	slices.Sort(seen)
+	mu.Unlock()
+	if want := []string{"a0", "a1", "a2", "a3", "a4", "b0", "b1", "b2", "b3", "b4"}; !slices.Equal(seen, want) {
+		t.Fatalf("handled %q, want %q", seen, want)
+	}
+	if m := maxRunning.Load(); m != 1 {
+		t.Errorf("%d handlers ran at once with concurrency 1", m)
+	}
+	for _, f := range []*fakeLeader{fa, fb} {
+		f.snapshot(func(f *fakeLeader) {
+			for _, r := range f.streamAcks {
+				if r[:1] != f.name {
+					t.Errorf("%s's stream got the ack of %s", f.name, r)
+				}
+			}
+			if len(f.unaryAcks) != 0 {
+				t.Errorf("%s: unary acks %q, want all on the streams", f.name, f.unaryAcks)
+			}
+			if f.violation != "" {
+				t.Error(f.violation)
+			}
+			if f.opens != 1 || f.halfCloses != 1 {
+				t.Errorf("%s: %d streams opened, %d half-closed; want 1 and 1", f.name, f.opens, f.halfCloses)
+			}
+		})
+	}
+}
+
+func TestWorkerSecondaryStreamLost(t *testing.T) {
+	fa, fb := twoLeaders(t, 1, nil, []string{"b0"})
+	c, err := casq.Dial(context.Background(), casq.Options{
+		Brokers: []string{fa.addr}, BackoffInitial: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	started := make(chan struct{})
+	release := make(chan struct{})
+	var handled atomic.Int32
+	stop := runWorker(t, c, "q", func(context.Context, *casq.Job) error {
+		handled.Add(1)
+		close(started)
+		<-release
+		return nil
+	})
+	wait(t, started)
+	// B's stream ends while its job runs. The worker opens B again (A's
+	// routing still names it) and acks the job by a unary call, which goes
+	// to the client's broker, A.
+	fb.killStreams()
+	eventually(t, "B's stream opened again", func() (ok bool) {
+		fb.snapshot(func(f *fakeLeader) { ok = f.opens == 2 && f.streamsOpen == 1 })
+		return ok
+	})
+	eventually(t, "a unary heartbeat of the held job", func() (ok bool) {
+		fa.snapshot(func(f *fakeLeader) { ok = f.unaryBeats > 0 })
+		return ok
+	})
+	close(release)
+	eventually(t, "the unary ack", func() (ok bool) {
+		fa.snapshot(func(f *fakeLeader) { ok = len(f.unaryAcks) == 1 })
+		return ok
+	})
+	if err := stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	fa.snapshot(func(f *fakeLeader) {
+		if !slices.Equal(f.unaryAcks, []string{"B-0"}) || len(f.streamAcks) != 0 {
+			t.Errorf("A: unary acks %q, stream acks %q; want [B-0] by a unary call only", f.unaryAcks, f.streamAcks)
+		}
+	})
+	fb.snapshot(func(f *fakeLeader) {
+		if len(f.streamAcks) != 0 || len(f.unaryAcks) != 0 {
+			t.Errorf("B: acks %q %q after its stream was gone", f.streamAcks, f.unaryAcks)
+		}
+		if f.violation != "" {
+			t.Error(f.violation)
+		}
+	})
+	if n := handled.Load(); n != 1 {
+		t.Errorf("%d handlers ran, want 1", n)
+	}
+}
+
+func TestWorkerFindsLeaderNoRoutingNamed(t *testing.T) {
+	// A leads shard 0, B shard 1. B goes away and C takes shard 1 over: A's
+	// stream sends no routing event (its own shards did not change), so the
+	// worker learns of C by LookupShards.
+	fa, fb := twoLeaders(t, 1, nil, nil)
+	fc := startFakeLeader(t, "C", 1, 1, "c0")
+	moved := []*casqv1.ShardRoute{
+		{Shard: 0, Leader: &casqv1.ShardLeader{Address: fa.addr}},
+		{Shard: 1, Leader: &casqv1.ShardLeader{Address: fc.addr}},
+	}
+	fc.routes = moved
+	fa.snapshot(func(f *fakeLeader) { f.lookup = moved })
+	c, err := casq.Dial(context.Background(), casq.Options{
+		Brokers: []string{fa.addr}, BackoffInitial: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	got := make(chan string, 1)
+	stop := runWorker(t, c, "q", func(_ context.Context, job *casq.Job) error {
+		got <- string(job.Payload)
+		return nil
+	})
+	eventually(t, "a stream to B", func() (ok bool) {
+		fb.snapshot(func(f *fakeLeader) { ok = f.opens == 1 })
+		return ok
+	})
+	fb.stop()
+	if p := wait(t, got); p != "c0" {
+		t.Fatalf("handled %q, want c0", p)
+	}
+	eventually(t, "the ack on C's stream", func() (ok bool) {
+		fc.snapshot(func(f *fakeLeader) { ok = slices.Equal(f.streamAcks, []string{"C-0"}) })
+		return ok
+	})
+	if err := stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	fa.snapshot(func(f *fakeLeader) {
+		if f.lookups == 0 {
+			t.Error("C was found without LookupShards")
+		}
+	})
+}
