@@ -1,0 +1,522 @@
+package casq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	casqv1 "github.com/casq/casq/sdk/go/gen/casq/v1"
+	otelcodes "go.opentelemetry.io/otel/codes"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+)
+
+// The state of one Worker.Run: its event loop, handler slots, settling and heartbeats.
+
+// held is one job the worker holds, from its delivery until it is settled.
+type held struct {
+	job     *Job
+	cancel  context.CancelFunc
+	started bool
+	// from is the session that delivered the job: its ack, nack and
+	// heartbeats go on that stream while it is open, by unary calls once it
+	// is gone (a receipt is valid on any stream or call).
+	from *session
+	// owner is the session whose credit the job uses, given back to it when
+	// the job finishes. nil once that session is gone, until a new session
+	// adopts the job (see activate), so that the worker's holdings stay
+	// within prefetch per open stream across reconnects.
+	owner *session
+}
+
+type result struct {
+	receipt string
+	err     error
+}
+
+type reqKind int
+
+const (
+	reqHeartbeat reqKind = iota
+	reqAck
+	reqNack
+)
+
+// pendingReq is a request sent on a stream and not answered yet, kept so
+// that it can be re-sent as a unary call if the stream is lost.
+type pendingReq struct {
+	kind     reqKind
+	receipts []string
+	nack     *casqv1.WorkNack
+}
+
+// session is one Work stream to one broker. A run keeps at most one session
+// per broker address: the primary (the broker the client prefers; it
+// reconnects with backoff and follows redirects) and secondaries, one per
+// leader of shards that no open session serves.
+type session struct {
+	addr    string
+	primary bool
+	credits uint32 // asked for in Open
+	ctx     context.Context
+	cancel  context.CancelFunc
+	stream  grpc.BidiStreamingClient[casqv1.WorkRequest, casqv1.WorkResponse] // set once open
+
+	open       bool // Opened received (false while the handshake runs)
+	gone       bool // dropped or closed: nothing more is sent on it
+	halfClosed bool
+	draining   bool
+	pending    map[uint64]pendingReq
+	serving    map[uint32]bool // routing.serving_shards
+}
+
+// inboxMsg is what a session's receive goroutine hands the run loop: an
+// event, or (ev nil) the stream's end. s is nil for the lost leases a unary
+// heartbeat found.
+type inboxMsg struct {
+	s   *session
+	ev  *casqv1.WorkResponse
+	err error
+}
+
+type lookupResult struct {
+	routes []*casqv1.ShardRoute
+	err    error
+}
+
+type openResult struct {
+	s      *session
+	stream grpc.BidiStreamingClient[casqv1.WorkRequest, casqv1.WorkResponse]
+	opened *casqv1.WorkOpened
+	err    error
+}
+
+type run struct {
+	c       *Client
+	ctx     context.Context // the caller's, for values only after a stop
+	queue   string
+	cfg     workerConfig
+	handler Handler
+
+	jobs    map[string]*held
+	waiting []string // receipts held but not started, in arrival order
+	running int
+	done    chan result
+	nextID  uint64
+
+	sessions map[string]*session // open or opening, by broker address
+	primary  *session            // open or opening; nil while reconnecting
+	inbox    chan inboxMsg
+	opens    chan openResult
+	quit     chan struct{} // closed as the loop returns: goroutines stop handing it things
+
+	hb      *time.Ticker // made by the first Opened
+	hbEvery time.Duration
+
+	// leaders maps each shard to its leader's address ("" for none), as the
+	// latest routing event or LookupShards answer naming the shard said.
+	leaders map[uint32]string
+	// Backoff of secondary sessions, by address: a leader whose stream failed
+	// is tried again (if leaders still names it) no sooner than retryAt.
+	failures  map[string]int
+	retryAt   map[string]time.Time
+	reconcile *time.Timer
+	// A secondary lost without a redirect may mean its shards moved to a
+	// broker no routing event names (streams announce changes of their own
+	// shards only), so leaders is refreshed by LookupShards at lookupAt.
+	lookupAt  time.Time
+	looking   bool
+	looked    chan lookupResult
+	lookupCtx context.Context // cancelled as the loop returns
+
+	unary  sync.WaitGroup
+	tracer trace.Tracer
+}
+
+func (r *run) report(err error, job *Job) {
+	if r.cfg.onError != nil && err != nil {
+		r.cfg.onError(err, job)
+	}
+}
+
+func fatal(code codes.Code) bool {
+	switch code {
+	case codes.NotFound, codes.InvalidArgument, codes.PermissionDenied, codes.Unauthenticated, codes.FailedPrecondition:
+		return true
+	}
+	return false
+}
+
+func (r *run) loop() error {
+	addr := r.c.current() // where the primary (re)connects
+	failures := 0
+	reconnect := time.NewTimer(0)
+	defer reconnect.Stop()
+	r.reconcile = time.NewTimer(time.Hour)
+	r.reconcile.Stop()
+	defer r.reconcile.Stop()
+	var deadline <-chan time.Time
+	stopping := false
+	var abandonAfter *time.Timer
+	var stopLookups context.CancelFunc
+	r.lookupCtx, stopLookups = context.WithCancel(context.WithoutCancel(r.ctx))
+	defer func() {
+		if abandonAfter != nil {
+			abandonAfter.Stop()
+		}
+		if r.hb != nil {
+			r.hb.Stop()
+		}
+		stopLookups()
+		close(r.quit)
+		r.closeAll()
+		r.unary.Wait()
+	}()
+	stopC := r.ctx.Done()
+
+	// retry schedules the primary's next attempt after it failed on addr.
+	retry := func(e *Error, draining bool) {
+		r.report(e, nil)
+		delay := time.Duration(0)
+		switch {
+		case e.LeaderAddress != "":
+			addr = e.LeaderAddress
+			r.c.prefer(addr)
+		case draining:
+			addr = r.c.next(addr)
+		default:
+			addr = r.c.next(addr)
+			delay = r.c.backoff(failures)
+			failures++
+		}
+		reconnect.Reset(delay)
+	}
+
+	for {
+		if stopping && len(r.jobs) == 0 && r.quiet() {
+			r.finishAll()
+			return nil
+		}
+		var reconnectC, reconcileC, hbC <-chan time.Time
+		if r.primary == nil && !stopping {
+			reconnectC = reconnect.C
+		}
+		if !stopping {
+			reconcileC = r.reconcile.C
+		}
+		if r.hb != nil {
+			hbC = r.hb.C
+		}
+		select {
+		case <-stopC:
+			stopC = nil
+			stopping = true
+			abandonAfter = time.NewTimer(r.cfg.shutdownTimeout)
+			deadline = abandonAfter.C
+			r.handBack()
+		case <-deadline:
+			deadline = nil
+			for receipt, h := range r.jobs {
+				if h.cancel != nil {
+					h.cancel()
+				}
+				delete(r.jobs, receipt)
+				r.report(errors.New("casq: shutdown timeout; job abandoned without ack"), h.job)
+			}
+			r.waiting = nil
+			// Give outstanding replies no more time.
+			for _, s := range r.sessions {
+				clear(s.pending)
+			}
+		case <-reconnectC:
+			if s := r.sessions[addr]; s != nil {
+				// A secondary stream to that broker is open (or opening)
+				// already: it becomes the primary rather than a second
+				// stream to the same broker.
+				s.primary = true
+				r.primary = s
+				if s.open {
+					failures = 0
+					r.c.prefer(addr)
+				}
+				continue
+			}
+			r.primary = r.startOpen(addr, true)
+		case res := <-r.opens:
+			s := res.s
+			if res.err != nil {
+				if r.sessions[s.addr] == s {
+					delete(r.sessions, s.addr)
+				}
+				s.gone = true
+				s.cancel()
+				e := toError(res.err, nil)
+				if !s.primary {
+					if !stopping {
+						r.secondaryLost(s.addr, e, res.err)
+					}
+					continue
+				}
+				r.primary = nil
+				if stopping {
+					continue
+				}
+				if fatal(e.Code) {
+					return e
+				}
+				addr = s.addr
+				retry(e, false)
+				continue
+			}
+			// Opened as the worker was stopping: grant it nothing and
+			// half-close it at once, so that it sends no job.
+			s.halfClosed = stopping
+			r.activate(s, res)
+			if s.primary {
+				failures = 0
+				r.c.prefer(s.addr)
+			}
+			if stopping {
+				_ = s.stream.CloseSend()
+			} else {
+				r.reconcileStreams()
+			}
+		case m := <-r.inbox:
+			s := m.s
+			switch {
+			case s == nil:
+				r.event(nil, m.ev, stopping)
+			case s.gone:
+				// Sent before the session was dropped. A job still arrives
+				// leased to this worker: give it back rather than let its
+				// lease run out.
+				if job := m.ev.GetJob(); job != nil {
+					r.unarySettle(giveBack([]string{job.GetReceipt()}))
+				}
+			case m.ev != nil:
+				r.event(s, m.ev, stopping)
+			default:
+				e := toError(m.err, s.stream.Trailer())
+				draining := s.draining
+				r.dropSession(s)
+				if stopping {
+					break
+				}
+				if !s.primary {
+					r.secondaryLost(s.addr, e, m.err)
+					break
+				}
+				addr = s.addr
+				if m.err == nil || errors.Is(m.err, io.EOF) {
+					reconnect.Reset(0)
+					break
+				}
+				if fatal(e.Code) {
+					return e
+				}
+				retry(e, draining)
+			}
+		case <-reconcileC:
+			r.reconcileStreams()
+		case res := <-r.looked:
+			r.looking = false
+			if res.err != nil {
+				r.report(res.err, nil)
+				r.lookupAt = time.Now().Add(r.c.opts.BackoffMax)
+			}
+			r.learn(res.routes)
+			if !stopping {
+				r.reconcileStreams()
+			}
+		case <-hbC:
+			r.heartbeat()
+		case res := <-r.done:
+			r.finished(res, stopping)
+		}
+		if !stopping {
+			r.startWaiting()
+		}
+	}
+}
+
+// quiet reports whether no session is opening and no stream request awaits
+// its answer.
+func (r *run) quiet() bool {
+	for _, s := range r.sessions {
+		if !s.open || len(s.pending) > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// event handles one message of session s (nil: a unary heartbeat's lost
+// leases).
+func (r *run) event(s *session, ev *casqv1.WorkResponse, stopping bool) {
+	switch e := ev.GetEvent().(type) {
+	case *casqv1.WorkResponse_Job:
+		job := toJob(e.Job)
+		if stopping {
+			r.settle(s, giveBack([]string{job.Receipt}))
+			return
+		}
+		r.jobs[job.Receipt] = &held{job: job, from: s, owner: s}
+		r.waiting = append(r.waiting, job.Receipt)
+	case *casqv1.WorkResponse_LeasesLost:
+		for _, receipt := range e.LeasesLost.GetReceipts() {
+			if h, ok := r.jobs[receipt]; ok {
+				if h.cancel != nil {
+					h.cancel()
+				}
+				r.report(fmt.Errorf("casq: lease lost: %s", e.LeasesLost.GetReason()), h.job)
+			}
+		}
+	case *casqv1.WorkResponse_Acked, *casqv1.WorkResponse_Nacked, *casqv1.WorkResponse_Heartbeated:
+		delete(s.pending, ev.GetRequestId())
+		for _, a := range ev.GetAcked().GetResults() {
+			if a.GetOutcome() == casqv1.AckOutcome_ACK_OUTCOME_LEASE_LOST {
+				r.report(fmt.Errorf("casq: ack of %s: lease lost", a.GetReceipt()), nil)
+			}
+		}
+	case *casqv1.WorkResponse_RequestFailed:
+		p, ok := s.pending[ev.GetRequestId()]
+		delete(s.pending, ev.GetRequestId())
+		err := statusError(e.RequestFailed.GetStatus())
+		if ok && (err.LeaderAddress != "" || err.Code == codes.Unavailable) {
+			r.unarySettle(p)
+		} else {
+			r.report(err, nil)
+		}
+	case *casqv1.WorkResponse_Draining:
+		s.draining = true
+	case *casqv1.WorkResponse_Routing:
+		r.applyRouting(s, e.Routing)
+		if !stopping {
+			r.reconcileStreams()
+		}
+	}
+}
+
+func (r *run) startWaiting() {
+	for r.running < r.cfg.concurrency && len(r.waiting) > 0 {
+		receipt := r.waiting[0]
+		r.waiting = r.waiting[1:]
+		h, ok := r.jobs[receipt]
+		if !ok {
+			continue
+		}
+		hctx, span := r.startSpan(h.job)
+		hctx, h.cancel = context.WithCancel(hctx)
+		h.started = true
+		r.running++
+		go func(ctx context.Context, job *Job) {
+			err := r.safeHandle(ctx, job)
+			if err != nil {
+				span.RecordError(err)
+				span.SetStatus(otelcodes.Error, err.Error())
+			}
+			span.End()
+			r.done <- result{receipt: job.Receipt, err: err}
+		}(hctx, h.job)
+	}
+}
+
+// startSpan starts the "process <queue>" span of a job, a child of the
+// producer's trace context stored with the job (a new root without one), so
+// that producer, broker and worker spans share one trace.
+func (r *run) startSpan(job *Job) (context.Context, trace.Span) {
+	ctx, ok := jobParent(context.WithoutCancel(r.ctx), job)
+	sub := job.Subscription
+	if sub == "" {
+		sub = r.cfg.subscription
+	}
+	if sub == "" {
+		sub = "default"
+	}
+	opts := []trace.SpanStartOption{
+		trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(
+			attribute.String("messaging.system", "casq"),
+			attribute.String("messaging.operation.type", "process"),
+			attribute.String("messaging.destination.name", r.queue),
+			attribute.String("messaging.consumer.group.name", sub),
+			attribute.String("messaging.message.id", job.ID),
+			attribute.Int64("casq.attempt", int64(job.Attempt)),
+		),
+	}
+	if !ok {
+		opts = append(opts, trace.WithNewRoot())
+	}
+	return r.tracer.Start(ctx, "process "+r.queue, opts...)
+}
+
+func (r *run) safeHandle(ctx context.Context, job *Job) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("casq: handler panicked: %v", p)
+		}
+	}()
+	return r.handler(ctx, job)
+}
+
+func (r *run) finished(res result, stopping bool) {
+	h, ok := r.jobs[res.receipt]
+	if !ok {
+		return // abandoned at the shutdown deadline: never settled
+	}
+	r.running--
+	h.cancel()
+	delete(r.jobs, res.receipt)
+	if res.err == nil {
+		r.settle(h.from, pendingReq{kind: reqAck, receipts: []string{res.receipt}})
+	} else {
+		r.report(res.err, h.job)
+		r.settle(h.from, pendingReq{kind: reqNack, receipts: []string{res.receipt}, nack: &casqv1.WorkNack{
+			DeadLetter: errors.Is(res.err, ErrDeadLetter), Reason: reason(res.err)}})
+	}
+	if !stopping {
+		r.credit(h.owner, 1)
+	}
+}
+
+// handBack nacks the jobs that arrived but had not started, each on the
+// stream it came from.
+func (r *run) handBack() {
+	bySession := map[*session][]string{}
+	for _, receipt := range r.waiting {
+		if h, ok := r.jobs[receipt]; ok && !h.started {
+			bySession[h.from] = append(bySession[h.from], receipt)
+			delete(r.jobs, receipt)
+		}
+	}
+	r.waiting = nil
+	for s, receipts := range bySession {
+		for len(receipts) > 0 {
+			n := min(len(receipts), 100)
+			r.settle(s, giveBack(receipts[:n]))
+			receipts = receipts[n:]
+		}
+	}
+}
+
+// heartbeat keeps every held job's lease alive, on the stream it came from
+// (by unary calls for the jobs of lost streams).
+func (r *run) heartbeat() {
+	bySession := map[*session][]string{}
+	for receipt, h := range r.jobs {
+		bySession[h.from] = append(bySession[h.from], receipt)
+	}
+	for s, receipts := range bySession {
+		for len(receipts) > 0 {
+			n := min(len(receipts), 100)
+			r.settle(s, pendingReq{kind: reqHeartbeat, receipts: receipts[:n]})
+			receipts = receipts[n:]
+		}
+	}
+}

@@ -1,0 +1,395 @@
+package casq
+
+import (
+	"context"
+	"errors"
+	"io"
+	"time"
+
+	casqv1 "github.com/casq/casq/sdk/go/gen/casq/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+// The Work streams of one run: one per shard leader (a primary that reconnects,
+// secondaries opened from routing), their handshakes, credits and settling.
+
+// startOpen registers a session to addr and runs its handshake in the
+// background (so that other streams keep flowing meanwhile); the result
+// comes back on r.opens.
+func (r *run) startOpen(addr string, primary bool) *session {
+	orphans := 0
+	for _, h := range r.jobs {
+		if h.owner == nil {
+			orphans++
+		}
+	}
+	sctx, cancel := context.WithCancel(r.c.outgoing(context.WithoutCancel(r.ctx)))
+	s := &session{
+		addr: addr, primary: primary, ctx: sctx, cancel: cancel,
+		// The jobs of lost streams it will adopt use part of its credit.
+		credits: uint32(r.cfg.prefetch - min(orphans, r.cfg.prefetch)),
+		pending: map[uint64]pendingReq{}, serving: map[uint32]bool{},
+	}
+	r.sessions[addr] = s
+	go func() {
+		res := r.handshake(s)
+		res.s = s
+		select {
+		case r.opens <- res:
+		case <-r.quit:
+			s.cancel()
+		}
+	}()
+	return s
+}
+
+// handshake opens the stream of s and waits for Opened. It runs on its own
+// goroutine and only reads s.
+func (r *run) handshake(s *session) openResult {
+	timer := time.AfterFunc(r.c.opts.Timeout, s.cancel)
+	defer timer.Stop()
+	conn, err := r.c.conn(s.addr)
+	if err != nil {
+		return openResult{err: err}
+	}
+	stream, err := casqv1.NewQueueServiceClient(conn).Work(s.ctx)
+	if err != nil {
+		return openResult{err: err}
+	}
+	open := &casqv1.WorkOpen{
+		Queue: r.queue, Subscription: r.cfg.subscription, WorkerId: r.cfg.workerID, Credits: s.credits,
+	}
+	if r.cfg.leaseTTL > 0 {
+		open.LeaseTtl = durationpb.New(r.cfg.leaseTTL)
+	}
+	if err := stream.Send(&casqv1.WorkRequest{Command: &casqv1.WorkRequest_Open{Open: open}}); err != nil {
+		if _, rerr := stream.Recv(); rerr != nil {
+			return openResult{err: toError(rerr, stream.Trailer())}
+		}
+		return openResult{err: err}
+	}
+	first, err := stream.Recv()
+	if err != nil {
+		return openResult{err: toError(err, stream.Trailer())}
+	}
+	opened := first.GetOpened()
+	if opened == nil {
+		return openResult{err: &Error{Code: codes.Internal, Message: "casq: first Work response is not opened"}}
+	}
+	return openResult{stream: stream, opened: opened}
+}
+
+// activate makes an opened session live: routing, heartbeats, adoption of
+// the jobs of lost streams, and its receive goroutine.
+func (r *run) activate(s *session, res openResult) {
+	s.stream, s.open = res.stream, true
+	r.applyRouting(s, res.opened.GetRouting())
+	interval := res.opened.GetHeartbeatInterval().AsDuration()
+	if interval <= 0 {
+		interval = 10 * time.Second
+	}
+	switch {
+	case r.hb == nil:
+		r.hb, r.hbEvery = time.NewTicker(interval), interval
+	case interval < r.hbEvery:
+		r.hb.Reset(interval)
+		r.hbEvery = interval
+	}
+	// Open asked for prefetch minus the orphans there were then; adopt that
+	// many now, and ask for the credit of those that finished meanwhile.
+	want := r.cfg.prefetch - int(s.credits)
+	for _, h := range r.jobs {
+		if want == 0 {
+			break
+		}
+		if h.owner == nil {
+			h.owner = s
+			want--
+		}
+	}
+	r.credit(s, want)
+	delete(r.failures, s.addr)
+	delete(r.retryAt, s.addr)
+	go func() {
+		for {
+			ev, err := s.stream.Recv()
+			// Every message, the end included, reaches the loop (which
+			// ignores those of a dropped session) unless the loop is over.
+			select {
+			case r.inbox <- inboxMsg{s: s, ev: ev, err: err}:
+			case <-r.quit:
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+}
+
+func (r *run) applyRouting(s *session, routing *casqv1.WorkRouting) {
+	if routing == nil {
+		return
+	}
+	clear(s.serving)
+	for _, shard := range routing.GetServingShards() {
+		s.serving[shard] = true
+	}
+	r.learn(routing.GetShards())
+}
+
+// learn records the shards' leaders of a routing event or lookup.
+func (r *run) learn(routes []*casqv1.ShardRoute) {
+	for _, route := range routes {
+		r.leaders[route.GetShard()] = route.GetLeader().GetAddress()
+	}
+}
+
+// lookup refreshes leaders with LookupShards, in the background.
+func (r *run) lookup() {
+	r.looking = true
+	r.unary.Add(1)
+	go func() {
+		defer r.unary.Done()
+		var routes []*casqv1.ShardRoute
+		err := r.c.call(r.lookupCtx, func(ctx context.Context, qs casqv1.QueueServiceClient, _ casqv1.AdminServiceClient, o ...grpc.CallOption) error {
+			res, err := qs.LookupShards(ctx, &casqv1.LookupShardsRequest{Queue: r.queue}, o...)
+			routes = res.GetShards()
+			return err
+		})
+		select {
+		case r.looked <- lookupResult{routes: routes, err: err}:
+		case <-r.quit:
+		}
+	}()
+}
+
+// reconcileStreams opens a secondary session to the leader of every shard
+// that no open session serves, unless a session to that broker exists or
+// its last one failed too recently; it starts a due lookup, and arms
+// r.reconcile for what is not due yet.
+func (r *run) reconcileStreams() {
+	now := time.Now()
+	var wake time.Time
+	later := func(at time.Time) {
+		if wake.IsZero() || at.Before(wake) {
+			wake = at
+		}
+	}
+	covered := map[uint32]bool{}
+	for _, s := range r.sessions {
+		if s.open {
+			for shard := range s.serving {
+				covered[shard] = true
+			}
+		}
+	}
+	need := map[string]bool{}
+	uncovered := false
+	for shard, a := range r.leaders {
+		if covered[shard] {
+			continue
+		}
+		uncovered = true
+		if a == "" || r.sessions[a] != nil {
+			continue
+		}
+		if at := r.retryAt[a]; now.Before(at) {
+			later(at)
+			continue
+		}
+		need[a] = true
+	}
+	for a := range need {
+		r.startOpen(a, false)
+	}
+	switch {
+	case r.lookupAt.IsZero() || r.looking:
+	case !uncovered:
+		r.lookupAt = time.Time{} // every shard is served: nothing to look up
+	case now.Before(r.lookupAt):
+		later(r.lookupAt)
+	default:
+		r.lookupAt = time.Time{}
+		r.lookup()
+	}
+	if !wake.IsZero() {
+		r.reconcile.Reset(time.Until(wake))
+	}
+}
+
+// secondaryLost handles the failed open or the end of a secondary session:
+// no reconnect loop of its own, but a backoff before routing may open it
+// again, and a redirect names the broker that leads its shards now.
+func (r *run) secondaryLost(addr string, e *Error, err error) {
+	if err != nil && !errors.Is(err, io.EOF) {
+		r.report(e, nil)
+	}
+	r.failures[addr]++
+	delay := r.c.backoff(r.failures[addr] - 1)
+	r.retryAt[addr] = time.Now().Add(delay)
+	if l := e.LeaderAddress; l != "" {
+		if r.sessions[l] == nil && !time.Now().Before(r.retryAt[l]) {
+			r.startOpen(l, false)
+		}
+	} else if r.lookupAt.IsZero() {
+		r.lookupAt = time.Now().Add(delay)
+	}
+	r.reconcileStreams()
+}
+
+// dropSession forgets a broken session: its unanswered requests are re-sent
+// as unary calls, and the jobs using its credit wait for adoption.
+func (r *run) dropSession(s *session) {
+	if s.gone {
+		return
+	}
+	s.gone = true
+	s.cancel()
+	if r.sessions[s.addr] == s {
+		delete(r.sessions, s.addr)
+	}
+	if r.primary == s {
+		r.primary = nil
+	}
+	for _, h := range r.jobs {
+		if h.owner == s {
+			h.owner = nil
+		}
+	}
+	for id, p := range s.pending {
+		delete(s.pending, id)
+		r.unarySettle(p)
+	}
+}
+
+func (r *run) closeAll() {
+	for addr, s := range r.sessions {
+		s.gone = true
+		s.cancel()
+		delete(r.sessions, addr)
+	}
+	r.primary = nil
+}
+
+// finishAll half-closes every stream and waits (briefly) for the brokers'
+// OKs.
+func (r *run) finishAll() {
+	live := 0
+	for _, s := range r.sessions {
+		if !s.halfClosed {
+			s.halfClosed = true
+			_ = s.stream.CloseSend()
+		}
+		live++
+	}
+	t := time.NewTimer(5 * time.Second)
+	defer t.Stop()
+	for live > 0 {
+		select {
+		case m := <-r.inbox:
+			if job := m.ev.GetJob(); job != nil {
+				// Not expected after a half-close: give it back.
+				r.unarySettle(giveBack([]string{job.GetReceipt()}))
+			}
+			if m.s == nil || m.s.gone || m.ev != nil {
+				continue
+			}
+			m.s.gone = true
+			m.s.cancel()
+			delete(r.sessions, m.s.addr)
+			live--
+		case <-t.C:
+			return
+		}
+	}
+}
+
+func giveBack(receipts []string) pendingReq {
+	return pendingReq{kind: reqNack, receipts: receipts, nack: &casqv1.WorkNack{Delay: durationpb.New(0), Reason: "worker stopping"}}
+}
+
+// send sends req on s, or (p given) re-sends it as a unary call when s can
+// no longer carry it.
+func (r *run) send(s *session, req *casqv1.WorkRequest, p *pendingReq) {
+	if s == nil || s.gone || !s.open || s.halfClosed {
+		if p != nil {
+			r.unarySettle(*p)
+		}
+		return
+	}
+	if p != nil {
+		r.nextID++
+		req.RequestId = r.nextID
+		s.pending[req.RequestId] = *p
+	}
+	if err := s.stream.Send(req); err != nil {
+		// The receive goroutine reports the stream's end; pending requests
+		// are re-sent then.
+		return
+	}
+}
+
+func (r *run) credit(s *session, n int) {
+	if n <= 0 || s == nil || s.gone || !s.open || s.halfClosed || s.draining {
+		return
+	}
+	r.send(s, &casqv1.WorkRequest{Command: &casqv1.WorkRequest_Credit{Credit: &casqv1.WorkCredit{Credits: uint32(n)}}}, nil)
+}
+
+func (r *run) settle(s *session, p pendingReq) {
+	switch p.kind {
+	case reqAck:
+		r.send(s, &casqv1.WorkRequest{Command: &casqv1.WorkRequest_Ack{Ack: &casqv1.WorkAck{Receipts: p.receipts}}}, &p)
+	case reqNack:
+		n := &casqv1.WorkNack{Receipts: p.receipts, Delay: p.nack.GetDelay(), DeadLetter: p.nack.GetDeadLetter(), Reason: p.nack.GetReason()}
+		r.send(s, &casqv1.WorkRequest{Command: &casqv1.WorkRequest_Nack{Nack: n}}, &p)
+	case reqHeartbeat:
+		r.send(s, &casqv1.WorkRequest{Command: &casqv1.WorkRequest_Heartbeat{Heartbeat: &casqv1.WorkHeartbeat{Receipts: p.receipts}}}, &p)
+	}
+}
+
+// unarySettle re-sends an ack, nack or heartbeat as the unary RPC (with
+// redirects and failover). Leases a heartbeat finds lost go back to the loop
+// as a leases_lost event.
+func (r *run) unarySettle(p pendingReq) {
+	if len(p.receipts) == 0 {
+		return
+	}
+	r.unary.Add(1)
+	go func() {
+		defer r.unary.Done()
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), 30*time.Second)
+		defer cancel()
+		var lost []string
+		err := r.c.call(ctx, func(ctx context.Context, qs casqv1.QueueServiceClient, _ casqv1.AdminServiceClient, o ...grpc.CallOption) error {
+			switch p.kind {
+			case reqAck:
+				_, err := qs.Ack(ctx, &casqv1.AckRequest{Queue: r.queue, Subscription: r.cfg.subscription, Receipts: p.receipts}, o...)
+				return err
+			case reqNack:
+				_, err := qs.Nack(ctx, &casqv1.NackRequest{Queue: r.queue, Subscription: r.cfg.subscription, Receipts: p.receipts,
+					Delay: p.nack.GetDelay(), DeadLetter: p.nack.GetDeadLetter(), Reason: p.nack.GetReason()}, o...)
+				return err
+			}
+			res, err := qs.Heartbeat(ctx, &casqv1.HeartbeatRequest{Queue: r.queue, Subscription: r.cfg.subscription, Receipts: p.receipts}, o...)
+			lost = lost[:0]
+			for _, x := range res.GetResults() {
+				if x.GetOutcome() == casqv1.HeartbeatOutcome_HEARTBEAT_OUTCOME_LOST {
+					lost = append(lost, x.GetReceipt())
+				}
+			}
+			return err
+		})
+		r.report(err, nil)
+		if err == nil && len(lost) > 0 {
+			ev := &casqv1.WorkResponse{Event: &casqv1.WorkResponse_LeasesLost{LeasesLost: &casqv1.WorkLeasesLost{Receipts: lost, Reason: "heartbeat: lease lost"}}}
+			select {
+			case r.inbox <- inboxMsg{ev: ev}:
+			case <-r.quit:
+			}
+		}
+	}()
+}
