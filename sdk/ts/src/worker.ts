@@ -7,7 +7,6 @@
  */
 
 import { hostname } from "node:os";
-import type { MessageInitShape } from "@bufbuild/protobuf";
 import { durationFromMs, durationMs } from "@bufbuild/protobuf/wkt";
 import { Code } from "@connectrpc/connect";
 import type { Tracer, TracerProvider } from "@opentelemetry/api";
@@ -15,7 +14,6 @@ import { type ClientOptions, resolveClientOptions } from "./client-options.ts";
 import {
   CasqError,
   DeadLetterError,
-  fromRpcStatus,
   isRetryable,
   RedirectError,
   toCasqError,
@@ -24,10 +22,11 @@ import {
 import { backoffDelay, callWithFailover, sleep } from "./failover.ts";
 import { HeartbeatOutcome, type HeartbeatResult } from "./gen/casq/v1/message_pb.ts";
 import { QueueService } from "./gen/casq/v1/queue_service_pb.ts";
-import type { WorkRequestSchema, WorkResponse, WorkRouting } from "./gen/casq/v1/work_pb.ts";
+import type { WorkResponse } from "./gen/casq/v1/work_pb.ts";
 import { type Job, jobFromClaim } from "./job.ts";
 import { casqTracer, runInProcessSpan } from "./tracing.ts";
 import { BrokerPool } from "./transport.ts";
+import { type Command, Session } from "./work-session.ts";
 
 /** Handles one job. Resolve: ack. Throw: nack (retry with the queue's backoff). Throw {@link DeadLetterError}: dead-letter. */
 export type JobHandler = (job: Job) => Promise<void> | void;
@@ -66,102 +65,6 @@ export interface RunOptions {
 export interface StopOptions {
   /** How long to wait for running handlers before aborting them. Default 30 000 ms. */
   readonly timeoutMs?: number;
-}
-
-type WorkRequestInit = MessageInitShape<typeof WorkRequestSchema>;
-type Command = WorkRequestInit["command"];
-
-/** An async iterable fed by push(); end() finishes it. */
-class Pushable<T> implements AsyncIterable<T> {
-  private readonly items: T[] = [];
-  private wake: (() => void) | undefined;
-  private done = false;
-
-  push(item: T): void {
-    if (this.done) return;
-    this.items.push(item);
-    this.wake?.();
-  }
-
-  end(): void {
-    this.done = true;
-    this.wake?.();
-  }
-
-  get ended(): boolean {
-    return this.done;
-  }
-
-  async *[Symbol.asyncIterator](): AsyncIterator<T> {
-    for (;;) {
-      const item = this.items.shift();
-      if (item !== undefined) {
-        yield item;
-        continue;
-      }
-      if (this.done) return;
-      await new Promise<void>((resolve) => {
-        this.wake = resolve;
-      });
-      this.wake = undefined;
-    }
-  }
-}
-
-/** One Work stream, to one broker. */
-class Session {
-  readonly requests = new Pushable<WorkRequestInit>();
-  readonly abort = new AbortController();
-  private readonly pending = new Map<
-    bigint,
-    { resolve: (r: WorkResponse) => void; reject: (e: unknown) => void }
-  >();
-  private nextId = 0n;
-  closed = false;
-  draining = false;
-  opened = false;
-  /**
-   * Owned by the run's reconnect loop. Any other session is a secondary: it
-   * is dropped when it ends, and opened again only when routing still needs it.
-   */
-  primary = false;
-  /** The latest routing of this stream (from `opened` or `routing`). */
-  routing: WorkRouting | undefined;
-  /** Settles when the stream has ended: resolves on a clean end, rejects with what broke it. */
-  ended: Promise<void> = Promise.resolve();
-
-  constructor(readonly address: string) {}
-
-  get usable(): boolean {
-    return !this.closed && !this.requests.ended && !this.draining;
-  }
-
-  send(command: Command): void {
-    this.requests.push({ command });
-  }
-
-  request(command: Command): Promise<WorkResponse> {
-    const requestId = ++this.nextId;
-    return new Promise((resolve, reject) => {
-      this.pending.set(requestId, { resolve, reject });
-      this.requests.push({ requestId, command });
-    });
-  }
-
-  reply(response: WorkResponse): void {
-    const waiter = this.pending.get(response.requestId);
-    if (!waiter) return;
-    this.pending.delete(response.requestId);
-    if (response.event.case === "requestFailed") waiter.reject(fromRpcStatus(response.event.value.status));
-    else waiter.resolve(response);
-  }
-
-  close(error: unknown): void {
-    this.closed = true;
-    this.requests.end();
-    for (const waiter of this.pending.values()) waiter.reject(error);
-    this.pending.clear();
-  }
 }
 
 /** A held job. */
