@@ -69,7 +69,10 @@ afterAll(async () => {
 });
 
 describe("Python produces, Go works, TypeScript checks", () => {
-  it("every message is worked once and each forms one trace across the three processes", async () => {
+  // Generous: on a machine with a cold Go build cache `go run` first compiles the example and the OTLP exporter.
+  it("every message is worked once and each forms one trace across the three processes", {
+    timeout: 360_000,
+  }, async () => {
     const admin = new Admin({ brokers: [broker.address] });
     await admin.createQueue(QUEUE, { shardCount: 1 });
 
