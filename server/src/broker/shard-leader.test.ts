@@ -1,8 +1,10 @@
 import { describe, expect, it } from "vitest";
 import { isCasqError } from "../errors.ts";
-import { ShardState } from "../model/shard-state.ts";
+import { ShardState, WRITE_HISTORY } from "../model/shard-state.ts";
 import { FaultInjectingStore } from "../store/fault-injecting-store.ts";
 import { MemoryStore } from "../store/memory-store.ts";
+import type { PutCondition, PutResult } from "../store/object-store.ts";
+import { AmbiguousWriteError } from "../store/store-errors.ts";
 import { ManualClock } from "../util/manual-clock.ts";
 import { seededRandom } from "../util/random.ts";
 import { expectKind } from "./broker.ts";
@@ -175,6 +177,96 @@ describe("ShardLeader resolves lost races and ambiguous writes", () => {
     expect(next.results[0]?.offset).toBe(1);
     const doc = await readDoc(memory);
     expect(doc.nextOffset).toBe(2);
+  });
+});
+
+/**
+ * A store whose next put is answered "ambiguous" after rival writes landed on
+ * top: the put itself lands first (`applied`) or not, then a rival broker
+ * writes `rivalWrites` times (holding a live lease, or having released it).
+ */
+class RivalOnTopStore extends MemoryStore {
+  armed: { applied: boolean; rivalWrites: number; rivalLeaseUntil: number } | undefined;
+
+  override async put(key: string, body: Uint8Array, condition: PutCondition): Promise<PutResult> {
+    const armed = this.armed;
+    if (!armed) return super.put(key, body, condition);
+    this.armed = undefined;
+    if (armed.applied) await super.put(key, body, condition);
+    for (let i = 1; i <= armed.rivalWrites; i++) {
+      const current = await super.get(key);
+      if (!current) throw new Error("no document");
+      const doc = ShardState.decode(current.body);
+      doc.broker = { id: "broker-r", address: "r:50051", epoch: 9, leaseUntil: armed.rivalLeaseUntil };
+      doc.recordWrite(`broker-r.${i}`);
+      await super.put(key, doc.encode(), { ifMatch: current.etag });
+    }
+    throw new AmbiguousWriteError(key, "response lost (test)");
+  }
+}
+
+describe("ShardLeader finds out whether an ambiguous write landed under later writes", () => {
+  async function setUp() {
+    const store = new RivalOnTopStore();
+    const clock = new ManualClock();
+    const shard = leader(store, "a", clock);
+    await shard.submit({ kind: "enqueue", messages: [{ id: "m0", payload: payload("0") }] });
+    return { store, clock, shard };
+  }
+
+  it("answers OK when its write landed and a rival then took over and wrote on top", async () => {
+    const { store, clock, shard } = await setUp();
+    store.armed = { applied: true, rivalWrites: 3, rivalLeaseUntil: clock.now() + 60_000 };
+    const result = expectKind(
+      await shard.submit({ kind: "enqueue", messages: [{ id: "m1", payload: payload("1") }] }),
+      "enqueue",
+    );
+    expect(result.results[0]?.offset).toBe(1);
+    const doc = await readDoc(store);
+    expect(doc.nextOffset).toBe(2); // stored once, not re-applied
+    expect(doc.recentWriteIds.slice(-3)).toEqual(["broker-a.2", "broker-r.1", "broker-r.2"]);
+    // The rival leads now: the next batch is redirected to it.
+    await expect(
+      shard.submit({ kind: "enqueue", messages: [{ id: "m2", payload: payload("2") }] }),
+    ).rejects.toMatchObject({ code: "redirect", details: { leaderAddress: "r:50051" } });
+  });
+
+  it("re-applies the batch when its write did not land and the rival released the shard", async () => {
+    const { store, shard } = await setUp();
+    store.armed = { applied: false, rivalWrites: 2, rivalLeaseUntil: 0 };
+    const result = expectKind(
+      await shard.submit({ kind: "enqueue", messages: [{ id: "m1", payload: payload("1") }] }),
+      "enqueue",
+    );
+    expect(result.results[0]?.offset).toBe(1);
+    expect((await readDoc(store)).nextOffset).toBe(2);
+  });
+
+  it("does not apply a landed batch twice when the rival released the shard afterwards", async () => {
+    const { store, shard } = await setUp();
+    store.armed = { applied: true, rivalWrites: 2, rivalLeaseUntil: 0 };
+    const result = expectKind(
+      await shard.submit({ kind: "enqueue", messages: [{ id: "m1", payload: payload("1") }] }),
+      "enqueue",
+    );
+    expect(result.results[0]?.offset).toBe(1);
+    const doc = await readDoc(store);
+    expect(doc.nextOffset).toBe(2);
+    expect([...doc.sortedMessages()].map((m) => m.msg.id)).toEqual(["m0", "m1"]);
+  });
+
+  it("answers 'outcome unknown' and changes nothing more when too many writes followed to tell", async () => {
+    const { store, shard } = await setUp();
+    store.armed = { applied: true, rivalWrites: WRITE_HISTORY + 2, rivalLeaseUntil: 0 };
+    const error = await shard
+      .submit({ kind: "enqueue", messages: [{ id: "m1", payload: payload("1") }] })
+      .then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+    expect(error).toMatchObject({ code: "unavailable" });
+    expect(String((error as Error).message)).toMatch(/may or may not have landed/);
+    expect((await readDoc(store)).nextOffset).toBe(2); // the landed write only, never re-applied
   });
 });
 

@@ -16,11 +16,14 @@
  *    claim that found nothing) are answered without a write, unless the
  *    leadership lease needs renewing anyway.
  * 3. **Lost race.** On 412/409 or an ambiguous write (timeout: it may or may
- *    not have landed) re-read the document. If its write id is one of ours,
- *    that write landed and its results are the truth. If another broker now
- *    holds a live lease, we were deposed: fail the batch with a redirect to
- *    it. Otherwise re-apply the batch to the fresh document and try again —
- *    the first three conflicts at once, then with backoff.
+ *    not have landed) re-read the document. If one of our attempts' write ids
+ *    is in its write chain (`recent_write_ids` + `write_id`), that write
+ *    landed and its results are the truth, even if others wrote on top since
+ *    (see `write-resolution.ts`); if whether it landed cannot be decided, the
+ *    batch fails as "outcome unknown" and is not applied again. If another
+ *    broker now holds a live lease, we were deposed: fail the batch with a
+ *    redirect to it. Otherwise re-apply the batch to the fresh document and
+ *    try again — the first three conflicts at once, then with backoff.
  * 4. **Leadership.** Every write renews this broker's lease in the document;
  *    an idle leader writes a renewal when less than half the lease remains.
  *    Taking over a shard whose lease expired (or was released by a graceful
@@ -34,7 +37,7 @@ import { CasqError, isCasqError } from "../errors.ts";
 import { applyOperation } from "../model/apply-operation.ts";
 import type { Operation, OperationResult } from "../model/operations.ts";
 import type { QueueConfig } from "../model/queue-config.ts";
-import { type BrokerRecord, ShardState } from "../model/shard-state.ts";
+import { type BrokerRecord, ShardState, WRITE_HISTORY } from "../model/shard-state.ts";
 import { nextHousekeepingAt, nextWakeAt } from "../model/shard-stats.ts";
 import type { ObjectStore, PutCondition, StoredObject } from "../store/object-store.ts";
 import { backoffDelay, DEFAULT_RETRY_POLICY, type RetryPolicy } from "../store/retrying-store.ts";
@@ -45,6 +48,7 @@ import { type BrokerIdentity, heldByOther, isOwnRecord, needsRenewal, takeoverRe
 import { operationChangesState } from "./operation-effects.ts";
 import { shardKey } from "./shard-key.ts";
 import type { CommitInfo, ShardObserver } from "./shard-observer.ts";
+import { resolveWrites, type WriteAttempt } from "./write-resolution.ts";
 
 /** Tuning of one shard's commit loop. Defaults come from the source document. */
 export interface CommitOptions {
@@ -335,7 +339,7 @@ export class ShardLeader {
   /** Applies one batch and writes it, retrying lost races; settles every item. */
   private async commitBatch(batch: BatchItem[], release: boolean): Promise<void> {
     const started = this.now();
-    const attempts = new Map<string, Outcome[]>();
+    const attempts = new Map<string, WriteAttempt<Outcome[]>>();
     let conflicts = 0;
     let justReloaded = false;
     for (;;) {
@@ -390,9 +394,11 @@ export class ShardLeader {
             leaseUntil: release ? 0 : now + this.options.leaseMs,
           };
       const writeId = `${this.identity.id}.${++this.writeCounter}`;
-      working.writeId = writeId;
+      const basedOn = creating ? undefined : working.writeId;
+      working.recordWrite(writeId);
       const bytes = working.encode();
-      attempts.set(writeId, outcomes);
+      const attempt = { value: outcomes, basedOn, ambiguous: false };
+      attempts.set(writeId, attempt);
       const condition: PutCondition = creating ? { ifAbsent: true } : { ifMatch: this.etag as string };
       try {
         const put = await this.store.put(this.key, bytes, condition);
@@ -418,6 +424,7 @@ export class ShardLeader {
           outcome: kind,
           attempt: conflicts + 1,
         });
+        attempts.set(writeId, { ...attempt, ambiguous: kind === "ambiguous" });
         if (kind !== "precondition_failed" && kind !== "conflict" && kind !== "ambiguous") {
           // The write did not happen (unavailable) or cannot (invalid): restore and answer.
           this.restoreCommitted();
@@ -433,12 +440,25 @@ export class ShardLeader {
           );
           return this.failBatch(batch, unknown);
         }
-        const landed = this.state?.writeId === undefined ? undefined : attempts.get(this.state.writeId);
-        if (landed) {
-          this.mode = "leading";
-          this.settle(batch, landed);
+        const state = this.state;
+        const chain =
+          state === undefined ? [] : [...state.recentWriteIds, ...(state.writeId ? [state.writeId] : [])];
+        const verdict = resolveWrites(chain, (state?.recentWriteIds.length ?? 0) < WRITE_HISTORY, attempts);
+        if (verdict.kind === "landed") {
+          // The mode follows the document's broker record (reload set it): a rival may lead by now.
+          this.settle(batch, verdict.value);
           this.observer?.onCommit?.(this.commitInfo(batch, started, conflicts + 1, "ok", bytes.byteLength));
           return;
+        }
+        if (verdict.kind === "unknown") {
+          return this.failBatch(
+            batch,
+            new CasqError(
+              "unavailable",
+              `shard ${this.queue}/${this.shard}: a write may or may not have landed and too many writes followed to find out; retry — use dedup ids to make enqueue retries safe`,
+              { queue: this.queue, shard: this.shard },
+            ),
+          );
         }
         justReloaded = true;
         conflicts += 1;

@@ -14,12 +14,13 @@ import {
   T0,
 } from "./model-test-helpers.ts";
 import type { Operation, Receipt } from "./operations.ts";
-import { ShardState } from "./shard-state.ts";
+import { ShardState, WRITE_HISTORY } from "./shard-state.ts";
 
 /** A shard exercising every part of the format. */
 function richShard(): ShardState {
   const s = newShard({ retentionMs: 60_000, maxAttempts: 3 });
-  s.writeId = "w-0001";
+  s.recordWrite("w-0000");
+  s.recordWrite("w-0001");
   s.broker = { id: "broker-a", address: "10.0.0.1:7070", epoch: 3, leaseUntil: T0 + 30_000 };
   applyOperation(s, { kind: "createSubscription", name: "audit" }, T0);
   enqueue(
@@ -96,6 +97,7 @@ describe("document codec", () => {
       "shard",
       "created_at",
       "write_id",
+      "recent_write_ids",
       "broker",
       "next_offset",
       "config",
@@ -105,6 +107,8 @@ describe("document codec", () => {
       "messages",
     ]);
     expect(doc.format).toBe(SHARD_FORMAT);
+    expect(doc.write_id).toBe("w-0001");
+    expect(doc.recent_write_ids).toEqual(["w-0000"]);
     expect(doc.broker).toEqual({
       id: "broker-a",
       address: "10.0.0.1:7070",
@@ -136,6 +140,31 @@ describe("document codec", () => {
     expect(doc.write_id).toBeNull();
     expect(doc.broker).toBeNull();
     expect(docText(ShardState.decode(s.encode()))).toBe(docText(s));
+  });
+
+  it("keeps the last WRITE_HISTORY earlier write ids, oldest first, and round-trips them", () => {
+    const s = newShard();
+    for (let i = 0; i < WRITE_HISTORY + 5; i++) s.recordWrite(`w-${i}`);
+    const doc = docJson(s);
+    expect(doc.write_id).toBe(`w-${WRITE_HISTORY + 4}`);
+    expect(doc.recent_write_ids).toHaveLength(WRITE_HISTORY);
+    expect(doc.recent_write_ids[0]).toBe("w-4");
+    expect(doc.recent_write_ids.at(-1)).toBe(`w-${WRITE_HISTORY + 3}`);
+    expect(ShardState.decode(s.encode()).recentWriteIds).toEqual(doc.recent_write_ids);
+  });
+
+  it("reads a document written before recent_write_ids existed, and refuses a malformed one", () => {
+    const s = newShard();
+    s.recordWrite("w-1");
+    const doc = docJson(s);
+    delete doc.recent_write_ids;
+    const old = ShardState.decode(new TextEncoder().encode(JSON.stringify(doc)));
+    expect(old.writeId).toBe("w-1");
+    expect(old.recentWriteIds).toEqual([]);
+    expectCasqError(
+      () => ShardState.decode(new TextEncoder().encode(JSON.stringify({ ...doc, recent_write_ids: [7] }))),
+      "data_loss",
+    );
   });
 
   describe("refuses what it cannot fully read (data_loss)", () => {

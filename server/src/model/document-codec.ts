@@ -135,6 +135,7 @@ export function encodeShard(state: ShardState): Uint8Array {
   const parts: string[] = [
     `{"format":"${SHARD_FORMAT}","queue":${json(state.queue)},"shard":${state.shard},"created_at":${state.createdAt}`,
     `,"write_id":${state.writeId === undefined ? "null" : json(state.writeId)}`,
+    `,"recent_write_ids":[${state.recentWriteIds.map((id) => json(id)).join(",")}]`,
     `,"broker":${broker === undefined ? "null" : `{"id":${json(broker.id)},"address":${json(broker.address)},"epoch":${broker.epoch},"lease_until":${broker.leaseUntil}}`}`,
     `,"next_offset":${state.nextOffset},"config":${configJson(state.config)}`,
     `,"counters":{${subscriptionCountersJson(c)},"dropped":${c.dropped}}`,
@@ -167,6 +168,8 @@ export interface ShardDocument {
   readonly shard: number;
   readonly createdAt: number;
   readonly writeId: string | undefined;
+  /** Earlier write ids, oldest first (absent in documents written before it existed: empty). */
+  readonly recentWriteIds: readonly string[];
   readonly broker: BrokerRecord | undefined;
   readonly nextOffset: number;
   readonly config: QueueConfig;
@@ -484,7 +487,7 @@ export function parseShardDocument(bytes: Uint8Array): ShardDocument {
         "dedup",
         "messages",
       ],
-      [],
+      ["recent_write_ids"],
     );
     let broker: BrokerRecord | undefined;
     if (o.broker !== null) {
@@ -504,6 +507,12 @@ export function parseShardDocument(bytes: Uint8Array): ShardDocument {
       shard: integer(o.shard, "document.shard"),
       createdAt: integer(o.created_at, "document.created_at"),
       writeId: o.write_id === null ? undefined : text(o.write_id, "document.write_id"),
+      recentWriteIds:
+        o.recent_write_ids === undefined
+          ? []
+          : array(o.recent_write_ids, "document.recent_write_ids").map((v, i) =>
+              text(v, `document.recent_write_ids[${i}]`),
+            ),
       broker,
       nextOffset: integer(o.next_offset, "document.next_offset"),
       config: config(o.config, "document.config"),

@@ -87,7 +87,8 @@ export function buildExampleShard(): ShardState {
   );
   // The leading broker stamps the document before writing it.
   s.broker = { id: "broker-7f3a", address: "10.0.0.12:7070", epoch: 2, leaseUntil: T + 38_000 };
-  s.writeId = "broker-7f3a:2:000042";
+  s.recordWrite("broker-7f3a:2:000041");
+  s.recordWrite("broker-7f3a:2:000042");
   return s;
 }
 

@@ -59,6 +59,9 @@ export const NAME_PATTERN = /^[a-z0-9][a-z0-9._-]{0,127}$/;
 /** The subscription every new queue shard has. */
 export const DEFAULT_SUBSCRIPTION = "default";
 
+/** How many earlier write ids a document keeps besides the latest (see {@link ShardState.recentWriteIds}). */
+export const WRITE_HISTORY = 16;
+
 /** Throws `invalid_argument` unless `name` is a valid queue/subscription name. */
 export function validateName(what: "queue" | "subscription", name: unknown): asserts name is string {
   if (typeof name !== "string" || !NAME_PATTERN.test(name)) {
@@ -86,8 +89,14 @@ export class ShardState {
   readonly queue: string;
   /** Shard number within the queue. */
   readonly shard: number;
-  /** Set by the broker to a fresh unique id before each write; on re-read it tells whether an ambiguous write landed. */
+  /** Set by the broker to a fresh unique id before each write ({@link recordWrite}); on re-read it tells whether an ambiguous write landed. */
   writeId: string | undefined = undefined;
+  /**
+   * The write ids before {@link writeId}, oldest first, at most
+   * {@link WRITE_HISTORY}: a broker whose write timed out can still find it
+   * after other brokers wrote on top of it.
+   */
+  recentWriteIds: string[] = [];
   /** The leading broker, as recorded in the document. */
   broker: BrokerRecord | undefined = undefined;
 
@@ -170,6 +179,7 @@ export class ShardState {
       config: doc.config,
     });
     state.writeId = doc.writeId;
+    state.recentWriteIds = [...doc.recentWriteIds];
     state.broker = doc.broker;
     state.next = doc.nextOffset;
     Object.assign(state.counters, doc.counters);
@@ -304,6 +314,15 @@ export class ShardState {
     return this.next;
   }
 
+  /** Names the write about to be made: `writeId` becomes `id`, the previous one moves into {@link recentWriteIds}. */
+  recordWrite(id: string): void {
+    if (this.writeId !== undefined) {
+      this.recentWriteIds.push(this.writeId);
+      if (this.recentWriteIds.length > WRITE_HISTORY) this.recentWriteIds.shift();
+    }
+    this.writeId = id;
+  }
+
   /**
    * Running estimate of the encoded size in bytes, O(1); used for the
    * `maxDocumentBytes` limit. Within a small factor of `encode().length`.
@@ -311,6 +330,7 @@ export class ShardState {
   approxBytes(): number {
     let extra = 0;
     if (this.writeId !== undefined) extra += this.writeId.length;
+    for (const id of this.recentWriteIds) extra += id.length + 3;
     if (this.broker !== undefined) extra += this.broker.id.length + this.broker.address.length;
     return this.bytes + this.settledSlots * SETTLED_SLOT_BYTES + extra;
   }
