@@ -132,6 +132,125 @@ func (x *LeaderRedirect) GetShard() uint32 {
 	return 0
 }
 
+// BatchRedirect: an Enqueue batch whose messages belong to shards led by
+// more than one broker (or partly by this broker and partly by another). No
+// broker can store such a batch by itself, so NOTHING of it was stored; the
+// call fails with UNAVAILABLE and this detail. Split the batch by `routes`:
+// send the messages listed in each route, in their original order, as one
+// Enqueue to that route's broker, and put the results back in request order.
+// (A sub-batch may itself be answered with a redirect or a BatchRedirect when
+// leadership moved meanwhile: handle it the same way.) Messages keep their
+// dedup ids, so a retried sub-batch is still stored once.
+type BatchRedirect struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Queue of the batch.
+	Queue string `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	// Where each message goes. Every message of the request is in exactly one route.
+	Routes        []*BatchRoute `protobuf:"bytes,2,rep,name=routes,proto3" json:"routes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchRedirect) Reset() {
+	*x = BatchRedirect{}
+	mi := &file_casq_v1_errors_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchRedirect) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchRedirect) ProtoMessage() {}
+
+func (x *BatchRedirect) ProtoReflect() protoreflect.Message {
+	mi := &file_casq_v1_errors_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchRedirect.ProtoReflect.Descriptor instead.
+func (*BatchRedirect) Descriptor() ([]byte, []int) {
+	return file_casq_v1_errors_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *BatchRedirect) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *BatchRedirect) GetRoutes() []*BatchRoute {
+	if x != nil {
+		return x.Routes
+	}
+	return nil
+}
+
+// BatchRoute is the part of a split batch that one broker can store.
+type BatchRoute struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Address (host:port) of the broker to send these messages to, as it
+	// advertises itself; it may be the broker that answered.
+	LeaderAddress string `protobuf:"bytes,1,opt,name=leader_address,json=leaderAddress,proto3" json:"leader_address,omitempty"`
+	// 0-based indexes into the request's messages, ascending.
+	MessageIndexes []uint32 `protobuf:"varint,2,rep,packed,name=message_indexes,json=messageIndexes,proto3" json:"message_indexes,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *BatchRoute) Reset() {
+	*x = BatchRoute{}
+	mi := &file_casq_v1_errors_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchRoute) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchRoute) ProtoMessage() {}
+
+func (x *BatchRoute) ProtoReflect() protoreflect.Message {
+	mi := &file_casq_v1_errors_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchRoute.ProtoReflect.Descriptor instead.
+func (*BatchRoute) Descriptor() ([]byte, []int) {
+	return file_casq_v1_errors_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *BatchRoute) GetLeaderAddress() string {
+	if x != nil {
+		return x.LeaderAddress
+	}
+	return ""
+}
+
+func (x *BatchRoute) GetMessageIndexes() []uint32 {
+	if x != nil {
+		return x.MessageIndexes
+	}
+	return nil
+}
+
 // RpcStatus is wire compatible with google.rpc.Status (same field numbers and
 // types): the payload of the `grpc-status-details-bin` trailer of a failed
 // call, and the error of a failed request on the Work stream.
@@ -149,7 +268,7 @@ type RpcStatus struct {
 
 func (x *RpcStatus) Reset() {
 	*x = RpcStatus{}
-	mi := &file_casq_v1_errors_proto_msgTypes[1]
+	mi := &file_casq_v1_errors_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -161,7 +280,7 @@ func (x *RpcStatus) String() string {
 func (*RpcStatus) ProtoMessage() {}
 
 func (x *RpcStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_casq_v1_errors_proto_msgTypes[1]
+	mi := &file_casq_v1_errors_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -174,7 +293,7 @@ func (x *RpcStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RpcStatus.ProtoReflect.Descriptor instead.
 func (*RpcStatus) Descriptor() ([]byte, []int) {
-	return file_casq_v1_errors_proto_rawDescGZIP(), []int{1}
+	return file_casq_v1_errors_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *RpcStatus) GetCode() int32 {
@@ -208,7 +327,14 @@ const file_casq_v1_errors_proto_rawDesc = "" +
 	"\tleader_id\x18\x02 \x01(\tR\bleaderId\x12\x14\n" +
 	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\x12\x14\n" +
 	"\x05queue\x18\x04 \x01(\tR\x05queue\x12\x14\n" +
-	"\x05shard\x18\x05 \x01(\rR\x05shard\"i\n" +
+	"\x05shard\x18\x05 \x01(\rR\x05shard\"R\n" +
+	"\rBatchRedirect\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12+\n" +
+	"\x06routes\x18\x02 \x03(\v2\x13.casq.v1.BatchRouteR\x06routes\"\\\n" +
+	"\n" +
+	"BatchRoute\x12%\n" +
+	"\x0eleader_address\x18\x01 \x01(\tR\rleaderAddress\x12'\n" +
+	"\x0fmessage_indexes\x18\x02 \x03(\rR\x0emessageIndexes\"i\n" +
 	"\tRpcStatus\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12.\n" +
@@ -226,19 +352,22 @@ func file_casq_v1_errors_proto_rawDescGZIP() []byte {
 	return file_casq_v1_errors_proto_rawDescData
 }
 
-var file_casq_v1_errors_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
+var file_casq_v1_errors_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
 var file_casq_v1_errors_proto_goTypes = []any{
 	(*LeaderRedirect)(nil), // 0: casq.v1.LeaderRedirect
-	(*RpcStatus)(nil),      // 1: casq.v1.RpcStatus
-	(*anypb.Any)(nil),      // 2: google.protobuf.Any
+	(*BatchRedirect)(nil),  // 1: casq.v1.BatchRedirect
+	(*BatchRoute)(nil),     // 2: casq.v1.BatchRoute
+	(*RpcStatus)(nil),      // 3: casq.v1.RpcStatus
+	(*anypb.Any)(nil),      // 4: google.protobuf.Any
 }
 var file_casq_v1_errors_proto_depIdxs = []int32{
-	2, // 0: casq.v1.RpcStatus.details:type_name -> google.protobuf.Any
-	1, // [1:1] is the sub-list for method output_type
-	1, // [1:1] is the sub-list for method input_type
-	1, // [1:1] is the sub-list for extension type_name
-	1, // [1:1] is the sub-list for extension extendee
-	0, // [0:1] is the sub-list for field type_name
+	2, // 0: casq.v1.BatchRedirect.routes:type_name -> casq.v1.BatchRoute
+	4, // 1: casq.v1.RpcStatus.details:type_name -> google.protobuf.Any
+	2, // [2:2] is the sub-list for method output_type
+	2, // [2:2] is the sub-list for method input_type
+	2, // [2:2] is the sub-list for extension type_name
+	2, // [2:2] is the sub-list for extension extendee
+	0, // [0:2] is the sub-list for field type_name
 }
 
 func init() { file_casq_v1_errors_proto_init() }
@@ -252,7 +381,7 @@ func file_casq_v1_errors_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_casq_v1_errors_proto_rawDesc), len(file_casq_v1_errors_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   2,
+			NumMessages:   4,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

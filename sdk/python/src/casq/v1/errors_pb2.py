@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import any_pb2 as google_dot_protobuf_dot_any__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14\x63\x61sq/v1/errors.proto\x12\x07\x63\x61sq.v1\x1a\x19google/protobuf/any.proto\"h\n\x0eLeaderRedirect\x12\x16\n\x0eleader_address\x18\x01 \x01(\t\x12\x11\n\tleader_id\x18\x02 \x01(\t\x12\r\n\x05\x65poch\x18\x03 \x01(\x04\x12\r\n\x05queue\x18\x04 \x01(\t\x12\r\n\x05shard\x18\x05 \x01(\r\"Q\n\tRpcStatus\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\x12%\n\x07\x64\x65tails\x18\x03 \x03(\x0b\x32\x14.google.protobuf.AnyB0Z.github.com/casq/casq/sdk/go/gen/casq/v1;casqv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14\x63\x61sq/v1/errors.proto\x12\x07\x63\x61sq.v1\x1a\x19google/protobuf/any.proto\"h\n\x0eLeaderRedirect\x12\x16\n\x0eleader_address\x18\x01 \x01(\t\x12\x11\n\tleader_id\x18\x02 \x01(\t\x12\r\n\x05\x65poch\x18\x03 \x01(\x04\x12\r\n\x05queue\x18\x04 \x01(\t\x12\r\n\x05shard\x18\x05 \x01(\r\"C\n\rBatchRedirect\x12\r\n\x05queue\x18\x01 \x01(\t\x12#\n\x06routes\x18\x02 \x03(\x0b\x32\x13.casq.v1.BatchRoute\"=\n\nBatchRoute\x12\x16\n\x0eleader_address\x18\x01 \x01(\t\x12\x17\n\x0fmessage_indexes\x18\x02 \x03(\r\"Q\n\tRpcStatus\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\x12%\n\x07\x64\x65tails\x18\x03 \x03(\x0b\x32\x14.google.protobuf.AnyB0Z.github.com/casq/casq/sdk/go/gen/casq/v1;casqv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,6 +35,10 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._serialized_options = b'Z.github.com/casq/casq/sdk/go/gen/casq/v1;casqv1'
   _globals['_LEADERREDIRECT']._serialized_start=60
   _globals['_LEADERREDIRECT']._serialized_end=164
-  _globals['_RPCSTATUS']._serialized_start=166
-  _globals['_RPCSTATUS']._serialized_end=247
+  _globals['_BATCHREDIRECT']._serialized_start=166
+  _globals['_BATCHREDIRECT']._serialized_end=233
+  _globals['_BATCHROUTE']._serialized_start=235
+  _globals['_BATCHROUTE']._serialized_end=296
+  _globals['_RPCSTATUS']._serialized_start=298
+  _globals['_RPCSTATUS']._serialized_end=379
 # @@protoc_insertion_point(module_scope)

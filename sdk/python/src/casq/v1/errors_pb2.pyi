@@ -88,6 +88,73 @@ class LeaderRedirect(_message.Message):
 Global___LeaderRedirect: _TypeAlias = LeaderRedirect  # noqa: Y015
 
 @_typing.final
+class BatchRedirect(_message.Message):
+    """BatchRedirect: an Enqueue batch whose messages belong to shards led by
+    more than one broker (or partly by this broker and partly by another). No
+    broker can store such a batch by itself, so NOTHING of it was stored; the
+    call fails with UNAVAILABLE and this detail. Split the batch by `routes`:
+    send the messages listed in each route, in their original order, as one
+    Enqueue to that route's broker, and put the results back in request order.
+    (A sub-batch may itself be answered with a redirect or a BatchRedirect when
+    leadership moved meanwhile: handle it the same way.) Messages keep their
+    dedup ids, so a retried sub-batch is still stored once.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    QUEUE_FIELD_NUMBER: _builtins.int
+    ROUTES_FIELD_NUMBER: _builtins.int
+    queue: _builtins.str
+    """Queue of the batch."""
+    @_builtins.property
+    def routes(self) -> _containers.RepeatedCompositeFieldContainer[Global___BatchRoute]:
+        """Where each message goes. Every message of the request is in exactly one route."""
+
+    def __init__(
+        self,
+        *,
+        queue: _builtins.str = ...,
+        routes: _abc.Iterable[Global___BatchRoute] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["queue", b"queue", "routes", b"routes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___BatchRedirect: _TypeAlias = BatchRedirect  # noqa: Y015
+
+@_typing.final
+class BatchRoute(_message.Message):
+    """BatchRoute is the part of a split batch that one broker can store."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LEADER_ADDRESS_FIELD_NUMBER: _builtins.int
+    MESSAGE_INDEXES_FIELD_NUMBER: _builtins.int
+    leader_address: _builtins.str
+    """Address (host:port) of the broker to send these messages to, as it
+    advertises itself; it may be the broker that answered.
+    """
+    @_builtins.property
+    def message_indexes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """0-based indexes into the request's messages, ascending."""
+
+    def __init__(
+        self,
+        *,
+        leader_address: _builtins.str = ...,
+        message_indexes: _abc.Iterable[_builtins.int] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["leader_address", b"leader_address", "message_indexes", b"message_indexes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___BatchRoute: _TypeAlias = BatchRoute  # noqa: Y015
+
+@_typing.final
 class RpcStatus(_message.Message):
     """RpcStatus is wire compatible with google.rpc.Status (same field numbers and
     types): the payload of the `grpc-status-details-bin` trailer of a failed

@@ -22,7 +22,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file casq/v1/errors.proto.
  */
 export const file_casq_v1_errors: GenFile = /*@__PURE__*/
-  fileDesc("ChRjYXNxL3YxL2Vycm9ycy5wcm90bxIHY2FzcS52MSJoCg5MZWFkZXJSZWRpcmVjdBIWCg5sZWFkZXJfYWRkcmVzcxgBIAEoCRIRCglsZWFkZXJfaWQYAiABKAkSDQoFZXBvY2gYAyABKAQSDQoFcXVldWUYBCABKAkSDQoFc2hhcmQYBSABKA0iUQoJUnBjU3RhdHVzEgwKBGNvZGUYASABKAUSDwoHbWVzc2FnZRgCIAEoCRIlCgdkZXRhaWxzGAMgAygLMhQuZ29vZ2xlLnByb3RvYnVmLkFueUIwWi5naXRodWIuY29tL2Nhc3EvY2FzcS9zZGsvZ28vZ2VuL2Nhc3EvdjE7Y2FzcXYxYgZwcm90bzM", [file_google_protobuf_any]);
+  fileDesc("ChRjYXNxL3YxL2Vycm9ycy5wcm90bxIHY2FzcS52MSJoCg5MZWFkZXJSZWRpcmVjdBIWCg5sZWFkZXJfYWRkcmVzcxgBIAEoCRIRCglsZWFkZXJfaWQYAiABKAkSDQoFZXBvY2gYAyABKAQSDQoFcXVldWUYBCABKAkSDQoFc2hhcmQYBSABKA0iQwoNQmF0Y2hSZWRpcmVjdBINCgVxdWV1ZRgBIAEoCRIjCgZyb3V0ZXMYAiADKAsyEy5jYXNxLnYxLkJhdGNoUm91dGUiPQoKQmF0Y2hSb3V0ZRIWCg5sZWFkZXJfYWRkcmVzcxgBIAEoCRIXCg9tZXNzYWdlX2luZGV4ZXMYAiADKA0iUQoJUnBjU3RhdHVzEgwKBGNvZGUYASABKAUSDwoHbWVzc2FnZRgCIAEoCRIlCgdkZXRhaWxzGAMgAygLMhQuZ29vZ2xlLnByb3RvYnVmLkFueUIwWi5naXRodWIuY29tL2Nhc3EvY2FzcS9zZGsvZ28vZ2VuL2Nhc3EvdjE7Y2FzcXYxYgZwcm90bzM", [file_google_protobuf_any]);
 
 /**
  * LeaderRedirect says that another broker leads the shard a request needed,
@@ -92,6 +92,71 @@ export const LeaderRedirectSchema: GenMessage<LeaderRedirect> = /*@__PURE__*/
   messageDesc(file_casq_v1_errors, 0);
 
 /**
+ * BatchRedirect: an Enqueue batch whose messages belong to shards led by
+ * more than one broker (or partly by this broker and partly by another). No
+ * broker can store such a batch by itself, so NOTHING of it was stored; the
+ * call fails with UNAVAILABLE and this detail. Split the batch by `routes`:
+ * send the messages listed in each route, in their original order, as one
+ * Enqueue to that route's broker, and put the results back in request order.
+ * (A sub-batch may itself be answered with a redirect or a BatchRedirect when
+ * leadership moved meanwhile: handle it the same way.) Messages keep their
+ * dedup ids, so a retried sub-batch is still stored once.
+ *
+ * @generated from message casq.v1.BatchRedirect
+ */
+export type BatchRedirect = Message<"casq.v1.BatchRedirect"> & {
+  /**
+   * Queue of the batch.
+   *
+   * @generated from field: string queue = 1;
+   */
+  queue: string;
+
+  /**
+   * Where each message goes. Every message of the request is in exactly one route.
+   *
+   * @generated from field: repeated casq.v1.BatchRoute routes = 2;
+   */
+  routes: BatchRoute[];
+};
+
+/**
+ * Describes the message casq.v1.BatchRedirect.
+ * Use `create(BatchRedirectSchema)` to create a new message.
+ */
+export const BatchRedirectSchema: GenMessage<BatchRedirect> = /*@__PURE__*/
+  messageDesc(file_casq_v1_errors, 1);
+
+/**
+ * BatchRoute is the part of a split batch that one broker can store.
+ *
+ * @generated from message casq.v1.BatchRoute
+ */
+export type BatchRoute = Message<"casq.v1.BatchRoute"> & {
+  /**
+   * Address (host:port) of the broker to send these messages to, as it
+   * advertises itself; it may be the broker that answered.
+   *
+   * @generated from field: string leader_address = 1;
+   */
+  leaderAddress: string;
+
+  /**
+   * 0-based indexes into the request's messages, ascending.
+   *
+   * @generated from field: repeated uint32 message_indexes = 2;
+   */
+  messageIndexes: number[];
+};
+
+/**
+ * Describes the message casq.v1.BatchRoute.
+ * Use `create(BatchRouteSchema)` to create a new message.
+ */
+export const BatchRouteSchema: GenMessage<BatchRoute> = /*@__PURE__*/
+  messageDesc(file_casq_v1_errors, 2);
+
+/**
  * RpcStatus is wire compatible with google.rpc.Status (same field numbers and
  * types): the payload of the `grpc-status-details-bin` trailer of a failed
  * call, and the error of a failed request on the Work stream.
@@ -126,5 +191,5 @@ export type RpcStatus = Message<"casq.v1.RpcStatus"> & {
  * Use `create(RpcStatusSchema)` to create a new message.
  */
 export const RpcStatusSchema: GenMessage<RpcStatus> = /*@__PURE__*/
-  messageDesc(file_casq_v1_errors, 1);
+  messageDesc(file_casq_v1_errors, 3);
 
