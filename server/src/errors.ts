@@ -21,6 +21,8 @@ export type CasqErrorCode =
   | "failed_precondition"
   /** Another broker leads this shard; `leader` in the details says where to go. */
   | "redirect"
+  /** An enqueue batch spans shards led by several brokers; `batchRoutes` in the details splits it. Nothing was stored. */
+  | "batch_redirect"
   /** The store could not be reached or the broker is shutting down; retrying later may succeed. */
   | "unavailable"
   /** The stored document cannot be read (corrupt or from a newer casq); an operator must look. */
@@ -42,6 +44,16 @@ export interface CasqErrorDetails {
   readonly queue?: string;
   /** The shard the request was about. */
   readonly shard?: number;
+  /** For `batch_redirect`: which of the batch's messages (0-based indexes) each broker can store. */
+  readonly batchRoutes?: readonly BatchRoute[];
+}
+
+/** One broker's part of a batch that spans shards led by several brokers. */
+export interface BatchRoute {
+  /** Advertised address of the broker that can store these messages. */
+  readonly leaderAddress: string;
+  /** Indexes into the batch, ascending. */
+  readonly messageIndexes: readonly number[];
 }
 
 /** An error with a client-actionable code. Messages say what to do, not only what failed. */

@@ -6,9 +6,10 @@
  * decodable casq.v1.LeaderRedirect detail.
  */
 import { durationFromMs, timestampFromMs } from "@bufbuild/protobuf/wkt";
-import { LeaderRedirectSchema } from "@casq/sdk/gen/casq/v1/errors_pb.ts";
+import { BatchRedirectSchema, LeaderRedirectSchema } from "@casq/sdk/gen/casq/v1/errors_pb.ts";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { describe, expect, it } from "vitest";
+import { shardForKey } from "../../server/src/broker/shard-routing.ts";
 import { MemoryStore } from "../../server/src/store/memory-store.ts";
 import { bytes, connectJsonClients, grpcClients, sharedStore, useTestServers } from "./support.ts";
 
@@ -207,6 +208,65 @@ describe("error mapping", () => {
     // Reads are answered by any broker.
     const routes = await grpcClients(b.address).queue.lookupShards({ queue: "led" });
     expect(routes.shards[0]?.leader?.brokerId).toBe("broker-a");
+  });
+
+  it("refuses a batch over shards led by two brokers as a whole, with a BatchRedirect that splits it", async () => {
+    const store = sharedStore(new MemoryStore());
+    const first = await server({ store, brokerId: "broker-first" });
+    const b = await server({ store, brokerId: "broker-b" });
+    await grpcClients(first.address).admin.createQueue({ queue: "split", shardCount: 2 });
+    await first.close({ graceful: true }); // releases both shards
+    const c = await server({ store, brokerId: "broker-c" });
+    const keyOf = (shard: number) =>
+      ["a", "b", "c", "d", "e", "f"].find((k) => shardForKey(k, 2) === shard) ?? "";
+    const [k0, k1] = [keyOf(0), keyOf(1)];
+    // b takes shard 1, c takes shard 0.
+    await grpcClients(b.address).queue.enqueue({
+      queue: "split",
+      messages: [{ payload: bytes("b1"), key: k1 }],
+    });
+    await grpcClients(c.address).queue.enqueue({
+      queue: "split",
+      messages: [{ payload: bytes("c0"), key: k0 }],
+    });
+
+    const batch = [
+      { payload: bytes("x0"), key: k0 },
+      { payload: bytes("x1"), key: k1 },
+      { payload: bytes("y0"), key: k0 },
+    ];
+    const error = await expectCode(
+      grpcClients(c.address).queue.enqueue({ queue: "split", messages: batch }),
+      Code.Unavailable,
+      /led by 2 brokers.*nothing was stored/,
+    );
+    const [split] = error.findDetails(BatchRedirectSchema);
+    expect(split?.queue).toBe("split");
+    expect(
+      split?.routes.map((r) => ({ leaderAddress: r.leaderAddress, messageIndexes: r.messageIndexes })),
+    ).toEqual(
+      expect.arrayContaining([
+        { leaderAddress: c.advertisedAddress, messageIndexes: [0, 2] },
+        { leaderAddress: b.advertisedAddress, messageIndexes: [1] },
+      ]),
+    );
+    expect(split?.routes).toHaveLength(2);
+    const stored = async () =>
+      (await grpcClients(b.address).admin.getQueue({ queue: "split" })).totals?.messages;
+    expect(await stored()).toBe(2n); // nothing of the batch
+
+    // Each part, sent to its broker, is stored.
+    for (const route of split?.routes ?? []) {
+      const messages = route.messageIndexes.map((i) => batch[i] ?? { payload: bytes("?") });
+      await grpcClients(route.leaderAddress).queue.enqueue({ queue: "split", messages });
+    }
+    expect(await stored()).toBe(5n);
+    // A batch within one broker's shards is stored as before.
+    await grpcClients(c.address).queue.enqueue({
+      queue: "split",
+      messages: [batch[0] ?? { payload: bytes("?") }],
+    });
+    expect(await stored()).toBe(6n);
   });
 
   it("answers DATA_LOSS for a shard document that cannot be read, and leaves it alone", async () => {

@@ -62,6 +62,13 @@ export interface Delivery {
   readonly message: ClaimedMessage;
 }
 
+/**
+ * Tells where a shard is led when that is another broker with a live lease:
+ * its advertised address, else undefined (this broker leads it or may take it
+ * over). Looks only; never takes anything over.
+ */
+export type RemoteLeaderLookup = (shard: number) => Promise<string | undefined>;
+
 /** Options of a claim. */
 export interface ClaimOptions {
   readonly subscription: string;
@@ -145,7 +152,12 @@ export class Broker {
    * different shards are written by different CAS writes: each shard's part
    * is all-or-nothing, the batch as a whole is not.
    */
-  async enqueue(queue: string, messages: EnqueueInput[], signal?: AbortSignal): Promise<EnqueueOutcome[]> {
+  async enqueue(
+    queue: string,
+    messages: EnqueueInput[],
+    signal?: AbortSignal,
+    remoteLeaderOf?: RemoteLeaderLookup,
+  ): Promise<EnqueueOutcome[]> {
     validateName("queue", queue);
     if (messages.length === 0) return [];
     const shards = this.shardCount(queue);
@@ -160,6 +172,7 @@ export class Broker {
       byShard.set(shard, group);
       group.push({ index, message });
     }
+    if (byShard.size > 1 && remoteLeaderOf) await this.refuseSplitBatch(queue, byShard, remoteLeaderOf);
     const outcomes: EnqueueOutcome[] = new Array(messages.length);
     await Promise.all(
       [...byShard].map(async ([shard, group]) => {
@@ -287,6 +300,40 @@ export class Broker {
    * accepted by none of them: every try would commit the local part and
    * redirect for the rest.
    */
+  /**
+   * A batch whose shards are led by more than one broker cannot be stored by
+   * any one of them: storing the local part and redirecting the rest would
+   * store that part again on every retry. Refuse it as a whole, before
+   * anything is written, with the split the client should make.
+   */
+  private async refuseSplitBatch(
+    queue: string,
+    byShard: ReadonlyMap<number, readonly { index: number }[]>,
+    remoteLeaderOf: RemoteLeaderLookup,
+  ): Promise<void> {
+    const routes = new Map<string, number[]>();
+    await Promise.all(
+      [...byShard].map(async ([shard, group]) => {
+        const address = (await remoteLeaderOf(shard)) ?? this.params.identity.address;
+        const indexes = routes.get(address) ?? [];
+        routes.set(address, indexes);
+        indexes.push(...group.map((entry) => entry.index));
+      }),
+    );
+    if (routes.size <= 1) return;
+    throw new CasqError(
+      "batch_redirect",
+      `the batch's messages belong to shards of queue ${queue} led by ${routes.size} brokers (${[...routes.keys()].join(", ")}); nothing was stored — send each broker its part (the casq SDKs do this by themselves)`,
+      {
+        queue,
+        batchRoutes: [...routes].map(([leaderAddress, indexes]) => ({
+          leaderAddress,
+          messageIndexes: indexes.sort((a, b) => a - b),
+        })),
+      },
+    );
+  }
+
   private placeUnrouted(queue: string, shards: number): number {
     const start = this.nextShard(queue, shards);
     for (let i = 0; i < shards; i++) {

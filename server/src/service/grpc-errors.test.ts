@@ -1,5 +1,5 @@
 import { anyUnpack } from "@bufbuild/protobuf/wkt";
-import { LeaderRedirectSchema } from "@casq/sdk/gen/casq/v1/errors_pb.ts";
+import { BatchRedirectSchema, LeaderRedirectSchema } from "@casq/sdk/gen/casq/v1/errors_pb.ts";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { describe, expect, it } from "vitest";
 import { CasqError, type CasqErrorCode } from "../errors.ts";
@@ -15,6 +15,7 @@ describe("grpc-errors", () => {
       resource_exhausted: Code.ResourceExhausted,
       failed_precondition: Code.FailedPrecondition,
       redirect: Code.Unavailable,
+      batch_redirect: Code.Unavailable,
       unavailable: Code.Unavailable,
       data_loss: Code.DataLoss,
       cancelled: Code.Canceled,
@@ -51,6 +52,26 @@ describe("grpc-errors", () => {
     });
     // An RpcStatus of an already mapped error keeps the detail.
     expect(toRpcStatus(mapped).details).toHaveLength(1);
+  });
+
+  it("turns a batch spanning several leaders into UNAVAILABLE with a BatchRedirect detail (no leader trailer)", () => {
+    const error = new CasqError("batch_redirect", "split it", {
+      queue: "q",
+      batchRoutes: [
+        { leaderAddress: "a:1", messageIndexes: [0, 2] },
+        { leaderAddress: "b:1", messageIndexes: [1] },
+      ],
+    });
+    const mapped = toConnectError(error);
+    expect(mapped.code).toBe(Code.Unavailable);
+    expect(mapped.metadata.get(LEADER_ADDRESS_TRAILER)).toBeNull();
+    expect(mapped.findDetails(BatchRedirectSchema)[0]).toMatchObject({
+      queue: "q",
+      routes: [
+        { leaderAddress: "a:1", messageIndexes: [0, 2] },
+        { leaderAddress: "b:1", messageIndexes: [1] },
+      ],
+    });
   });
 
   it("tells a passed deadline from a cancellation", () => {

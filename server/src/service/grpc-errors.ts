@@ -27,6 +27,7 @@
 import { create } from "@bufbuild/protobuf";
 import { anyPack } from "@bufbuild/protobuf/wkt";
 import {
+  BatchRedirectSchema,
   type LeaderRedirect,
   LeaderRedirectSchema,
   type RpcStatus,
@@ -48,6 +49,7 @@ export const GRPC_CODE_OF: Readonly<Record<CasqErrorCode, Code>> = Object.freeze
   resource_exhausted: Code.ResourceExhausted,
   failed_precondition: Code.FailedPrecondition,
   redirect: Code.Unavailable,
+  batch_redirect: Code.Unavailable,
   unavailable: Code.Unavailable,
   data_loss: Code.DataLoss,
   cancelled: Code.Canceled,
@@ -59,6 +61,8 @@ interface MappedError {
   readonly code: Code;
   readonly message: string;
   readonly redirect?: LeaderRedirect;
+  /** For a batch spanning several leaders: how to split it. */
+  readonly batchRedirect?: ReturnType<typeof batchRedirectOf>;
   /** True for errors that indicate a bug (worth logging at error level). */
   readonly internal: boolean;
 }
@@ -71,6 +75,14 @@ interface MappedError {
 export function toConnectError(error: unknown, signal?: AbortSignal): ConnectError {
   if (error instanceof ConnectError) return error;
   const mapped = mapError(error, signal);
+  if (mapped.batchRedirect !== undefined)
+    return new ConnectError(
+      mapped.message,
+      mapped.code,
+      undefined,
+      [{ desc: BatchRedirectSchema, value: mapped.batchRedirect }],
+      error,
+    );
   if (mapped.redirect === undefined)
     return new ConnectError(mapped.message, mapped.code, undefined, undefined, error);
   return new ConnectError(
@@ -107,6 +119,13 @@ export function toRpcStatus(error: unknown, signal?: AbortSignal): RpcStatus {
 function mapError(error: unknown, signal: AbortSignal | undefined): MappedError {
   if (isCasqError(error)) {
     if (error.code === "redirect") return { ...redirectOf(error.message, error.details), internal: false };
+    if (error.code === "batch_redirect")
+      return {
+        code: Code.Unavailable,
+        message: error.message,
+        batchRedirect: batchRedirectOf(error.details),
+        internal: false,
+      };
     if (error.code === "cancelled") return cancellation(error.message, signal);
     return { code: GRPC_CODE_OF[error.code], message: error.message, internal: error.code === "internal" };
   }
@@ -142,6 +161,16 @@ function cancellation(message: string, signal: AbortSignal | undefined): MappedE
 function isDeadline(signal: AbortSignal): boolean {
   const reason: unknown = signal.reason;
   return reason instanceof ConnectError && reason.code === Code.DeadlineExceeded;
+}
+
+function batchRedirectOf(details: CasqErrorDetails) {
+  return create(BatchRedirectSchema, {
+    queue: details.queue ?? "",
+    routes: (details.batchRoutes ?? []).map((r) => ({
+      leaderAddress: r.leaderAddress,
+      messageIndexes: [...r.messageIndexes],
+    })),
+  });
 }
 
 function redirectOf(

@@ -46,7 +46,11 @@ export function createQueueService(ctx: ServiceContext): ServiceImpl<typeof Queu
         callTraceContext(call.values) ?? traceContextFromHeaders(call.requestHeader),
       );
       await ctx.catalog.ensure(queue, ctx.autoCreateQueues);
-      const outcomes = await ctx.broker.enqueue(queue, inputs, call.signal);
+      // A batch over shards led by several brokers is refused whole, with the split to make.
+      const outcomes = await ctx.broker.enqueue(queue, inputs, call.signal, async (shard) => {
+        const route = await ctx.directory.route(queue, shard, call.signal);
+        return route.live && !route.local ? route.record?.address : undefined;
+      });
       return {
         messages: outcomes.map((o) => ({
           id: o.id,
