@@ -194,13 +194,21 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
+// rpcFunc is one attempt of a unary RPC on the given broker's clients.
+type rpcFunc func(ctx context.Context, qs casqv1.QueueServiceClient, as casqv1.AdminServiceClient, opts ...grpc.CallOption) error
+
 // call runs one unary RPC with redirect following and failover.
-func (c *Client) call(ctx context.Context, fn func(ctx context.Context, qs casqv1.QueueServiceClient, as casqv1.AdminServiceClient, opts ...grpc.CallOption) error) error {
-	addr := c.current()
+func (c *Client) call(ctx context.Context, fn rpcFunc) error {
+	return c.callAt(ctx, c.current(), time.Now().Add(c.opts.RetryTimeout), fn)
+}
+
+// callAt is call starting at addr, retrying until giveUpAt: the parts of a
+// split batch start at the broker the BatchRedirect named and share the
+// retry budget of the whole EnqueueBatch.
+func (c *Client) callAt(ctx context.Context, addr string, giveUpAt time.Time, fn rpcFunc) error {
 	failures := 0
 	var last error
 	var failed map[string]bool // brokers that failed without a redirect in this call
-	giveUpAt := time.Now().Add(c.opts.RetryTimeout)
 	// wait sleeps before the next attempt; false when the retry budget or ctx is spent.
 	wait := func() bool {
 		d := c.backoff(failures)
@@ -229,6 +237,11 @@ func (c *Client) call(ctx context.Context, fn func(ctx context.Context, qs casqv
 		e := toError(err, trailer)
 		last = e
 		switch {
+		case e.BatchRedirect != nil:
+			// Nothing was stored and no single broker can store the batch:
+			// retrying it anywhere is pointless, the caller splits it.
+			c.prefer(addr)
+			return e
 		case e.LeaderAddress != "" && !failed[e.LeaderAddress]:
 			addr = e.LeaderAddress
 			c.prefer(addr)

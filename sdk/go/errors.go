@@ -26,9 +26,17 @@ type Error struct {
 	LeaderAddress string
 	// Redirect is the casq.v1.LeaderRedirect detail, if the status had one.
 	Redirect *casqv1.LeaderRedirect
+	// BatchRedirect is the casq.v1.BatchRedirect detail, if the status had
+	// one: an Enqueue batch spanned shards of several leaders and nothing
+	// was stored. EnqueueBatch splits such a batch itself; callers see it
+	// only inside a *BatchSplitError.
+	BatchRedirect *casqv1.BatchRedirect
 }
 
 func (e *Error) Error() string {
+	if e.BatchRedirect != nil {
+		return fmt.Sprintf("casq: %s: %s (batch spans %d leaders)", e.Code, e.Message, len(e.BatchRedirect.GetRoutes()))
+	}
 	if e.LeaderAddress != "" {
 		return fmt.Sprintf("casq: %s: %s (leader %s)", e.Code, e.Message, e.LeaderAddress)
 	}
@@ -80,15 +88,29 @@ func toError(err error, trailer metadata.MD) *Error {
 	}
 	e = &Error{Code: st.Code(), Message: st.Message()}
 	for _, d := range st.Details() {
-		if r, ok := d.(*casqv1.LeaderRedirect); ok {
+		switch r := d.(type) {
+		case *casqv1.LeaderRedirect:
 			e.Redirect = r
 			e.LeaderAddress = r.GetLeaderAddress()
+		case *casqv1.BatchRedirect:
+			e.BatchRedirect = r
 		}
 	}
 	if v := trailer.Get(LeaderAddressTrailer); len(v) > 0 && v[0] != "" && e.LeaderAddress == "" {
 		e.LeaderAddress = v[0]
 	}
 	if e.Code != codes.Unavailable {
+		// Redirects (both kinds) are UNAVAILABLE by the protocol's convention.
+		e.LeaderAddress = ""
+		e.BatchRedirect = nil
+	}
+	return e.settle()
+}
+
+// settle drops the leader address when there is a BatchRedirect: it names
+// several leaders, so there is no single one to follow.
+func (e *Error) settle() *Error {
+	if e.BatchRedirect != nil {
 		e.LeaderAddress = ""
 	}
 	return e
@@ -103,9 +125,43 @@ func statusError(s *casqv1.RpcStatus) *Error {
 			e.Redirect = r
 			e.LeaderAddress = r.GetLeaderAddress()
 		}
+		b := &casqv1.BatchRedirect{}
+		if a.MessageIs(b) && a.UnmarshalTo(b) == nil {
+			e.BatchRedirect = b
+		}
 	}
-	return e
+	return e.settle()
 }
+
+// BatchSplitError is returned by EnqueueBatch when a batch spanning several
+// shard leaders could not be stored as a whole: a part failed, or the parts
+// were still answered with BatchRedirect after the split depth limit (the
+// leadership kept moving). Parts sent to other brokers may have been stored;
+// retrying the batch with the same dedup ids stores each message once.
+// errors.As to *Error (and Code) see the failure of the part.
+type BatchSplitError struct {
+	// Queue is the queue of the batch.
+	Queue string
+	// Depth is how many times the batch (or its part) had been split.
+	Depth int
+	// TooDeep is true when the split depth limit was reached.
+	TooDeep bool
+	// Indexes are the indexes, in the caller's batch, of the part that
+	// failed.
+	Indexes []int
+	// Err is the failure of that part.
+	Err *Error
+}
+
+func (e *BatchSplitError) Error() string {
+	if e.TooDeep {
+		return fmt.Sprintf("casq: batch for queue %s still spans several shard leaders after %d splits (leadership is moving; other parts may have been stored, retry with the same dedup ids): %v", e.Queue, e.Depth, e.Err)
+	}
+	return fmt.Sprintf("casq: part of a batch for queue %s split across shard leaders failed (%d messages; other parts may have been stored, retry with the same dedup ids): %v", e.Queue, len(e.Indexes), e.Err)
+}
+
+// Unwrap exposes the part's *Error to errors.As and Code.
+func (e *BatchSplitError) Unwrap() error { return e.Err }
 
 // ErrDeadLetter, returned (or wrapped) by a handler, dead-letters the job at
 // once instead of retrying it.
