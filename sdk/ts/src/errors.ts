@@ -5,7 +5,13 @@
  */
 import { anyUnpack } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { type LeaderRedirect, LeaderRedirectSchema, type RpcStatus } from "./gen/casq/v1/errors_pb.ts";
+import {
+  type BatchRedirect,
+  BatchRedirectSchema,
+  type LeaderRedirect,
+  LeaderRedirectSchema,
+  type RpcStatus,
+} from "./gen/casq/v1/errors_pb.ts";
 
 export { Code } from "@connectrpc/connect";
 
@@ -49,6 +55,42 @@ export class RedirectError extends CasqError {
   }
 }
 
+/** The part of a split batch that one broker can store (see {@link BatchRedirectError}). */
+export interface BatchRoute {
+  /** `host:port` of the broker to send these messages to. */
+  readonly leaderAddress: string;
+  /** 0-based indexes into the request's messages, ascending. */
+  readonly messageIndexes: readonly number[];
+}
+
+/**
+ * An Enqueue batch spans shards led by more than one broker (`UNAVAILABLE`
+ * with a `casq.v1.BatchRedirect` detail): nothing of it was stored, and
+ * `routes` says which messages each broker can store. The producer splits
+ * such a batch by itself; you only see this error when leadership kept moving
+ * until the split depth limit was reached.
+ */
+export class BatchRedirectError extends CasqError {
+  /** Queue of the batch. */
+  readonly queue: string;
+  /** Where each message of the request goes; every message is in exactly one route. */
+  readonly routes: readonly BatchRoute[];
+
+  constructor(
+    message: string,
+    redirect: { readonly queue: string; readonly routes: readonly BatchRoute[] },
+    options?: { cause?: unknown },
+  ) {
+    super(Code.Unavailable, message, options);
+    this.name = "BatchRedirectError";
+    this.queue = redirect.queue;
+    this.routes = redirect.routes.map((r) => ({
+      leaderAddress: r.leaderAddress,
+      messageIndexes: [...r.messageIndexes],
+    }));
+  }
+}
+
 /** The broker (or its store) is unreachable or shutting down; retried by the SDK with backoff at other brokers. */
 export class UnavailableError extends CasqError {
   constructor(message: string, options?: { cause?: unknown }) {
@@ -84,7 +126,16 @@ export class DeadLetterError extends Error {
   }
 }
 
-function build(code: Code, message: string, redirect: LeaderRedirect | undefined, cause: unknown): CasqError {
+function build(
+  code: Code,
+  message: string,
+  redirect: LeaderRedirect | undefined,
+  batch: BatchRedirect | undefined,
+  cause: unknown,
+): CasqError {
+  // Checked first: a batch redirect is about several leaders, so a
+  // casq-leader-address trailer next to it must not turn it into a plain redirect.
+  if (code === Code.Unavailable && batch) return new BatchRedirectError(message, batch, { cause });
   if (code === Code.Unavailable && redirect && redirect.leaderAddress !== "") {
     return new RedirectError(message, redirect, { cause });
   }
@@ -103,7 +154,8 @@ function build(code: Code, message: string, redirect: LeaderRedirect | undefined
 /**
  * Converts anything a call threw into a {@link CasqError}: a `ConnectError`
  * keeps its code (a redirect detail, or the `casq-leader-address` trailer,
- * makes it a {@link RedirectError}); other errors become `UNKNOWN`, or
+ * makes it a {@link RedirectError}; a batch redirect detail a
+ * {@link BatchRedirectError}); other errors become `UNKNOWN`, or
  * `CANCELLED` for an abort. A CasqError is returned as it is.
  */
 export function toCasqError(error: unknown): CasqError {
@@ -122,26 +174,28 @@ export function toCasqError(error: unknown): CasqError {
           shard: 0,
         } as unknown as LeaderRedirect)
       : undefined);
-  return build(connect.code, connect.rawMessage, redirect, error);
+  const [batch] = connect.findDetails(BatchRedirectSchema);
+  return build(connect.code, connect.rawMessage, redirect, batch, error);
 }
 
 /** Converts the status of a failed Work stream request (`request_failed`) into a {@link CasqError}. */
 export function fromRpcStatus(status: RpcStatus | undefined): CasqError {
   if (!status) return new CasqError(Code.Unknown, "request failed without a status");
   let redirect: LeaderRedirect | undefined;
+  let batch: BatchRedirect | undefined;
   for (const any of status.details) {
-    const unpacked = anyUnpack(any, LeaderRedirectSchema);
-    if (unpacked) {
-      redirect = unpacked;
-      break;
-    }
+    redirect ??= anyUnpack(any, LeaderRedirectSchema);
+    batch ??= anyUnpack(any, BatchRedirectSchema);
   }
-  return build(status.code as Code, status.message, redirect, undefined);
+  return build(status.code as Code, status.message, redirect, batch, undefined);
 }
 
 /** True for failures worth retrying at another broker: outages and connection errors (not redirects). */
 export function isRetryable(error: CasqError): boolean {
   if (error instanceof RedirectError) return false;
+  // Resending the whole batch elsewhere cannot help (no broker can store it):
+  // the producer splits it instead.
+  if (error instanceof BatchRedirectError) return false;
   if (error.code === Code.Unavailable) return true;
   // Transport-level failures (refused / reset connections) may surface as UNKNOWN or INTERNAL.
   if (error.code === Code.Unknown || error.code === Code.Internal || error.code === Code.Aborted) {

@@ -4,10 +4,12 @@
  */
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { durationFromMs, timestampFromMs } from "@bufbuild/protobuf/wkt";
+import { Code } from "@connectrpc/connect";
 import { type ClientOptions, resolveClientOptions } from "./client-options.ts";
+import { BatchRedirectError, CasqError } from "./errors.ts";
 import { callWithFailover } from "./failover.ts";
 import type { NewMessageSchema } from "./gen/casq/v1/message_pb.ts";
-import { QueueService } from "./gen/casq/v1/queue_service_pb.ts";
+import { type EnqueueResponse, QueueService } from "./gen/casq/v1/queue_service_pb.ts";
 import { BrokerPool } from "./transport.ts";
 
 /**
@@ -67,6 +69,21 @@ export interface CallOptions {
 
 const encoder = new TextEncoder();
 
+/**
+ * How many times one batch (or a part of it) is split by BatchRedirects. One
+ * split is the norm; more mean leadership moved while the parts were in
+ * flight, and a fourth would mean it keeps moving faster than we can follow.
+ */
+export const MAX_BATCH_SPLITS = 3;
+
+type NewMessageInit = MessageInitShape<typeof NewMessageSchema>;
+
+/** What every part of one enqueueBatch call shares: the caller's abort signal and deadline. */
+interface SendContext {
+  readonly signal: AbortSignal | undefined;
+  readonly deadline: number | undefined;
+}
+
 /** Encodes a {@link Payload}; returns the bytes and whether it was JSON-encoded. */
 export function encodePayload(payload: Payload): { bytes: Uint8Array; json: boolean } {
   if (payload instanceof Uint8Array) return { bytes: payload, json: false };
@@ -76,7 +93,7 @@ export function encodePayload(payload: Payload): { bytes: Uint8Array; json: bool
   return { bytes: encoder.encode(text), json: true };
 }
 
-function toNewMessage(message: OutgoingMessage): MessageInitShape<typeof NewMessageSchema> {
+function toNewMessage(message: OutgoingMessage): NewMessageInit {
   const { bytes, json } = encodePayload(message.payload);
   const headers = { ...(message.headers ?? {}) };
   if (json && !Object.keys(headers).some((h) => h.toLowerCase() === "content-type")) {
@@ -98,6 +115,59 @@ function toNewMessage(message: OutgoingMessage): MessageInitShape<typeof NewMess
         : message.runAt !== undefined
           ? { case: "runAt", value: timestampFromMs(message.runAt.getTime()) }
           : { case: undefined },
+  };
+}
+
+/**
+ * Checks that `routes` give every one of `count` messages exactly one broker;
+ * otherwise the results could not be put back in request order.
+ */
+function checkRoutes(error: BatchRedirectError, count: number): void {
+  const seen = new Array<boolean>(count).fill(false);
+  for (const route of error.routes) {
+    if (route.leaderAddress === "" && route.messageIndexes.length > 0) {
+      throw new CasqError(Code.Internal, "casq: BatchRedirect has a route without a broker address", {
+        cause: error,
+      });
+    }
+    for (const index of route.messageIndexes) {
+      if (!Number.isInteger(index) || index < 0 || index >= count || seen[index]) {
+        throw new CasqError(Code.Internal, `casq: BatchRedirect routes message ${index} of ${count} badly`, {
+          cause: error,
+        });
+      }
+      seen[index] = true;
+    }
+  }
+  if (seen.includes(false)) {
+    throw new CasqError(
+      Code.Internal,
+      `casq: BatchRedirect leaves some of ${count} messages without a route`,
+      {
+        cause: error,
+      },
+    );
+  }
+}
+
+/**
+ * An abort signal that fires when `parent` does or when the returned `abort`
+ * is called; `dispose` unhooks it from `parent` so long-lived caller signals
+ * do not collect listeners.
+ */
+function childSignal(parent: AbortSignal | undefined): {
+  signal: AbortSignal;
+  abort: (reason: unknown) => void;
+  dispose: () => void;
+} {
+  const controller = new AbortController();
+  const onAbort = () => controller.abort(parent?.reason);
+  if (parent?.aborted) onAbort();
+  else parent?.addEventListener("abort", onAbort, { once: true });
+  return {
+    signal: controller.signal,
+    abort: (reason) => controller.abort(reason),
+    dispose: () => parent?.removeEventListener("abort", onAbort),
   };
 }
 
@@ -131,6 +201,12 @@ export class Producer {
    * with one result per message in order. On a multi-shard queue a redirect
    * or outage can leave part of a batch stored: the SDK resends the whole
    * batch, so give messages dedup ids when duplicates matter.
+   *
+   * A batch whose shards are led by several brokers is answered with a
+   * BatchRedirect (nothing stored): the SDK splits it into one request per
+   * leader, sends those in parallel and merges the results, so the caller
+   * sees one call. If one part fails, the others are aborted and the call
+   * fails; parts that were stored stay stored (dedup ids make a retry safe).
    */
   async enqueueBatch(
     queue: string,
@@ -138,23 +214,115 @@ export class Producer {
     options: CallOptions = {},
   ): Promise<EnqueueResult[]> {
     if (messages.length === 0) return [];
-    const request = { queue, messages: messages.map(toNewMessage) };
-    const response = await callWithFailover(
-      this.pool,
-      ({ address, signal, timeoutMs }) =>
-        this.pool
-          .client(QueueService, address)
-          .enqueue(request, { timeoutMs, ...(signal ? { signal } : {}) }),
-      {
-        ...(options.signal ? { signal: options.signal } : {}),
-        ...(options.timeoutMs === undefined ? {} : { deadline: Date.now() + options.timeoutMs }),
-      },
-    );
+    // The deadline is fixed once, so that every part of a split batch counts against it.
+    const ctx: SendContext = {
+      signal: options.signal,
+      deadline: options.timeoutMs === undefined ? undefined : Date.now() + options.timeoutMs,
+    };
+    return this.send(queue, messages.map(toNewMessage), ctx, undefined, 0);
+  }
+
+  /**
+   * One Enqueue of `messages` through failover (starting at `address` when
+   * given); on a BatchRedirect, the parts go to their routes' brokers
+   * concurrently, each split again if leadership moved meanwhile.
+   */
+  private async send(
+    queue: string,
+    messages: readonly NewMessageInit[],
+    ctx: SendContext,
+    address: string | undefined,
+    splits: number,
+  ): Promise<EnqueueResult[]> {
+    const request = { queue, messages: [...messages] };
+    let response: EnqueueResponse;
+    try {
+      response = await callWithFailover(
+        this.pool,
+        (attempt) =>
+          this.pool.client(QueueService, attempt.address).enqueue(request, {
+            timeoutMs: attempt.timeoutMs,
+            ...(attempt.signal ? { signal: attempt.signal } : {}),
+          }),
+        {
+          ...(ctx.signal ? { signal: ctx.signal } : {}),
+          ...(ctx.deadline === undefined ? {} : { deadline: ctx.deadline }),
+          ...(address === undefined ? {} : { address }),
+        },
+      );
+    } catch (error) {
+      if (!(error instanceof BatchRedirectError)) throw error;
+      return this.split(queue, messages, ctx, error, splits);
+    }
+    if (response.messages.length !== messages.length) {
+      throw new CasqError(
+        Code.Internal,
+        `casq: broker returned ${response.messages.length} results for ${messages.length} messages`,
+      );
+    }
     return response.messages.map((m) => ({
       id: m.id,
       shard: m.shard,
       offset: m.offset,
       duplicate: m.duplicate,
     }));
+  }
+
+  /** Sends the routes of `redirect` in parallel and merges their results into request order. */
+  private async split(
+    queue: string,
+    messages: readonly NewMessageInit[],
+    ctx: SendContext,
+    redirect: BatchRedirectError,
+    splits: number,
+  ): Promise<EnqueueResult[]> {
+    if (splits >= MAX_BATCH_SPLITS) {
+      throw new BatchRedirectError(
+        `casq: batch still spans several leaders after ${splits} splits (leadership keeps moving); ` +
+          "retry it later, with dedup ids parts already stored are not stored twice",
+        redirect,
+        { cause: redirect },
+      );
+    }
+    checkRoutes(redirect, messages.length);
+    const routes = redirect.routes.filter((r) => r.messageIndexes.length > 0);
+    // A failed part aborts its siblings: the call fails anyway, and the caller
+    // should not get its error while other parts keep retrying in the background.
+    const child = childSignal(ctx.signal);
+    const partCtx: SendContext = { signal: child.signal, deadline: ctx.deadline };
+    // The first failure is the one to report; later ones are mostly the aborts it caused.
+    let failed = false;
+    let failure: unknown;
+    try {
+      const settled = await Promise.allSettled(
+        routes.map((route) =>
+          this.send(
+            queue,
+            route.messageIndexes.map((i) => messages[i] as NewMessageInit),
+            partCtx,
+            route.leaderAddress,
+            splits + 1,
+          ).catch((error: unknown) => {
+            if (!failed) {
+              failed = true;
+              failure = error;
+              child.abort(error);
+            }
+            throw error;
+          }),
+        ),
+      );
+      if (failed) throw failure;
+      const results = new Array<EnqueueResult>(messages.length);
+      routes.forEach((route, r) => {
+        const part = (settled[r] as PromiseFulfilledResult<EnqueueResult[]>).value;
+        route.messageIndexes.forEach((index, j) => {
+          results[index] = part[j] as EnqueueResult;
+        });
+      });
+      return results;
+    } finally {
+      child.dispose();
+    }
   }
 }
