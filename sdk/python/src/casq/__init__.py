@@ -10,6 +10,7 @@ from casq._messages import EnqueueResult, NewMessage
 from casq.admin import Admin
 from casq.client import Client
 from casq.errors import (
+    BatchRedirectError,
     CasqError,
     DeadLetter,
     InvalidArgumentError,
@@ -22,6 +23,7 @@ from casq.producer import Producer
 from casq.worker import Worker
 
 __all__ = [
+    "BatchRedirectError",
     "Admin",
     "CasqError",
     "Client",

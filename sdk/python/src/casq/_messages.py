@@ -6,9 +6,17 @@ import datetime
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+import grpc
 from google.protobuf.duration_pb2 import Duration
 
+from casq.errors import BatchRedirectError, CasqError
 from casq.v1 import message_pb2, queue_service_pb2
+
+# How many times one enqueue_batch splits a batch the broker answered with a
+# BatchRedirect (a sub-batch split again counts as one more). Leadership that
+# moves while a split is under way needs one more split, rarely two; more
+# means it keeps moving, and failing tells the caller instead of looping.
+MAX_BATCH_SPLITS = 3
 
 Payload = bytes | str
 
@@ -58,5 +66,62 @@ def build_message(message: NewMessage) -> message_pb2.NewMessage:
     return proto
 
 
-def to_results(response: queue_service_pb2.EnqueueResponse) -> list[EnqueueResult]:
+def to_results(response: queue_service_pb2.EnqueueResponse, count: int) -> list[EnqueueResult]:
+    """The results of an Enqueue of ``count`` messages (one each, in request order)."""
+    if len(response.messages) != count:
+        raise CasqError(
+            grpc.StatusCode.INTERNAL, f"Enqueue answered {len(response.messages)} results for {count} messages"
+        )
     return [EnqueueResult(m.id, m.shard, m.offset, m.duplicate) for m in response.messages]
+
+
+@dataclass(frozen=True)
+class SubBatch:
+    """The part of a split batch that one broker can store."""
+
+    address: str
+    indexes: list[int]
+    request: queue_service_pb2.EnqueueRequest
+
+
+def split_batch(
+    request: queue_service_pb2.EnqueueRequest, redirect: BatchRedirectError, splits: int
+) -> list[SubBatch]:
+    """The sub-batches of ``request`` by the routes of ``redirect``, its ``splits``-th split.
+
+    Raises ``redirect`` itself (with the reason) when the split limit is used
+    up, and INTERNAL when the routes do not list every message exactly once:
+    results could not be put back in request order.
+    """
+    if splits > MAX_BATCH_SPLITS:
+        raise BatchRedirectError(
+            f"{redirect.message} (the batch still spans several leaders after {MAX_BATCH_SPLITS} splits: "
+            "leadership keeps moving; retry the batch later, its dedup ids keep it stored once)",
+            redirect.redirect,
+        )
+    count = len(request.messages)
+    seen = sorted(i for _, indexes in redirect.routes for i in indexes)
+    if seen != list(range(count)) or any(not address for address, _ in redirect.routes):
+        raise CasqError(
+            grpc.StatusCode.INTERNAL,
+            f"malformed BatchRedirect for a batch of {count} messages: routes {redirect.routes}",
+        )
+    return [
+        SubBatch(
+            address,
+            indexes,
+            # Same messages, fields untouched (dedup ids included), in request order.
+            queue_service_pb2.EnqueueRequest(queue=request.queue, messages=[request.messages[i] for i in indexes]),
+        )
+        for address, indexes in redirect.routes
+        if indexes
+    ]
+
+
+def merge_results(count: int, parts: list[tuple[SubBatch, list[EnqueueResult]]]) -> list[EnqueueResult]:
+    """The results of the sub-batches, back in the order of the original request."""
+    merged: list[EnqueueResult | None] = [None] * count
+    for part, results in parts:
+        for index, result in zip(part.indexes, results, strict=True):
+            merged[index] = result
+    return [result for result in merged if result is not None]

@@ -50,9 +50,11 @@ class RetryBudget:
     leader lease, since every redirect back to it used up an attempt.
     """
 
-    def __init__(self, client: _ClientSettings) -> None:
+    def __init__(self, client: _ClientSettings, deadline: float | None = None) -> None:
         self.client = client
-        self.deadline = time.monotonic() + client.retry_timeout
+        # A given deadline (time.monotonic()) is shared by the calls of one
+        # split Enqueue batch: the whole split retries no longer than one call.
+        self.deadline = time.monotonic() + client.retry_timeout if deadline is None else deadline
         self.attempts = 0
         self.backoffs = 0
         self.last_was_redirect = False
@@ -73,6 +75,22 @@ class RetryBudget:
         if time.monotonic() + delay > self.deadline:
             raise error
         return delay
+
+
+def attempt_timeout(timeout: float, retry_deadline: float) -> float:
+    """Seconds left for one attempt of a call whose retries stop at ``retry_deadline``.
+
+    A call may start its last retry just before the retry deadline and give
+    it the whole ``timeout``, so a call lasts at most ``retry_deadline +
+    timeout``; attempts made later within the same call (the sub-batches of a
+    split Enqueue batch) get what is left of that, so splitting never makes a
+    call longer than an unsplit one could have been. Raises DEADLINE_EXCEEDED
+    when nothing is left.
+    """
+    left = min(timeout, retry_deadline + timeout - time.monotonic())
+    if left <= 0:
+        raise CasqError(grpc.StatusCode.DEADLINE_EXCEEDED, "the call ran out of time (retry_timeout + timeout)")
+    return left
 
 
 def _redirect_target(error: CasqError) -> str:
@@ -178,11 +196,16 @@ class Client:
 
     # -- calls ------------------------------------------------------------------
 
-    def call(self, fn: Callable[[str], T]) -> T:
-        """Run ``fn(address)``, following redirects and failing over on outages (see the class doc)."""
-        retry = RetryBudget(self)
+    def call(self, fn: Callable[[str], T], *, start: str | None = None, deadline: float | None = None) -> T:
+        """Run ``fn(address)``, following redirects and failing over on outages (see the class doc).
+
+        ``start`` is the broker of the first attempt (default: the current
+        one); ``deadline`` (``time.monotonic()``) replaces ``retry_timeout``
+        as the end of retrying.
+        """
+        retry = RetryBudget(self, deadline)
+        address = start or self.current_broker
         while True:
-            address = self.current_broker
             try:
                 return fn(address)
             except grpc.RpcError as rpc_error:
@@ -190,10 +213,14 @@ class Client:
             delay = retry.next_delay(error, address)  # raises ``error`` when it is final
             if delay > 0:
                 time.sleep(delay)
+            # The next address is kept per call, not re-read from the shared
+            # current broker: calls in parallel (a split batch's sub-batches)
+            # each follow their own redirects.
             if isinstance(error, RedirectError) and error.leader_address:
                 self.follow_redirect(error.leader_address)
+                address = error.leader_address
             else:
-                self.fail_over(address)
+                address = self.fail_over(address)
 
     def close(self) -> None:
         with self._lock:

@@ -47,6 +47,27 @@ class RedirectError(CasqError):
         self.shard = redirect.shard
 
 
+class BatchRedirectError(CasqError):
+    """An Enqueue batch spans shards led by several brokers; nothing of it was stored.
+
+    The producers split such a batch by ``routes`` on their own, so a caller
+    sees this only when the batch still spanned several leaders after the
+    split limit (leadership kept moving). ``routes`` lists, per broker
+    address, the 0-based indexes of the request's messages that broker can
+    store. Not an :class:`UnavailableError` although the code is UNAVAILABLE:
+    resending the same batch anywhere would fail the same way, so the retry
+    loop must hand it to the producer at once instead of failing over.
+    """
+
+    def __init__(self, message: str, redirect: errors_pb2.BatchRedirect) -> None:
+        super().__init__(grpc.StatusCode.UNAVAILABLE, message)
+        self.queue = redirect.queue
+        self.routes: list[tuple[str, list[int]]] = [
+            (route.leader_address, list(route.message_indexes)) for route in redirect.routes
+        ]
+        self.redirect = redirect
+
+
 class DeadLetter(Exception):
     """Raise from a worker handler to dead-letter the job at once (no retry)."""
 
@@ -74,24 +95,48 @@ def redirect_from_status(status: errors_pb2.RpcStatus) -> errors_pb2.LeaderRedir
     return None
 
 
-def redirect_from_metadata(metadata: MetadataItems | None) -> errors_pb2.LeaderRedirect | None:
-    """A redirect from trailing metadata: the status detail, else the bare trailer."""
-    address = ""
+def batch_redirect_from_status(status: errors_pb2.RpcStatus) -> errors_pb2.BatchRedirect | None:
+    """The BatchRedirect detail of a status, if it has one."""
+    for detail in status.details:
+        if detail.Is(errors_pb2.BatchRedirect.DESCRIPTOR):
+            redirect = errors_pb2.BatchRedirect()
+            detail.Unpack(redirect)
+            return redirect
+    return None
+
+
+def status_from_metadata(metadata: MetadataItems | None) -> errors_pb2.RpcStatus | None:
+    """The status details trailer (``grpc-status-details-bin``), decoded."""
     for key, value in metadata or ():
         if key == STATUS_DETAILS_KEY and isinstance(value, bytes):
             status = errors_pb2.RpcStatus()
             status.ParseFromString(value)
-            found = redirect_from_status(status)
-            if found is not None and found.leader_address:
-                return found
-        elif key == LEADER_ADDRESS_KEY:
+            return status
+    return None
+
+
+def redirect_from_metadata(metadata: MetadataItems | None) -> errors_pb2.LeaderRedirect | None:
+    """A redirect from trailing metadata: the status detail, else the bare trailer."""
+    status = status_from_metadata(metadata)
+    found = redirect_from_status(status) if status is not None else None
+    if found is not None and found.leader_address:
+        return found
+    for key, value in metadata or ():
+        if key == LEADER_ADDRESS_KEY:
             address = value.decode() if isinstance(value, bytes) else value
-    return errors_pb2.LeaderRedirect(leader_address=address) if address else None
+            if address:
+                return errors_pb2.LeaderRedirect(leader_address=address)
+    return None
 
 
 def make_error(
-    code: grpc.StatusCode, message: str, redirect: errors_pb2.LeaderRedirect | None = None
+    code: grpc.StatusCode,
+    message: str,
+    redirect: errors_pb2.LeaderRedirect | None = None,
+    batch_redirect: errors_pb2.BatchRedirect | None = None,
 ) -> CasqError:
+    if code == grpc.StatusCode.UNAVAILABLE and batch_redirect is not None:
+        return BatchRedirectError(message, batch_redirect)
     if code == grpc.StatusCode.UNAVAILABLE and redirect is not None:
         return RedirectError(message, redirect)
     return _BY_CODE.get(code, CasqError)(code, message)
@@ -105,11 +150,15 @@ def error_from_rpc(error: grpc.RpcError) -> CasqError:
     code = code_fn() if callable(code_fn) else grpc.StatusCode.UNKNOWN
     message = (details_fn() if callable(details_fn) else None) or str(error)
     trailers = trailers_fn() if callable(trailers_fn) else None
-    redirect = redirect_from_metadata(trailers) if code == grpc.StatusCode.UNAVAILABLE else None
-    return make_error(code if isinstance(code, grpc.StatusCode) else grpc.StatusCode.UNKNOWN, message, redirect)
+    code = code if isinstance(code, grpc.StatusCode) else grpc.StatusCode.UNKNOWN
+    if code != grpc.StatusCode.UNAVAILABLE:
+        return make_error(code, message)
+    status = status_from_metadata(trailers)
+    batch_redirect = batch_redirect_from_status(status) if status is not None else None
+    return make_error(code, message, redirect_from_metadata(trailers), batch_redirect)
 
 
 def error_from_status(status: errors_pb2.RpcStatus) -> CasqError:
     """Convert a Work stream ``request_failed`` status into a CasqError."""
     code = _CODES_BY_NUMBER.get(status.code, grpc.StatusCode.UNKNOWN)
-    return make_error(code, status.message, redirect_from_status(status))
+    return make_error(code, status.message, redirect_from_status(status), batch_redirect_from_status(status))

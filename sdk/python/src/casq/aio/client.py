@@ -74,11 +74,16 @@ class Client:
         self._next_index = self.brokers.index(self.current_broker) + 1
         return self.current_broker
 
-    async def call(self, fn: Callable[[str], Awaitable[T]]) -> T:
-        """Await ``fn(address)``, following redirects and failing over on outages (see :class:`casq.Client`)."""
-        retry = RetryBudget(self)
+    async def call(
+        self, fn: Callable[[str], Awaitable[T]], *, start: str | None = None, deadline: float | None = None
+    ) -> T:
+        """Await ``fn(address)``, following redirects and failing over on outages (see :class:`casq.Client`).
+
+        ``start`` and ``deadline`` as for :meth:`casq.Client.call`.
+        """
+        retry = RetryBudget(self, deadline)
+        address = start or self.current_broker
         while True:
-            address = self.current_broker
             try:
                 return await fn(address)
             except grpc.RpcError as rpc_error:
@@ -86,10 +91,12 @@ class Client:
             delay = retry.next_delay(error, address)  # raises ``error`` when it is final
             if delay > 0:
                 await asyncio.sleep(delay)
+            # Per call, not the shared current broker: see casq.Client.call.
             if isinstance(error, RedirectError) and error.leader_address:
                 self.current_broker = error.leader_address
+                address = error.leader_address
             else:
-                self.fail_over(address)
+                address = self.fail_over(address)
 
     async def close(self) -> None:
         channels = list(self._channels.values())
