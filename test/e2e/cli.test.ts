@@ -2,10 +2,13 @@
  * The `casq` CLI as a user runs it: separate processes against a real
  * `casq serve` process. Enqueue from an argument and 2,500 NDJSON lines on
  * stdin, stats and inspect (text and --json), a `casq work` process that
- * consumes everything and stops cleanly on SIGTERM, dead letters and redrive
- * after a job that always fails, queue management, purge, the exit codes
- * (not found, connection refused, usage), and --help on every command.
+ * consumes everything and stops cleanly on SIGTERM, the CASQ_* variables a
+ * job's command gets, dead letters and redrive after a job that always fails,
+ * queue management, purge, the exit codes (not found, connection refused,
+ * usage), and --help on every command.
  */
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import {
   type CasqServerProcess,
@@ -217,6 +220,57 @@ describe("casq CLI against casq serve", () => {
       deadLetters: { reason: string }[];
     };
     expect(again.deadLetters[0]?.reason).toContain("dead-letter requested");
+  });
+
+  it("gives the job's command its metadata in CASQ_* variables", async () => {
+    const id = (
+      await ok([
+        "enqueue",
+        "meta",
+        "payload",
+        "--key",
+        "k1",
+        "--priority",
+        "7",
+        "--dedup-id",
+        "d-1",
+        "--header",
+        "h=v",
+      ])
+    ).trim();
+    const out = join(store.path, "meta-env.json");
+    const worker = await cli([
+      "work",
+      "meta",
+      "--max-jobs",
+      "1",
+      "--worker-id",
+      "w-1",
+      "--",
+      "node",
+      "-e",
+      `const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => k.startsWith("CASQ_")));
+       require("node:fs").writeFileSync(${JSON.stringify(out)}, JSON.stringify(env));`,
+    ]);
+    expect(worker.code, worker.stderr).toBe(0);
+    expect(worker.stderr).toContain("1 acked");
+    const env = JSON.parse(readFileSync(out, "utf8")) as Record<string, string>;
+    expect(env).toMatchObject({
+      CASQ_QUEUE: "meta",
+      CASQ_SUBSCRIPTION: "default",
+      CASQ_MESSAGE_ID: id,
+      CASQ_ATTEMPT: "1",
+      CASQ_SHARD: "0",
+      CASQ_OFFSET: "0",
+      CASQ_KEY: "k1",
+      CASQ_PRIORITY: "7",
+      CASQ_DEDUP_ID: "d-1",
+      CASQ_HEADERS: JSON.stringify({ h: "v" }),
+      CASQ_WORKER_ID: "w-1",
+    });
+    expect(env.CASQ_RECEIPT).not.toBe("");
+    expect(Date.parse(env.CASQ_ENQUEUED_AT ?? "")).not.toBeNaN();
+    expect(Date.parse(env.CASQ_LEASE_DEADLINE ?? "")).not.toBeNaN();
   });
 
   it("purges only with --yes", async () => {

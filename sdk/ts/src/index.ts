@@ -6,6 +6,8 @@
 export { Admin, type QueueConfigInit, SubscriptionStart } from "./admin.ts";
 export type { ClientOptions, TlsOptions } from "./client-options.ts";
 export {
+  BatchRedirectError,
+  type BatchRoute,
   CasqError,
   Code,
   DeadLetterError,

@@ -41,6 +41,13 @@ export interface Job {
   readonly traceContext: JobTraceContext | undefined;
   /** When the message was stored. */
   readonly enqueuedAt: Date | undefined;
+  /** Producer-chosen deduplication id ("" when none). */
+  readonly dedupId: string;
+  /**
+   * When the lease of this delivery runs out, as granted with the claim; the
+   * worker's heartbeats move the broker's deadline later than this.
+   */
+  readonly leaseDeadline: Date | undefined;
   /**
    * Aborted when the worker no longer holds the job: its lease was lost
    * (expired, purged, redriven) or the worker stopped hard. Stop working then;
@@ -78,6 +85,8 @@ export function jobFromClaim(claimed: ClaimedMessage, signal: AbortSignal): Job 
         ? { traceparent: trace.traceparent, tracestate: trace.tracestate }
         : undefined,
     enqueuedAt: m?.enqueuedAt ? timestampDate(m.enqueuedAt) : undefined,
+    dedupId: m?.dedupId ?? "",
+    leaseDeadline: claimed.leaseDeadline ? timestampDate(claimed.leaseDeadline) : undefined,
     signal,
     text: () => decoder.decode(payload),
     json: <T>() => JSON.parse(decoder.decode(payload)) as T,

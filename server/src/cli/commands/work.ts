@@ -2,7 +2,7 @@
  * `casq work QUEUE -- COMMAND ARGS...`: a worker that runs COMMAND once per
  * job, with the payload on stdin and the job's metadata in CASQ_* variables;
  * exit 0 acks, the dead-letter exit code (65) dead-letters, anything else
- * retries. The stream protocol lives in command-worker.ts.
+ * retries. command-worker.ts runs the commands over the SDK's Worker.
  *
  * Signals: the first SIGINT/SIGTERM stops taking jobs and waits for the
  * running ones (their results are delivered), then exits 0; a second one
@@ -82,6 +82,7 @@ COMMAND's exit status decides:
                          (--dead-letter-exit-code changes it)
   anything else, signal  retry later (queue backoff); after max attempts it is dead-lettered
 The lease is heartbeated while COMMAND runs; if it is lost anyway, COMMAND gets SIGTERM.
+--server may name any broker: the worker keeps a stream to every broker leading a shard of QUEUE.
 
 Stopping: SIGINT/SIGTERM stops taking jobs, waits for running ones and delivers their
 results, then exits 0; a second signal kills running jobs and exits at once (130 / 143).
@@ -98,7 +99,7 @@ Examples:
     const problem = commandProblem(program);
     if (problem !== undefined) throw usageError(problem);
     const client = clientFromOptions(options);
-    const worker = new CommandWorker(client, {
+    const worker = new CommandWorker(client, options, {
       queue,
       subscription: options.subscription,
       concurrency: options.concurrency,
