@@ -308,7 +308,8 @@ func (r *run) finishAll() {
 }
 
 func giveBack(receipts []string) pendingReq {
-	return pendingReq{kind: reqNack, receipts: receipts, nack: &casqv1.WorkNack{Delay: durationpb.New(0), Reason: "worker stopping"}}
+	// A release: claimable again at once, and the delivery does not count as an attempt.
+	return pendingReq{kind: reqNack, receipts: receipts, nack: &casqv1.WorkNack{Release: true, Reason: "worker stopping"}}
 }
 
 // send sends req on s, or (p given) re-sends it as a unary call when s can
@@ -344,7 +345,7 @@ func (r *run) settle(s *session, p pendingReq) {
 	case reqAck:
 		r.send(s, &casqv1.WorkRequest{Command: &casqv1.WorkRequest_Ack{Ack: &casqv1.WorkAck{Receipts: p.receipts}}}, &p)
 	case reqNack:
-		n := &casqv1.WorkNack{Receipts: p.receipts, Delay: p.nack.GetDelay(), DeadLetter: p.nack.GetDeadLetter(), Reason: p.nack.GetReason()}
+		n := &casqv1.WorkNack{Receipts: p.receipts, Delay: p.nack.GetDelay(), DeadLetter: p.nack.GetDeadLetter(), Reason: p.nack.GetReason(), Release: p.nack.GetRelease()}
 		r.send(s, &casqv1.WorkRequest{Command: &casqv1.WorkRequest_Nack{Nack: n}}, &p)
 	case reqHeartbeat:
 		r.send(s, &casqv1.WorkRequest{Command: &casqv1.WorkRequest_Heartbeat{Heartbeat: &casqv1.WorkHeartbeat{Receipts: p.receipts}}}, &p)
@@ -371,7 +372,7 @@ func (r *run) unarySettle(p pendingReq) {
 				return err
 			case reqNack:
 				_, err := qs.Nack(ctx, &casqv1.NackRequest{Queue: r.queue, Subscription: r.cfg.subscription, Receipts: p.receipts,
-					Delay: p.nack.GetDelay(), DeadLetter: p.nack.GetDeadLetter(), Reason: p.nack.GetReason()}, o...)
+					Delay: p.nack.GetDelay(), DeadLetter: p.nack.GetDeadLetter(), Reason: p.nack.GetReason(), Release: p.nack.GetRelease()}, o...)
 				return err
 			}
 			res, err := qs.Heartbeat(ctx, &casqv1.HeartbeatRequest{Queue: r.queue, Subscription: r.cfg.subscription, Receipts: p.receipts}, o...)

@@ -480,12 +480,15 @@ class Run {
     return p.finally(() => this.settles.delete(p));
   }
 
-  /** Gives a job back at once (nack with no delay), e.g. one that arrived while stopping. */
+  /**
+   * Gives a job back unprocessed (e.g. one that arrived while stopping): a
+   * release is claimable again at once and does not count as an attempt.
+   */
   private release(held: Held): void {
     void this.track(
       this.settle(held, {
         case: "nack",
-        value: { receipts: [held.job.receipt], delay: durationFromMs(0), reason: "worker stopping" },
+        value: { receipts: [held.job.receipt], release: true, reason: "worker stopping" },
       }),
     );
   }
@@ -529,6 +532,7 @@ class Run {
                   subscription: this.subscription,
                   receipts: command.value.receipts ?? [],
                   deadLetter: command.value.deadLetter ?? false,
+                  release: command.value.release ?? false,
                   reason: command.value.reason ?? "",
                   ...(command.value.delay ? { delay: command.value.delay } : {}),
                 },

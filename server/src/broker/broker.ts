@@ -234,12 +234,12 @@ export class Broker {
     );
   }
 
-  /** Nacks deliveries: retry after a delay (default: the queue's backoff) or dead-letter now. */
+  /** Nacks deliveries: retry after a delay (default: the queue's backoff), dead-letter now, or release unprocessed. */
   async nack(
     queue: string,
     subscription: string,
     receipts: ShardReceipt[],
-    options: { delayMs?: number; deadLetter?: boolean; reason?: string } = {},
+    options: { delayMs?: number; deadLetter?: boolean; reason?: string; release?: boolean } = {},
   ) {
     return this.perShard(queue, receipts, (shard, group) =>
       this.leader(queue, shard).submit({ kind: "nack", subscription, receipts: group, ...options }),

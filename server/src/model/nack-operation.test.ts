@@ -20,6 +20,45 @@ function nack(s: ShardState, now: number, receipts: Receipt[], extra: Partial<Na
   return applyOperation(s, { kind: "nack", subscription: "default", receipts, ...extra }, now);
 }
 
+describe("nack with release", () => {
+  it("hands a job back at once without counting the delivery: never dead-letters, limits shift by one", () => {
+    const s = newShard({ maxAttempts: 1 });
+    enqueue(s, T0, msg("a"));
+    const first = claim(s, T0)[0];
+    expect(first?.maxAttempts).toBe(1);
+    const res = nack(s, T0 + 5, [first?.receipt as Receipt], { release: true });
+    expect(res.results).toEqual([
+      { receipt: first?.receipt, outcome: "retry_scheduled", availableAt: T0 + 5 },
+    ]);
+    expect(docJson(s).subscriptions[0].dead_letters).toEqual([]);
+    // Claimable at once, as delivery 2 that is still the first counted attempt.
+    const second = claim(s, T0 + 5)[0];
+    expect(second?.receipt).toEqual({ offset: 0, attempt: 2 });
+    expect(second?.maxAttempts).toBe(2);
+    // A real failure now uses up the one allowed attempt.
+    const failed = nack(s, T0 + 6, [second?.receipt as Receipt]);
+    expect(failed.results[0]?.outcome).toBe("dead_lettered");
+  });
+
+  it("is refused together with dead_letter or a delay, changing nothing", () => {
+    const s = newShard();
+    enqueue(s, T0, msg("a"));
+    const r = claim(s, T0)[0]?.receipt as Receipt;
+    expectRejected(
+      s,
+      { kind: "nack", subscription: "default", receipts: [r], release: true, deadLetter: true },
+      T0,
+      "invalid_argument",
+    );
+    expectRejected(
+      s,
+      { kind: "nack", subscription: "default", receipts: [r], release: true, delayMs: 10 },
+      T0,
+      "invalid_argument",
+    );
+  });
+});
+
 describe("nack", () => {
   it("schedules a retry with the backoff policy (deterministic jitter)", () => {
     const s = newShard();

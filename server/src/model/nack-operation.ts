@@ -11,6 +11,10 @@
  *   becomes claimable again at `availableAt = now + (delayMs ?? backoff)`,
  *   where backoff is the queue's exponential policy for the number of
  *   failed attempts, with deterministic jitter (see `backoff.ts`).
+ * - with `release: true` (a worker handing back jobs it prefetched but never
+ *   started): `retry_scheduled` at once, and the delivery does not count
+ *   against `maxAttempts` (like a redrive, it raises the delivery's
+ *   "attempts that do not count"), so a release never dead-letters.
  * A nack repeated for a delivery that is already released (retried after a
  * lost response, or after the lease was swept) changes nothing and answers
  * `retry_scheduled` with the time already stored (with `deadLetter: true`
@@ -54,6 +58,12 @@ export function applyNack(state: ShardState, op: NackOperation, now: number): Na
   if (op.deadLetter !== undefined && typeof op.deadLetter !== "boolean") {
     throw new CasqError("invalid_argument", "nack dead_letter must be a boolean");
   }
+  if (op.release === true && (op.deadLetter === true || op.delayMs !== undefined)) {
+    throw new CasqError(
+      "invalid_argument",
+      "a release hands jobs back at once: do not combine it with dead_letter or delay",
+    );
+  }
   const reason = op.reason === undefined ? undefined : truncateReason(op.reason);
 
   const results: NackItemResult[] = [];
@@ -72,9 +82,20 @@ export function applyNack(state: ShardState, op: NackOperation, now: number): Na
       results.push({ receipt, outcome: "retry_scheduled", availableAt: Math.max(now, runnableAt(m, d)) });
       continue;
     }
+    changed = true;
+    if (op.release === true) {
+      // The worker never started it: this delivery does not count as an attempt.
+      d.base += 1;
+      d.lease = undefined;
+      d.availableAt = now;
+      schedule(sub, m, d, now);
+      sub.counters.redelivered += 1;
+      state.counters.redelivered += 1;
+      results.push({ receipt, outcome: "retry_scheduled", availableAt: runnableAt(m, d) });
+      continue;
+    }
     const failures = d.attempt - d.base;
     const max = maxAttemptsOf(state, m.msg);
-    changed = true;
     if (op.deadLetter === true || failures >= max) {
       const why =
         reason ??

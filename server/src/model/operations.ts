@@ -97,6 +97,8 @@ export interface NackOperation {
   readonly deadLetter?: boolean;
   /** Why it failed; kept in the dead letter (truncated to 2048 characters). */
   readonly reason?: string;
+  /** Hand back unprocessed: claimable at once, the delivery does not count as an attempt. */
+  readonly release?: boolean;
 }
 
 /** Housekeeping due at `now`: expired leases, dedup ids, retention. The broker includes it in every commit. */

@@ -81,6 +81,8 @@ export interface NackOptions {
   readonly delayMs?: number;
   readonly deadLetter?: boolean;
   readonly reason?: string;
+  /** Hand back unprocessed (the delivery does not count as an attempt). */
+  readonly release?: boolean;
 }
 
 /** Nacks `receipts`; per receipt RETRY_SCHEDULED (with retry_at), DEAD_LETTERED or LEASE_LOST. */
@@ -94,6 +96,7 @@ export async function nackReceipts(
     ...(options.delayMs === undefined ? {} : { delayMs: options.delayMs }),
     ...(options.deadLetter ? { deadLetter: true } : {}),
     ...(options.reason === undefined ? {} : { reason: options.reason }),
+    ...(options.release ? { release: true } : {}),
   });
   const out = inRequestOrder(
     parsed,

@@ -102,6 +102,7 @@ export function createQueueService(ctx: ServiceContext): ServiceImpl<typeof Queu
       const results = await nackReceipts(target, req.receipts, {
         ...(delayMs === undefined ? {} : { delayMs }),
         deadLetter: req.deadLetter,
+        release: req.release,
         ...(reason === undefined ? {} : { reason }),
       });
       return { results };

@@ -324,6 +324,7 @@ class WorkSession implements WorkSessionHandle {
           const results = await nackReceipts(this.target(), nack.receipts, {
             ...(delayMs === undefined ? {} : { delayMs }),
             deadLetter: nack.deadLetter,
+            release: nack.release,
             ...(reason === undefined ? {} : { reason }),
           });
           return { case: "nacked", value: { results } };

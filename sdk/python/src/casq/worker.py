@@ -457,7 +457,8 @@ class Worker:
     def _run_job(self, job: Job) -> None:
         if self._stopping.is_set():
             # Never started: hand it back at once.
-            self._settle(job, ok=False, dead_letter=False, reason="worker stopping", delay=0.0)
+            # A release: claimable again at once, and the delivery does not count as an attempt.
+            self._settle(job, ok=False, reason="worker stopping", release=True)
             self._finish(job)
             return
         with self._lock:
@@ -489,7 +490,14 @@ class Worker:
                 session.outbox.put(work_pb2.WorkRequest(credit=work_pb2.WorkCredit(credits=1)))
 
     def _settle(
-        self, job: Job, *, ok: bool, dead_letter: bool = False, reason: str = "", delay: float | None = None
+        self,
+        job: Job,
+        *,
+        ok: bool,
+        dead_letter: bool = False,
+        reason: str = "",
+        delay: float | None = None,
+        release: bool = False,
     ) -> None:
         with self._lock:
             held = self._held.get(job.receipt)
@@ -507,9 +515,14 @@ class Worker:
                 lambda: client.call(lambda a: client.queue_stub(a).Ack(ack, timeout=client.timeout, metadata=client.metadata())),
             )
             return
-        nack = work_pb2.WorkNack(receipts=receipts, dead_letter=dead_letter, reason=reason)
+        nack = work_pb2.WorkNack(receipts=receipts, dead_letter=dead_letter, reason=reason, release=release)
         unary = queue_service_pb2.NackRequest(
-            queue=queue, subscription=subscription, receipts=receipts, dead_letter=dead_letter, reason=reason
+            queue=queue,
+            subscription=subscription,
+            receipts=receipts,
+            dead_letter=dead_letter,
+            reason=reason,
+            release=release,
         )
         if delay is not None:
             nack.delay.CopyFrom(to_duration(delay))

@@ -601,7 +601,12 @@ type NackRequest struct {
 	// Why processing failed, kept with the dead letter (if it comes to that)
 	// and shown by ListDeadLetters. Cut to 2048 characters. Empty: the broker
 	// writes a generic reason.
-	Reason        string `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
+	Reason string `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Hand the messages back unprocessed (a worker that prefetched them and is
+	// stopping): they are claimable again at once and this delivery does not
+	// count as a failed attempt, so a release never dead-letters. Not combined
+	// with delay or dead_letter.
+	Release       bool `protobuf:"varint,7,opt,name=release,proto3" json:"release,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -676,6 +681,13 @@ func (x *NackRequest) GetReason() string {
 		return x.Reason
 	}
 	return ""
+}
+
+func (x *NackRequest) GetRelease() bool {
+	if x != nil {
+		return x.Release
+	}
+	return false
 }
 
 // NackResponse is returned once every nack in the request is durable.
@@ -855,7 +867,7 @@ const file_casq_v1_queue_service_proto_rawDesc = "" +
 	"\fsubscription\x18\x02 \x01(\tR\fsubscription\x12\x1a\n" +
 	"\breceipts\x18\x03 \x03(\tR\breceipts\";\n" +
 	"\vAckResponse\x12,\n" +
-	"\aresults\x18\x01 \x03(\v2\x12.casq.v1.AckResultR\aresults\"\xcd\x01\n" +
+	"\aresults\x18\x01 \x03(\v2\x12.casq.v1.AckResultR\aresults\"\xe7\x01\n" +
 	"\vNackRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\"\n" +
 	"\fsubscription\x18\x02 \x01(\tR\fsubscription\x12\x1a\n" +
@@ -863,7 +875,8 @@ const file_casq_v1_queue_service_proto_rawDesc = "" +
 	"\x05delay\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x05delay\x12\x1f\n" +
 	"\vdead_letter\x18\x05 \x01(\bR\n" +
 	"deadLetter\x12\x16\n" +
-	"\x06reason\x18\x06 \x01(\tR\x06reason\"=\n" +
+	"\x06reason\x18\x06 \x01(\tR\x06reason\x12\x18\n" +
+	"\arelease\x18\a \x01(\bR\arelease\"=\n" +
 	"\fNackResponse\x12-\n" +
 	"\aresults\x18\x01 \x03(\v2\x13.casq.v1.NackResultR\aresults\"+\n" +
 	"\x13LookupShardsRequest\x12\x14\n" +

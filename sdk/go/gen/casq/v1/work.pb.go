@@ -461,7 +461,11 @@ type WorkNack struct {
 	// Dead-letter the messages now instead of retrying them.
 	DeadLetter bool `protobuf:"varint,3,opt,name=dead_letter,json=deadLetter,proto3" json:"dead_letter,omitempty"`
 	// Why processing failed, kept with the dead letter; cut to 2048 characters.
-	Reason        string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	Reason string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Hand the jobs back unprocessed (prefetched, then stopping): claimable at
+	// once, the delivery does not count as a failed attempt and never
+	// dead-letters. Not combined with delay or dead_letter.
+	Release       bool `protobuf:"varint,5,opt,name=release,proto3" json:"release,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -522,6 +526,13 @@ func (x *WorkNack) GetReason() string {
 		return x.Reason
 	}
 	return ""
+}
+
+func (x *WorkNack) GetRelease() bool {
+	if x != nil {
+		return x.Release
+	}
+	return false
 }
 
 // WorkResponse is one message from the broker to the worker on a Work stream.
@@ -1233,13 +1244,14 @@ const file_casq_v1_work_proto_rawDesc = "" +
 	"\rWorkHeartbeat\x12\x1a\n" +
 	"\breceipts\x18\x01 \x03(\tR\breceipts\"%\n" +
 	"\aWorkAck\x12\x1a\n" +
-	"\breceipts\x18\x01 \x03(\tR\breceipts\"\x90\x01\n" +
+	"\breceipts\x18\x01 \x03(\tR\breceipts\"\xaa\x01\n" +
 	"\bWorkNack\x12\x1a\n" +
 	"\breceipts\x18\x01 \x03(\tR\breceipts\x12/\n" +
 	"\x05delay\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x05delay\x12\x1f\n" +
 	"\vdead_letter\x18\x03 \x01(\bR\n" +
 	"deadLetter\x12\x16\n" +
-	"\x06reason\x18\x04 \x01(\tR\x06reason\"\x93\x04\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x18\n" +
+	"\arelease\x18\x05 \x01(\bR\arelease\"\x93\x04\n" +
 	"\fWorkResponse\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x12-\n" +

@@ -443,10 +443,18 @@ class _Run:
 
     def _release(self, held: _Held) -> None:
         """Gives a job that never started back at once (nack, no delay, no attempt used up by waiting)."""
-        self._track(self._settle(held, ack=False, reason="worker stopping", delay=0.0))
+        # A release: claimable again at once, and the delivery does not count as an attempt.
+        self._track(self._settle(held, ack=False, reason="worker stopping", release=True))
 
     async def _settle(
-        self, held: _Held, *, ack: bool, dead_letter: bool = False, reason: str = "", delay: float | None = None
+        self,
+        held: _Held,
+        *,
+        ack: bool,
+        dead_letter: bool = False,
+        reason: str = "",
+        delay: float | None = None,
+        release: bool = False,
     ) -> None:
         """Acks or nacks a held job exactly once: on the stream, else by unary call."""
         if held.settled:
@@ -470,7 +478,7 @@ class _Run:
                     lambda reply: None,
                 )
                 return
-            nack = work_pb2.WorkNack(receipts=receipts, dead_letter=dead_letter, reason=reason)
+            nack = work_pb2.WorkNack(receipts=receipts, dead_letter=dead_letter, reason=reason, release=release)
             if delay is not None:
                 nack.delay.CopyFrom(to_duration(delay))
             nacked = queue_service_pb2.NackRequest(
@@ -479,6 +487,7 @@ class _Run:
                 receipts=receipts,
                 dead_letter=dead_letter,
                 reason=reason,
+                release=release,
             )
             if delay is not None:
                 nacked.delay.CopyFrom(nack.delay)

@@ -335,6 +335,7 @@ class NackRequest(_message.Message):
     DELAY_FIELD_NUMBER: _builtins.int
     DEAD_LETTER_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
+    RELEASE_FIELD_NUMBER: _builtins.int
     queue: _builtins.str
     """Queue the messages were claimed from."""
     subscription: _builtins.str
@@ -345,6 +346,12 @@ class NackRequest(_message.Message):
     """Why processing failed, kept with the dead letter (if it comes to that)
     and shown by ListDeadLetters. Cut to 2048 characters. Empty: the broker
     writes a generic reason.
+    """
+    release: _builtins.bool
+    """Hand the messages back unprocessed (a worker that prefetched them and is
+    stopping): they are claimable again at once and this delivery does not
+    count as a failed attempt, so a release never dead-letters. Not combined
+    with delay or dead_letter.
     """
     @_builtins.property
     def receipts(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
@@ -368,10 +375,11 @@ class NackRequest(_message.Message):
         delay: _duration_pb2.Duration | None = ...,
         dead_letter: _builtins.bool = ...,
         reason: _builtins.str = ...,
+        release: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["delay", b"delay"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["dead_letter", b"dead_letter", "delay", b"delay", "queue", b"queue", "reason", b"reason", "receipts", b"receipts", "subscription", b"subscription"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dead_letter", b"dead_letter", "delay", b"delay", "queue", b"queue", "reason", b"reason", "receipts", b"receipts", "release", b"release", "subscription", b"subscription"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

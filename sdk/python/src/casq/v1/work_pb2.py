@@ -28,7 +28,7 @@ from casq.v1 import shard_pb2 as casq_dot_v1_dot_shard__pb2
 from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x12\x63\x61sq/v1/work.proto\x12\x07\x63\x61sq.v1\x1a\x14\x63\x61sq/v1/errors.proto\x1a\x15\x63\x61sq/v1/message.proto\x1a\x13\x63\x61sq/v1/shard.proto\x1a\x1egoogle/protobuf/duration.proto\"\xe7\x01\n\x0bWorkRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12!\n\x04open\x18\x02 \x01(\x0b\x32\x11.casq.v1.WorkOpenH\x00\x12%\n\x06\x63redit\x18\x03 \x01(\x0b\x32\x13.casq.v1.WorkCreditH\x00\x12+\n\theartbeat\x18\x04 \x01(\x0b\x32\x16.casq.v1.WorkHeartbeatH\x00\x12\x1f\n\x03\x61\x63k\x18\x05 \x01(\x0b\x32\x10.casq.v1.WorkAckH\x00\x12!\n\x04nack\x18\x06 \x01(\x0b\x32\x11.casq.v1.WorkNackH\x00\x42\t\n\x07\x63ommand\"\x81\x01\n\x08WorkOpen\x12\r\n\x05queue\x18\x01 \x01(\t\x12\x14\n\x0csubscription\x18\x02 \x01(\t\x12\x11\n\tworker_id\x18\x03 \x01(\t\x12\x0f\n\x07\x63redits\x18\x04 \x01(\r\x12,\n\tlease_ttl\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\"\x1d\n\nWorkCredit\x12\x0f\n\x07\x63redits\x18\x01 \x01(\r\"!\n\rWorkHeartbeat\x12\x10\n\x08receipts\x18\x01 \x03(\t\"\x1b\n\x07WorkAck\x12\x10\n\x08receipts\x18\x01 \x03(\t\"k\n\x08WorkNack\x12\x10\n\x08receipts\x18\x01 \x03(\t\x12(\n\x05\x64\x65lay\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x13\n\x0b\x64\x65\x61\x64_letter\x18\x03 \x01(\x08\x12\x0e\n\x06reason\x18\x04 \x01(\t\"\xb1\x03\n\x0cWorkResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12%\n\x06opened\x18\x02 \x01(\x0b\x32\x13.casq.v1.WorkOpenedH\x00\x12&\n\x03job\x18\x03 \x01(\x0b\x32\x17.casq.v1.ClaimedMessageH\x00\x12.\n\x0bleases_lost\x18\x04 \x01(\x0b\x32\x17.casq.v1.WorkLeasesLostH\x00\x12/\n\x0bheartbeated\x18\x05 \x01(\x0b\x32\x18.casq.v1.WorkHeartbeatedH\x00\x12#\n\x05\x61\x63ked\x18\x06 \x01(\x0b\x32\x12.casq.v1.WorkAckedH\x00\x12%\n\x06nacked\x18\x07 \x01(\x0b\x32\x13.casq.v1.WorkNackedH\x00\x12\x34\n\x0erequest_failed\x18\x08 \x01(\x0b\x32\x1a.casq.v1.WorkRequestFailedH\x00\x12\'\n\x07routing\x18\t \x01(\x0b\x32\x14.casq.v1.WorkRoutingH\x00\x12)\n\x08\x64raining\x18\n \x01(\x0b\x32\x15.casq.v1.WorkDrainingH\x00\x42\x07\n\x05\x65vent\"\xf9\x01\n\nWorkOpened\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x11\n\tbroker_id\x18\x02 \x01(\t\x12\r\n\x05queue\x18\x03 \x01(\t\x12\x14\n\x0csubscription\x18\x04 \x01(\t\x12,\n\tlease_ttl\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x35\n\x12heartbeat_interval\x18\x06 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x13\n\x0bmax_credits\x18\x07 \x01(\r\x12%\n\x07routing\x18\x08 \x01(\x0b\x32\x14.casq.v1.WorkRouting\"J\n\x0bWorkRouting\x12\x16\n\x0eserving_shards\x18\x01 \x03(\r\x12#\n\x06shards\x18\x02 \x03(\x0b\x32\x13.casq.v1.ShardRoute\"2\n\x0eWorkLeasesLost\x12\x10\n\x08receipts\x18\x01 \x03(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"<\n\x0fWorkHeartbeated\x12)\n\x07results\x18\x01 \x03(\x0b\x32\x18.casq.v1.HeartbeatResult\"0\n\tWorkAcked\x12#\n\x07results\x18\x01 \x03(\x0b\x32\x12.casq.v1.AckResult\"2\n\nWorkNacked\x12$\n\x07results\x18\x01 \x03(\x0b\x32\x13.casq.v1.NackResult\"7\n\x11WorkRequestFailed\x12\"\n\x06status\x18\x01 \x01(\x0b\x32\x12.casq.v1.RpcStatus\"8\n\x0cWorkDraining\x12(\n\x05grace\x18\x01 \x01(\x0b\x32\x19.google.protobuf.DurationB0Z.github.com/casq/casq/sdk/go/gen/casq/v1;casqv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x12\x63\x61sq/v1/work.proto\x12\x07\x63\x61sq.v1\x1a\x14\x63\x61sq/v1/errors.proto\x1a\x15\x63\x61sq/v1/message.proto\x1a\x13\x63\x61sq/v1/shard.proto\x1a\x1egoogle/protobuf/duration.proto\"\xe7\x01\n\x0bWorkRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12!\n\x04open\x18\x02 \x01(\x0b\x32\x11.casq.v1.WorkOpenH\x00\x12%\n\x06\x63redit\x18\x03 \x01(\x0b\x32\x13.casq.v1.WorkCreditH\x00\x12+\n\theartbeat\x18\x04 \x01(\x0b\x32\x16.casq.v1.WorkHeartbeatH\x00\x12\x1f\n\x03\x61\x63k\x18\x05 \x01(\x0b\x32\x10.casq.v1.WorkAckH\x00\x12!\n\x04nack\x18\x06 \x01(\x0b\x32\x11.casq.v1.WorkNackH\x00\x42\t\n\x07\x63ommand\"\x81\x01\n\x08WorkOpen\x12\r\n\x05queue\x18\x01 \x01(\t\x12\x14\n\x0csubscription\x18\x02 \x01(\t\x12\x11\n\tworker_id\x18\x03 \x01(\t\x12\x0f\n\x07\x63redits\x18\x04 \x01(\r\x12,\n\tlease_ttl\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\"\x1d\n\nWorkCredit\x12\x0f\n\x07\x63redits\x18\x01 \x01(\r\"!\n\rWorkHeartbeat\x12\x10\n\x08receipts\x18\x01 \x03(\t\"\x1b\n\x07WorkAck\x12\x10\n\x08receipts\x18\x01 \x03(\t\"|\n\x08WorkNack\x12\x10\n\x08receipts\x18\x01 \x03(\t\x12(\n\x05\x64\x65lay\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x13\n\x0b\x64\x65\x61\x64_letter\x18\x03 \x01(\x08\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x0f\n\x07release\x18\x05 \x01(\x08\"\xb1\x03\n\x0cWorkResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12%\n\x06opened\x18\x02 \x01(\x0b\x32\x13.casq.v1.WorkOpenedH\x00\x12&\n\x03job\x18\x03 \x01(\x0b\x32\x17.casq.v1.ClaimedMessageH\x00\x12.\n\x0bleases_lost\x18\x04 \x01(\x0b\x32\x17.casq.v1.WorkLeasesLostH\x00\x12/\n\x0bheartbeated\x18\x05 \x01(\x0b\x32\x18.casq.v1.WorkHeartbeatedH\x00\x12#\n\x05\x61\x63ked\x18\x06 \x01(\x0b\x32\x12.casq.v1.WorkAckedH\x00\x12%\n\x06nacked\x18\x07 \x01(\x0b\x32\x13.casq.v1.WorkNackedH\x00\x12\x34\n\x0erequest_failed\x18\x08 \x01(\x0b\x32\x1a.casq.v1.WorkRequestFailedH\x00\x12\'\n\x07routing\x18\t \x01(\x0b\x32\x14.casq.v1.WorkRoutingH\x00\x12)\n\x08\x64raining\x18\n \x01(\x0b\x32\x15.casq.v1.WorkDrainingH\x00\x42\x07\n\x05\x65vent\"\xf9\x01\n\nWorkOpened\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x11\n\tbroker_id\x18\x02 \x01(\t\x12\r\n\x05queue\x18\x03 \x01(\t\x12\x14\n\x0csubscription\x18\x04 \x01(\t\x12,\n\tlease_ttl\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x35\n\x12heartbeat_interval\x18\x06 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x13\n\x0bmax_credits\x18\x07 \x01(\r\x12%\n\x07routing\x18\x08 \x01(\x0b\x32\x14.casq.v1.WorkRouting\"J\n\x0bWorkRouting\x12\x16\n\x0eserving_shards\x18\x01 \x03(\r\x12#\n\x06shards\x18\x02 \x03(\x0b\x32\x13.casq.v1.ShardRoute\"2\n\x0eWorkLeasesLost\x12\x10\n\x08receipts\x18\x01 \x03(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"<\n\x0fWorkHeartbeated\x12)\n\x07results\x18\x01 \x03(\x0b\x32\x18.casq.v1.HeartbeatResult\"0\n\tWorkAcked\x12#\n\x07results\x18\x01 \x03(\x0b\x32\x12.casq.v1.AckResult\"2\n\nWorkNacked\x12$\n\x07results\x18\x01 \x03(\x0b\x32\x13.casq.v1.NackResult\"7\n\x11WorkRequestFailed\x12\"\n\x06status\x18\x01 \x01(\x0b\x32\x12.casq.v1.RpcStatus\"8\n\x0cWorkDraining\x12(\n\x05grace\x18\x01 \x01(\x0b\x32\x19.google.protobuf.DurationB0Z.github.com/casq/casq/sdk/go/gen/casq/v1;casqv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -47,23 +47,23 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_WORKACK']._serialized_start=561
   _globals['_WORKACK']._serialized_end=588
   _globals['_WORKNACK']._serialized_start=590
-  _globals['_WORKNACK']._serialized_end=697
-  _globals['_WORKRESPONSE']._serialized_start=700
-  _globals['_WORKRESPONSE']._serialized_end=1133
-  _globals['_WORKOPENED']._serialized_start=1136
-  _globals['_WORKOPENED']._serialized_end=1385
-  _globals['_WORKROUTING']._serialized_start=1387
-  _globals['_WORKROUTING']._serialized_end=1461
-  _globals['_WORKLEASESLOST']._serialized_start=1463
-  _globals['_WORKLEASESLOST']._serialized_end=1513
-  _globals['_WORKHEARTBEATED']._serialized_start=1515
-  _globals['_WORKHEARTBEATED']._serialized_end=1575
-  _globals['_WORKACKED']._serialized_start=1577
-  _globals['_WORKACKED']._serialized_end=1625
-  _globals['_WORKNACKED']._serialized_start=1627
-  _globals['_WORKNACKED']._serialized_end=1677
-  _globals['_WORKREQUESTFAILED']._serialized_start=1679
-  _globals['_WORKREQUESTFAILED']._serialized_end=1734
-  _globals['_WORKDRAINING']._serialized_start=1736
-  _globals['_WORKDRAINING']._serialized_end=1792
+  _globals['_WORKNACK']._serialized_end=714
+  _globals['_WORKRESPONSE']._serialized_start=717
+  _globals['_WORKRESPONSE']._serialized_end=1150
+  _globals['_WORKOPENED']._serialized_start=1153
+  _globals['_WORKOPENED']._serialized_end=1402
+  _globals['_WORKROUTING']._serialized_start=1404
+  _globals['_WORKROUTING']._serialized_end=1478
+  _globals['_WORKLEASESLOST']._serialized_start=1480
+  _globals['_WORKLEASESLOST']._serialized_end=1530
+  _globals['_WORKHEARTBEATED']._serialized_start=1532
+  _globals['_WORKHEARTBEATED']._serialized_end=1592
+  _globals['_WORKACKED']._serialized_start=1594
+  _globals['_WORKACKED']._serialized_end=1642
+  _globals['_WORKNACKED']._serialized_start=1644
+  _globals['_WORKNACKED']._serialized_end=1694
+  _globals['_WORKREQUESTFAILED']._serialized_start=1696
+  _globals['_WORKREQUESTFAILED']._serialized_end=1751
+  _globals['_WORKDRAINING']._serialized_start=1753
+  _globals['_WORKDRAINING']._serialized_end=1809
 # @@protoc_insertion_point(module_scope)

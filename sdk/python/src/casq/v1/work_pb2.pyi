@@ -262,10 +262,16 @@ class WorkNack(_message.Message):
     DELAY_FIELD_NUMBER: _builtins.int
     DEAD_LETTER_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
+    RELEASE_FIELD_NUMBER: _builtins.int
     dead_letter: _builtins.bool
     """Dead-letter the messages now instead of retrying them."""
     reason: _builtins.str
     """Why processing failed, kept with the dead letter; cut to 2048 characters."""
+    release: _builtins.bool
+    """Hand the jobs back unprocessed (prefetched, then stopping): claimable at
+    once, the delivery does not count as a failed attempt and never
+    dead-letters. Not combined with delay or dead_letter.
+    """
     @_builtins.property
     def receipts(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Receipts of failed jobs: at least one, at most the queue's
@@ -285,10 +291,11 @@ class WorkNack(_message.Message):
         delay: _duration_pb2.Duration | None = ...,
         dead_letter: _builtins.bool = ...,
         reason: _builtins.str = ...,
+        release: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["delay", b"delay"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["dead_letter", b"dead_letter", "delay", b"delay", "reason", b"reason", "receipts", b"receipts"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dead_letter", b"dead_letter", "delay", b"delay", "reason", b"reason", "receipts", b"receipts", "release", b"release"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
