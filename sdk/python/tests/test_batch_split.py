@@ -261,11 +261,15 @@ def test_failed_sub_batch_fails_the_call_after_the_others_finished(fake: FakeBro
 
 
 def test_sub_batches_share_the_call_retry_budget(fake: FakeBrokers) -> None:
-    # Broker 1 is "down" for good: its sub-batch fails over and retries until
-    # the call's retry_timeout, then the call fails with the outage.
+    # Broker 1 is "down" for good: its sub-batch fails over (broker 0 redirects
+    # it back to broker 1) and retries until the call's retry_timeout, then the
+    # call fails with UNAVAILABLE: the outage, or the last redirect to the dead
+    # broker, whichever attempt the budget ran out on.
     fake.on_call = lambda call: grpc.StatusCode.UNAVAILABLE if call.broker == 1 else None
-    with client(fake, retry_timeout=0.2) as c, pytest.raises(casq.UnavailableError):
+    with client(fake, retry_timeout=0.2) as c, pytest.raises(casq.CasqError) as failure:
         casq.Producer(c).enqueue_batch("q", batch())
+    assert failure.value.code == grpc.StatusCode.UNAVAILABLE
+    assert not isinstance(failure.value, casq.BatchRedirectError)
 
 
 def test_aio_batch_is_split_and_merged(fake: FakeBrokers) -> None:
