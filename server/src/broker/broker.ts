@@ -150,7 +150,9 @@ export class Broker {
   /**
    * Enqueues a batch. Resolves once every message is durable. Messages for
    * different shards are written by different CAS writes: each shard's part
-   * is all-or-nothing, the batch as a whole is not.
+   * is all-or-nothing, the batch as a whole is not. With `remoteLeaderOf`, a
+   * batch whose shards are led by several brokers is refused before anything
+   * is written (`batch_redirect`, see {@link refuseSplitBatch}).
    */
   async enqueue(
     queue: string,
@@ -294,13 +296,6 @@ export class Broker {
   }
 
   /**
-   * The shard for a message without key or dedup id: any shard will do, so
-   * go round-robin over the shards not known to be led by another broker.
-   * Otherwise a batch spread over shards led by different brokers could be
-   * accepted by none of them: every try would commit the local part and
-   * redirect for the rest.
-   */
-  /**
    * A batch whose shards are led by more than one broker cannot be stored by
    * any one of them: storing the local part and redirecting the rest would
    * store that part again on every retry. Refuse it as a whole, before
@@ -334,6 +329,13 @@ export class Broker {
     );
   }
 
+  /**
+   * The shard for a message without key or dedup id: any shard will do, so
+   * go round-robin over the shards not known to be led by another broker.
+   * Otherwise a batch spread over shards led by different brokers could be
+   * accepted by none of them: every try would commit the local part and
+   * redirect for the rest.
+   */
   private placeUnrouted(queue: string, shards: number): number {
     const start = this.nextShard(queue, shards);
     for (let i = 0; i < shards; i++) {

@@ -37,7 +37,7 @@ import { CasqError, isCasqError } from "../errors.ts";
 import { applyOperation } from "../model/apply-operation.ts";
 import type { Operation, OperationResult } from "../model/operations.ts";
 import type { QueueConfig } from "../model/queue-config.ts";
-import { type BrokerRecord, ShardState, WRITE_HISTORY } from "../model/shard-state.ts";
+import { type BrokerRecord, ShardState } from "../model/shard-state.ts";
 import { nextHousekeepingAt, nextWakeAt } from "../model/shard-stats.ts";
 import type { ObjectStore, PutCondition, StoredObject } from "../store/object-store.ts";
 import { backoffDelay, DEFAULT_RETRY_POLICY, type RetryPolicy } from "../store/retrying-store.ts";
@@ -440,10 +440,11 @@ export class ShardLeader {
           );
           return this.failBatch(batch, unknown);
         }
-        const state = this.state;
-        const chain =
-          state === undefined ? [] : [...state.recentWriteIds, ...(state.writeId ? [state.writeId] : [])];
-        const verdict = resolveWrites(chain, (state?.recentWriteIds.length ?? 0) < WRITE_HISTORY, attempts);
+        const verdict = resolveWrites(
+          this.state?.writeChain() ?? [],
+          this.state?.writeChainComplete() ?? true,
+          attempts,
+        );
         if (verdict.kind === "landed") {
           // The mode follows the document's broker record (reload set it): a rival may lead by now.
           this.settle(batch, verdict.value);

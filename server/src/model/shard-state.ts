@@ -323,6 +323,16 @@ export class ShardState {
     this.writeId = id;
   }
 
+  /** The write ids the document remembers, oldest first, ending with {@link writeId}. */
+  writeChain(): string[] {
+    return this.writeId === undefined ? [...this.recentWriteIds] : [...this.recentWriteIds, this.writeId];
+  }
+
+  /** True while the history was never cut, i.e. {@link writeChain} reaches back to the first write. */
+  writeChainComplete(): boolean {
+    return this.recentWriteIds.length < WRITE_HISTORY;
+  }
+
   /**
    * Running estimate of the encoded size in bytes, O(1); used for the
    * `maxDocumentBytes` limit. Within a small factor of `encode().length`.
