@@ -1,12 +1,9 @@
 package casq_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"runtime"
@@ -31,41 +28,22 @@ func TestMain(m *testing.M) {
 func runWithServer(m *testing.M) int {
 	_, file, _, _ := runtime.Caller(0)
 	root := filepath.Join(filepath.Dir(file), "..", "..")
-	cmd := exec.Command("node", filepath.Join(root, "server", "bin", "casq.js"),
-		"serve", "--store", "memory:", "--listen", "127.0.0.1:0", "--log-level", "warn")
-	cmd.Dir = root
-	pr, pw := io.Pipe()
-	cmd.Stdout, cmd.Stderr = pw, pw
-	if err := cmd.Start(); err != nil {
+	log := &lockedLines{}
+	b, err := startBroker(root, "memory:", "127.0.0.1:0", log)
+	if b != nil {
+		defer func() {
+			_ = b.cmd.Process.Kill()
+			_ = b.cmd.Wait()
+			if os.Getenv("CASQ_TEST_VERBOSE") != "" {
+				fmt.Fprintf(os.Stderr, "server output:\n%s\n", log)
+			}
+		}()
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "start casq server:", err)
 		return 1
 	}
-	defer func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		_ = pw.Close()
-	}()
-	found := make(chan string, 1)
-	go func() {
-		re := regexp.MustCompile(`listening on (\S+)`)
-		sc := bufio.NewScanner(pr)
-		for sc.Scan() {
-			if mm := re.FindStringSubmatch(sc.Text()); mm != nil {
-				select {
-				case found <- mm[1]:
-				default:
-				}
-			} else if os.Getenv("CASQ_TEST_VERBOSE") != "" {
-				fmt.Fprintln(os.Stderr, "server:", sc.Text())
-			}
-		}
-	}()
-	select {
-	case serverAddr = <-found:
-	case <-time.After(30 * time.Second):
-		fmt.Fprintln(os.Stderr, "casq server did not print its address")
-		return 1
-	}
+	serverAddr = b.addr
 	return m.Run()
 }
 

@@ -409,7 +409,7 @@ func (r *scenarioRun) startBrokers() {
 		}
 	})
 	for i := range n {
-		b, err := startBroker(r.root, r.dir, "127.0.0.1:0", &lockedLines{})
+		b, err := startBroker(r.root, "file:"+r.dir, "127.0.0.1:0", &lockedLines{}, scenarioBrokerArgs...)
 		if b != nil {
 			r.brokers = append(r.brokers, b)
 		}
@@ -419,11 +419,14 @@ func (r *scenarioRun) startBrokers() {
 	}
 }
 
-// startBroker starts `casq serve` on the store dir, listening on listen, and
-// waits for its address; its output goes to log.
-func startBroker(root, dir, listen string, log *lockedLines) (*broker, error) {
-	cmd := exec.Command("node", filepath.Join(root, "server", "bin", "casq.js"), "serve",
-		"--store", "file:"+dir, "--listen", listen, "--log-level", "warn", "--leader-lease", "2s")
+// scenarioBrokerArgs are the spec's flags for every scenario broker.
+var scenarioBrokerArgs = []string{"--leader-lease", "2s"}
+
+// startBroker starts `casq serve --store store --listen listen` (plus args)
+// and waits for its address; its output goes to log.
+func startBroker(root, store, listen string, log *lockedLines, args ...string) (*broker, error) {
+	cmd := exec.Command("node", append([]string{filepath.Join(root, "server", "bin", "casq.js"), "serve",
+		"--store", store, "--listen", listen, "--log-level", "warn"}, args...)...)
 	cmd.Dir = root
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -755,7 +758,7 @@ func (r *scenarioRun) restartBroker(s *restartBrokerStep) error {
 		return fmt.Errorf("broker %d (%s) did not exit within 30 s of SIGTERM:\n%s", *s.Broker, b.addr, b.log)
 	}
 	b.log.add("--- restarted ---")
-	nb, err := startBroker(r.root, r.dir, b.addr, b.log)
+	nb, err := startBroker(r.root, "file:"+r.dir, b.addr, b.log, scenarioBrokerArgs...)
 	if nb != nil {
 		b.cmd = nb.cmd
 	}

@@ -6,7 +6,7 @@ import re
 import threading
 import time
 
-from conftest import REPO_ROOT
+from brokers import REPO_ROOT
 
 import casq
 from casq.v1 import admin_service_pb2

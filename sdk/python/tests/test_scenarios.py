@@ -9,7 +9,6 @@ or step fails the scenario rather than being skipped.
 from __future__ import annotations
 
 import json
-import queue as queue_mod
 import re
 import shutil
 import signal
@@ -26,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO_ROOT
+from brokers import BROKER_START_TIMEOUT, REPO_ROOT, Broker, Lines, start_casq_serve
 
 import casq
 from casq.v1 import admin_service_pb2
@@ -34,8 +33,6 @@ from casq.v1 import admin_service_pb2
 SCENARIO_DIR = REPO_ROOT / "test" / "scenarios"
 SCENARIOS = sorted(SCENARIO_DIR.glob("*.json"))
 CRASH_WORKER = Path(__file__).resolve().parent / "scenario_crash_worker.py"
-LISTENING = re.compile(r"listening on (\S+)")
-BROKER_START_TIMEOUT = 30.0
 POLL = 0.05
 
 
@@ -476,91 +473,9 @@ def parse_scenario(value: object, source: str) -> Scenario:
 # -- processes ----------------------------------------------------------------
 
 
-class Lines:
-    """Drains a child's stdout in a thread (a full pipe would block it) into a queue of lines."""
-
-    def __init__(self, process: subprocess.Popen[str]) -> None:
-        self.lines: queue_mod.Queue[str | None] = queue_mod.Queue()
-        self.seen: list[str] = []
-        self._process = process
-        self._thread = threading.Thread(target=self._read, daemon=True)
-        self._thread.start()
-
-    def _read(self) -> None:
-        assert self._process.stdout is not None
-        for line in self._process.stdout:
-            self.seen.append(line.rstrip("\n"))
-            self.lines.put(line.rstrip("\n"))
-        self.lines.put(None)
-
-    def next(self, deadline: float) -> str | None:
-        """The next line, None at end of output; raises TimeoutError past ``deadline``."""
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise TimeoutError
-        try:
-            return self.lines.get(timeout=remaining)
-        except queue_mod.Empty:
-            raise TimeoutError from None
-
-
-@dataclass
-class Broker:
-    process: subprocess.Popen[str]
-    output: Lines
-    address: str = ""
-
-    def kill(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGKILL)
-        self.process.wait()
-
-    def terminate(self, timeout: float) -> None:
-        """Graceful stop (SIGTERM): the broker releases its shard leases and must exit with status 0."""
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            status = self.process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            raise ScenarioError(f"broker {self.address} did not exit within {timeout:g}s of SIGTERM") from None
-        if status != 0:
-            raise ScenarioError(f"broker {self.address} exited with status {status} after SIGTERM")
-
-
 def start_broker(store: Path, listen: str = "127.0.0.1:0") -> Broker:
-    process = subprocess.Popen(
-        [
-            "node",
-            "server/bin/casq.js",
-            "serve",
-            "--store",
-            f"file:{store}",
-            "--listen",
-            listen,
-            "--log-level",
-            "warn",
-            "--leader-lease",
-            "2s",
-        ],
-        cwd=REPO_ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    broker = Broker(process, Lines(process))
-    deadline = time.monotonic() + BROKER_START_TIMEOUT
-    try:
-        while True:
-            line = broker.output.next(deadline)
-            if line is None:
-                raise ScenarioError("casq serve exited before listening:\n" + "\n".join(broker.output.seen))
-            match = LISTENING.search(line)
-            if match:
-                broker.address = match.group(1)
-                return broker
-    except BaseException:
-        broker.kill()
-        raise
+    """A scenario broker: `casq serve` on the scenario's file store, with the spec's flags."""
+    return start_casq_serve(f"file:{store}", listen, "--leader-lease", "2s")
 
 
 # -- workers ----------------------------------------------------------------------

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from test_scenarios import Broker, start_broker
+from brokers import Broker
+from test_scenarios import start_broker
 
 import casq
 import casq.aio
