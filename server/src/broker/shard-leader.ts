@@ -518,7 +518,7 @@ export class ShardLeader {
       return undefined;
     }
     try {
-      this.state = ShardState.decode(stored.body);
+      this.state = ShardState.decode(stored.body, { queue: this.queue, shard: this.shard });
     } catch (error) {
       this.state = undefined;
       this.mode = "refused";

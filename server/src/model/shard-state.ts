@@ -161,10 +161,19 @@ export class ShardState {
   /**
    * Rebuilds a shard from its document. Throws `CasqError("data_loss")` when
    * the bytes are not a valid casq shard document of a known format version;
-   * such a document must never be overwritten.
+   * such a document must never be overwritten. With `expected`, a document
+   * that names another queue or shard than the key it was read from (a copy
+   * put in the wrong place) is refused the same way.
    */
-  static decode(bytes: Uint8Array): ShardState {
+  static decode(bytes: Uint8Array, expected?: { queue: string; shard: number }): ShardState {
     const doc = parseShardDocument(bytes);
+    if (expected !== undefined && (doc.queue !== expected.queue || doc.shard !== expected.shard)) {
+      throw new CasqError(
+        "data_loss",
+        `shard document stored as queue ${expected.queue} shard ${expected.shard} says it is queue ${doc.queue} shard ${doc.shard} (copied or moved to the wrong key?); refusing to load or overwrite it — put the right document back, or move it aside`,
+        { queue: expected.queue, shard: expected.shard },
+      );
+    }
     const fail = (what: string): never => {
       throw new CasqError(
         "data_loss",

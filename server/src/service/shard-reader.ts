@@ -82,7 +82,7 @@ export async function readShard<T>(
   };
   let state: ShardState;
   try {
-    state = ShardState.decode(stored.body);
+    state = ShardState.decode(stored.body, { queue, shard });
   } catch (error) {
     return { ...base, value: undefined, problem: error instanceof Error ? error.message : String(error) };
   }
