@@ -19,7 +19,7 @@
  * outside `server/src/model` reads a shard only through this class's public
  * members, `shard-stats.ts` and operation results.
  */
-import { CasqError } from "../errors.ts";
+import { CasqError, quoteValue } from "../errors.ts";
 import { DOCUMENT_BASE_BYTES, deadLetterBytes, messageBytes, SETTLED_SLOT_BYTES } from "./approx-size.ts";
 import { BinaryHeap } from "./binary-heap.ts";
 import { encodeShard, parseShardDocument } from "./document-codec.ts";
@@ -67,7 +67,7 @@ export function validateName(what: "queue" | "subscription", name: unknown): ass
   if (typeof name !== "string" || !NAME_PATTERN.test(name)) {
     throw new CasqError(
       "invalid_argument",
-      `${what} name ${JSON.stringify(name)} is invalid: use 1-128 characters of a-z 0-9 . _ - starting with a letter or digit`,
+      `${what} name ${quoteValue(name)} is invalid: use 1-128 characters of a-z 0-9 . _ - starting with a letter or digit`,
     );
   }
 }
