@@ -209,7 +209,10 @@ class AdminServiceServicer:
         dead letters; messages only it still needed leave the queue (subject to
         retention). Deleting "default" is allowed (a pure pub/sub queue may not
         want it) and it can be created again. Receipts of the subscription then
-        answer ALREADY_ACKED or LEASE_LOST.
+        answer ALREADY_ACKED or LEASE_LOST. While a queue has no subscription at
+        all and retention is 0, Enqueue answers FAILED_PRECONDITION (nothing
+        would keep the messages) until a subscription is created or a retention
+        set.
 
         Errors: NOT_FOUND (no shard has it); plus the common codes.
         """

@@ -109,7 +109,10 @@ class AdminServiceStub:
     dead letters; messages only it still needed leave the queue (subject to
     retention). Deleting "default" is allowed (a pure pub/sub queue may not
     want it) and it can be created again. Receipts of the subscription then
-    answer ALREADY_ACKED or LEASE_LOST.
+    answer ALREADY_ACKED or LEASE_LOST. While a queue has no subscription at
+    all and retention is 0, Enqueue answers FAILED_PRECONDITION (nothing
+    would keep the messages) until a subscription is created or a retention
+    set.
 
     Errors: NOT_FOUND (no shard has it); plus the common codes.
     """
@@ -232,7 +235,10 @@ class AdminServiceAsyncStub(AdminServiceStub):
     dead letters; messages only it still needed leave the queue (subject to
     retention). Deleting "default" is allowed (a pure pub/sub queue may not
     want it) and it can be created again. Receipts of the subscription then
-    answer ALREADY_ACKED or LEASE_LOST.
+    answer ALREADY_ACKED or LEASE_LOST. While a queue has no subscription at
+    all and retention is 0, Enqueue answers FAILED_PRECONDITION (nothing
+    would keep the messages) until a subscription is created or a retention
+    set.
 
     Errors: NOT_FOUND (no shard has it); plus the common codes.
     """
@@ -394,7 +400,10 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         dead letters; messages only it still needed leave the queue (subject to
         retention). Deleting "default" is allowed (a pure pub/sub queue may not
         want it) and it can be created again. Receipts of the subscription then
-        answer ALREADY_ACKED or LEASE_LOST.
+        answer ALREADY_ACKED or LEASE_LOST. While a queue has no subscription at
+        all and retention is 0, Enqueue answers FAILED_PRECONDITION (nothing
+        would keep the messages) until a subscription is created or a retention
+        set.
 
         Errors: NOT_FOUND (no shard has it); plus the common codes.
         """
