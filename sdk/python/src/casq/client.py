@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Protocol, TypeVar
 
 import grpc
@@ -30,24 +30,45 @@ def build_metadata(token: str | None, traceparent: str | None, tracestate: str |
     return tuple(items)
 
 
-def next_broker(brokers: Sequence[str], index: int, failed: str | None) -> str:
-    """The broker at ``index`` (cyclically), skipping ``failed`` when another one is listed."""
-    for step in range(len(brokers)):
-        candidate = brokers[(index + step) % len(brokers)]
-        if candidate != failed:
-            return candidate
+def next_broker(brokers: Sequence[str], index: int, failed: str | None, avoid: Collection[str] = ()) -> str:
+    """The broker at ``index`` (cyclically), skipping ``failed``, and ``avoid`` while another one is left."""
+    for skip in ({failed, *avoid}, {failed}):
+        for step in range(len(brokers)):
+            candidate = brokers[(index + step) % len(brokers)]
+            if candidate not in skip:
+                return candidate
     return brokers[index % len(brokers)]
 
 
-class RetryBudget:
-    """Which failures of one unary call to retry, and how long to wait first.
+def is_outage(error: CasqError) -> bool:
+    """A failure another attempt, possibly at another broker, may not meet.
 
-    Redirects and outages (UNAVAILABLE) are retried until ``retry_timeout``
-    or ``max_attempts`` runs out. A redirect is followed at once, unless the
-    previous failure was one too (two brokers pointing at each other while
-    leadership moves): that one, like every outage, waits a backoff delay.
-    A call counted by attempts alone was too short to outlive a dead leader's
-    leader lease, since every redirect back to it used up an attempt.
+    UNAVAILABLE without a redirect, and DEADLINE_EXCEEDED: the attempt's own
+    deadline passed, so the broker is hung or too slow (a SIGSTOPped process
+    still accepts connections, so this is how a hung broker shows). The
+    attempt may have been applied, which makes the retry safe only for
+    idempotent calls: acks, nacks, heartbeats, admin changes and enqueues
+    with dedup ids (the producers give every message one by default).
+    """
+    return isinstance(error, UnavailableError) or error.code == grpc.StatusCode.DEADLINE_EXCEEDED
+
+
+class RetryBudget:
+    """Which failures of one unary call to retry, where, and how long to wait first.
+
+    Redirects and outages (UNAVAILABLE, or DEADLINE_EXCEEDED for an attempt
+    that ran out of its own ``timeout``) are retried until ``retry_timeout``
+    or ``max_attempts`` runs out. An outage moves the call on to the next
+    listed broker after a backoff delay, and the broker that failed is
+    remembered for the rest of the call: a redirect to it (a dead or hung
+    leader whose leader lease has not run out) is not followed; the call
+    backs off and asks the redirecting broker again, which takes the shard
+    over once that lease ends. Any other redirect is followed at once,
+    unless the previous failure was one too (two brokers pointing at each
+    other while leadership moves): that one, like every outage, waits a
+    backoff delay. A call counted by attempts alone was too short to
+    outlive a dead leader's leader lease, since every redirect back to it
+    used up an attempt.
     """
 
     def __init__(self, client: _ClientSettings, deadline: float | None = None) -> None:
@@ -58,23 +79,30 @@ class RetryBudget:
         self.attempts = 0
         self.backoffs = 0
         self.last_was_redirect = False
+        # Brokers that failed (an outage) in this call.
+        self.failed: set[str] = set()
 
-    def next_delay(self, error: CasqError, address: str) -> float:
-        """Seconds to wait before the next attempt; raises ``error`` when it is final."""
+    def next_attempt(self, error: CasqError, address: str) -> tuple[float, str | None]:
+        """Seconds to wait and where to send the next attempt (None: fail over); raises ``error`` when it is final."""
         self.attempts += 1
-        redirect = isinstance(error, RedirectError) and bool(error.leader_address)
-        if not redirect and not isinstance(error, UnavailableError):
+        target = _redirect_target(error)
+        if not target and not is_outage(error):
             raise error
         if self.client.max_attempts is not None and self.attempts >= self.client.max_attempts:
             raise error
+        if not target:
+            self.failed.add(address)
+        avoided = bool(target) and target in self.failed
         delay = 0.0
-        if not redirect or self.last_was_redirect or _redirect_target(error) == address:
+        if not target or avoided or self.last_was_redirect or target == address:
             delay = backoff_delay(self.backoffs, self.client.backoff_initial, self.client.backoff_max)
             self.backoffs += 1
-        self.last_was_redirect = redirect
+        self.last_was_redirect = bool(target)
         if time.monotonic() + delay > self.deadline:
             raise error
-        return delay
+        if avoided:
+            return delay, address  # ask the redirecting broker again
+        return delay, target or None
 
 
 def attempt_timeout(timeout: float, retry_deadline: float) -> float:
@@ -118,7 +146,10 @@ class Client:
 
     ``brokers`` are ``host:port`` addresses, any of them first. ``token`` is sent
     as ``authorization: Bearer <token>``; ``tls`` is ``True`` (system roots) or a
-    ``grpc.ChannelCredentials``. ``timeout`` bounds each unary attempt (seconds).
+    ``grpc.ChannelCredentials``. ``timeout`` bounds each unary attempt (seconds):
+    an attempt that runs out of it (a hung broker) counts as an outage, so the
+    call moves on to the next broker, distinct from ``retry_timeout``, the
+    budget of the whole call.
 
     A unary call is retried, following leader redirects and failing over to
     the next broker with backoff on outages, until it succeeds, fails with an
@@ -182,10 +213,10 @@ class Client:
         with self._lock:
             self._current = address
 
-    def fail_over(self, failed: str | None = None) -> str:
-        """Move on to the next listed broker (other than ``failed``, if there is one) and return it."""
+    def fail_over(self, failed: str | None = None, avoid: Collection[str] = ()) -> str:
+        """Move on to the next listed broker (other than ``failed`` and, if one is left, ``avoid``) and return it."""
         with self._lock:
-            self._current = next_broker(self.brokers, self._next_index, failed)
+            self._current = next_broker(self.brokers, self._next_index, failed, avoid)
             self._next_index = self.brokers.index(self._current) + 1
             return self._current
 
@@ -210,17 +241,18 @@ class Client:
                 return fn(address)
             except grpc.RpcError as rpc_error:
                 error = error_from_rpc(rpc_error)
-            delay = retry.next_delay(error, address)  # raises ``error`` when it is final
+            delay, target = retry.next_attempt(error, address)  # raises ``error`` when it is final
             if delay > 0:
                 time.sleep(delay)
             # The next address is kept per call, not re-read from the shared
             # current broker: calls in parallel (a split batch's sub-batches)
             # each follow their own redirects.
-            if isinstance(error, RedirectError) and error.leader_address:
-                self.follow_redirect(error.leader_address)
-                address = error.leader_address
+            if target is None:
+                address = self.fail_over(address, retry.failed)
             else:
-                address = self.fail_over(address)
+                if target != address:
+                    self.follow_redirect(target)
+                address = target
 
     def close(self) -> None:
         with self._lock:

@@ -12,7 +12,7 @@ from casq._messages import (
     NewMessage,
     Payload,
     SubBatch,
-    build_message,
+    build_batch,
     merge_results,
     split_batch,
     to_results,
@@ -31,10 +31,21 @@ class Producer:
     ``MAX_BATCH_SPLITS`` times if leadership moved meanwhile) and returns
     the results in request order, all within the call's ``retry_timeout``
     (+ ``timeout``).
+
+    A call is retried after failures that leave it unknown whether the
+    broker stored the messages (an attempt that timed out at a hung broker),
+    so with ``auto_dedup`` (the default) every message enqueued without a
+    ``dedup_id`` gets a random one, chosen once per call: a retry that meets
+    the stored original is answered with it instead of storing it twice.
+    Such a message is routed by that id (like a key) and its result never
+    says ``duplicate``. The id costs ~150 bytes of the shard document for the
+    queue's dedup window (5 min by default); ``auto_dedup=False`` saves that
+    at the price of possible duplicates after such retries.
     """
 
-    def __init__(self, client: Client) -> None:
+    def __init__(self, client: Client, *, auto_dedup: bool = True) -> None:
         self.client = client
+        self.auto_dedup = auto_dedup
 
     def enqueue(
         self,
@@ -61,12 +72,12 @@ class Producer:
         traceparent: str | None = None,
         tracestate: str | None = None,
     ) -> list[EnqueueResult]:
-        request = queue_service_pb2.EnqueueRequest(queue=queue, messages=[build_message(m) for m in messages])
+        batch = build_batch(queue, messages, self.auto_dedup)
         # Computed once, in the caller's thread: the sub-batches of a split run
         # in other threads, which do not see the caller's active span.
         metadata = self.client.metadata(traceparent, tracestate)
         deadline = time.monotonic() + self.client.retry_timeout
-        return self._send(request, metadata, deadline, None, 0)
+        return batch.results(self._send(batch.request, metadata, deadline, None, 0))
 
     def _send(
         self,

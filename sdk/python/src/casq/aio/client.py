@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from typing import TypeVar
 
 import grpc
@@ -11,7 +11,7 @@ from grpc import aio
 
 from casq._tracing import trace_metadata
 from casq.client import Metadata, RetryBudget, TlsOption, build_metadata, channel_credentials, next_broker
-from casq.errors import RedirectError, error_from_rpc
+from casq.errors import error_from_rpc
 from casq.v1 import admin_service_pb2_grpc, queue_service_pb2_grpc
 
 T = TypeVar("T")
@@ -68,9 +68,9 @@ class Client:
         traceparent, tracestate = trace_metadata(traceparent, tracestate)
         return build_metadata(self.token, traceparent, tracestate)
 
-    def fail_over(self, failed: str | None = None) -> str:
-        """Move on to the next listed broker (other than ``failed``, if there is one) and return it."""
-        self.current_broker = next_broker(self.brokers, self._next_index, failed)
+    def fail_over(self, failed: str | None = None, avoid: Collection[str] = ()) -> str:
+        """Move on to the next listed broker (other than ``failed`` and, if one is left, ``avoid``) and return it."""
+        self.current_broker = next_broker(self.brokers, self._next_index, failed, avoid)
         self._next_index = self.brokers.index(self.current_broker) + 1
         return self.current_broker
 
@@ -88,15 +88,16 @@ class Client:
                 return await fn(address)
             except grpc.RpcError as rpc_error:
                 error = error_from_rpc(rpc_error)
-            delay = retry.next_delay(error, address)  # raises ``error`` when it is final
+            delay, target = retry.next_attempt(error, address)  # raises ``error`` when it is final
             if delay > 0:
                 await asyncio.sleep(delay)
             # Per call, not the shared current broker: see casq.Client.call.
-            if isinstance(error, RedirectError) and error.leader_address:
-                self.current_broker = error.leader_address
-                address = error.leader_address
+            if target is None:
+                address = self.fail_over(address, retry.failed)
             else:
-                address = self.fail_over(address)
+                if target != address:
+                    self.current_broker = target
+                address = target
 
     async def close(self) -> None:
         channels = list(self._channels.values())

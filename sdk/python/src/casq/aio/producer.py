@@ -12,7 +12,7 @@ from casq._messages import (
     NewMessage,
     Payload,
     SubBatch,
-    build_message,
+    build_batch,
     merge_results,
     split_batch,
     to_results,
@@ -28,11 +28,12 @@ class Producer:
 
     A batch spanning shards led by different brokers is split and sent to
     them in parallel, as by :class:`casq.Producer`; cancelling the call
-    cancels every sub-batch.
+    cancels every sub-batch. ``auto_dedup`` as for :class:`casq.Producer`.
     """
 
-    def __init__(self, client: Client) -> None:
+    def __init__(self, client: Client, *, auto_dedup: bool = True) -> None:
         self.client = client
+        self.auto_dedup = auto_dedup
 
     async def enqueue(
         self,
@@ -60,10 +61,10 @@ class Producer:
         traceparent: str | None = None,
         tracestate: str | None = None,
     ) -> list[EnqueueResult]:
-        request = queue_service_pb2.EnqueueRequest(queue=queue, messages=[build_message(m) for m in messages])
+        batch = build_batch(queue, messages, self.auto_dedup)
         metadata = self.client.metadata(traceparent, tracestate)
         deadline = time.monotonic() + self.client.retry_timeout
-        return await self._send(request, metadata, deadline, None, 0)
+        return batch.results(await self._send(batch.request, metadata, deadline, None, 0))
 
     async def _send(
         self,

@@ -18,6 +18,7 @@ from casq._backoff import backoff_delay
 from casq._messages import to_duration
 from casq._tracing import processing_span
 from casq.aio.client import Client
+from casq.client import is_outage
 from casq.errors import (
     CasqError,
     DeadLetter,
@@ -386,7 +387,7 @@ class _Run:
                 return await unary(leader)
             except grpc.RpcError as rpc_error:
                 error = error_from_rpc(rpc_error)
-                if error.code != grpc.StatusCode.UNAVAILABLE:
+                if not is_outage(error) and not isinstance(error, RedirectError):
                     raise error from None
         return await self.client.call(unary)
 
