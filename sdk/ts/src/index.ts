@@ -25,6 +25,7 @@ export {
   type OutgoingMessage,
   type Payload,
   Producer,
+  type ProducerOptions,
 } from "./producer.ts";
 export { spanContextFromTraceContext } from "./tracing.ts";
 export { activeTraceHeaders } from "./transport.ts";
