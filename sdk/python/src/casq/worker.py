@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import grpc
 
 from casq._backoff import backoff_delay
+from casq._log import log_handler_failure, log_worker_error
 from casq._messages import to_duration
 from casq._tracing import processing_span
 from casq.client import Client
@@ -469,9 +470,10 @@ class Worker:
                 with processing_span(job, self._queue):
                     self._handler(job)
             except DeadLetter as dead:
+                log_handler_failure(job, dead)
                 self._settle(job, ok=False, dead_letter=True, reason=dead.reason or "dead-lettered by handler")
             except Exception as error:  # noqa: BLE001 - any handler failure means nack
-                self._report(error, job)
+                self._report(error, job, handler_failed=True)
                 self._settle(job, ok=False, dead_letter=False, reason=f"{type(error).__name__}: {error}")
             else:
                 self._settle(job, ok=True)
@@ -533,7 +535,12 @@ class Worker:
             lambda: client.call(lambda a: client.queue_stub(a).Nack(unary, timeout=client.timeout, metadata=client.metadata())),
         )
 
-    def _report(self, error: Exception, job: Job | None) -> None:
+    def _report(self, error: Exception, job: Job | None, *, handler_failed: bool = False) -> None:
+        """Logs a failure that does not end the run (see casq._log), then tells ``on_error``."""
+        if handler_failed and job is not None:
+            log_handler_failure(job, error)
+        else:
+            log_worker_error(error, job)
         if self._on_error is not None:
             try:
                 self._on_error(error, job)

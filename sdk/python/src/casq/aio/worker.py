@@ -15,6 +15,7 @@ import grpc
 from grpc import aio
 
 from casq._backoff import backoff_delay
+from casq._log import log_handler_failure, log_worker_error
 from casq._messages import to_duration
 from casq._tracing import processing_span
 from casq.aio.client import Client
@@ -417,6 +418,7 @@ class _Run:
                 await self.handler(job)
             ack = True
         except DeadLetter as dead:
+            log_handler_failure(job, dead)
             dead_letter, reason = True, dead.reason or "dead-lettered by handler"
         except asyncio.CancelledError:
             # Cancelled by stop() after its deadline, or with run(): never settled, the lease expires.
@@ -424,7 +426,7 @@ class _Run:
             raise
         except Exception as error:  # noqa: BLE001 - any handler failure means nack
             if not held.abandoned:
-                self.report(error, job)
+                self.report(error, job, handler_failed=True)
             reason = f"{type(error).__name__}: {error}"
         finally:
             held.in_handler = False
@@ -618,7 +620,12 @@ class _Run:
         if leftovers:
             await asyncio.wait(leftovers, timeout=_CLOSE_GRACE)
 
-    def report(self, error: Exception, job: Job | None) -> None:
+    def report(self, error: Exception, job: Job | None, *, handler_failed: bool = False) -> None:
+        """Logs a failure that does not end the run (see casq._log), then tells ``on_error``."""
+        if handler_failed and job is not None:
+            log_handler_failure(job, error)
+        else:
+            log_worker_error(error, job)
         if self.on_error is not None:
             try:
                 self.on_error(error, job)
