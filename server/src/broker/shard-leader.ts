@@ -35,7 +35,7 @@
  */
 import { CasqError, isCasqError } from "../errors.ts";
 import { applyOperation } from "../model/apply-operation.ts";
-import type { Operation, OperationResult } from "../model/operations.ts";
+import type { ExpireResult, Operation, OperationResult } from "../model/operations.ts";
 import type { QueueConfig } from "../model/queue-config.ts";
 import { type BrokerRecord, ShardState } from "../model/shard-state.ts";
 import { nextHousekeepingAt, nextWakeAt } from "../model/shard-stats.ts";
@@ -382,7 +382,9 @@ export class ShardLeader {
         this.state = working;
         this.mode = "leading";
         this.settle(batch, outcomes);
-        this.observer?.onCommit?.(this.commitInfo(batch, started, 0, "no_write", 0));
+        this.observer?.onCommit?.(
+          this.commitInfo(batch, started, 0, "no_write", 0, { now, outcomes, expire }),
+        );
         return;
       }
 
@@ -414,7 +416,9 @@ export class ShardLeader {
             record: working.broker,
           });
         this.settle(batch, outcomes);
-        this.observer?.onCommit?.(this.commitInfo(batch, started, conflicts + 1, "ok", bytes.byteLength));
+        this.observer?.onCommit?.(
+          this.commitInfo(batch, started, conflicts + 1, "ok", bytes.byteLength, { now, outcomes, expire }),
+        );
         return;
       } catch (error) {
         const kind = isStoreError(error) ? error.kind : "internal";
@@ -448,7 +452,12 @@ export class ShardLeader {
         if (verdict.kind === "landed") {
           // The mode follows the document's broker record (reload set it): a rival may lead by now.
           this.settle(batch, verdict.value);
-          this.observer?.onCommit?.(this.commitInfo(batch, started, conflicts + 1, "ok", bytes.byteLength));
+          this.observer?.onCommit?.(
+            this.commitInfo(batch, started, conflicts + 1, "ok", bytes.byteLength, {
+              now,
+              outcomes: verdict.value,
+            }),
+          );
           return;
         }
         if (verdict.kind === "unknown") {
@@ -648,6 +657,7 @@ export class ShardLeader {
     casAttempts: number,
     outcome: "ok" | "no_write",
     bytes: number,
+    applied?: { now: number; outcomes: readonly Outcome[]; expire?: ExpireResult },
   ): CommitInfo {
     const opsByKind: Record<string, number> = {};
     for (const item of batch) {
@@ -664,6 +674,11 @@ export class ShardLeader {
       outcome,
       documentBytes: bytes,
       durationMs: this.now() - started,
+      ...(applied && {
+        appliedAt: applied.now,
+        applied: appliedOperations(batch, applied.outcomes),
+        ...(applied.expire && { expired: applied.expire }),
+      }),
     };
   }
 }
@@ -700,4 +715,16 @@ function asCasqError(error: unknown, queue: string, shard: number): CasqError {
     { queue, shard },
     { cause: error },
   );
+}
+
+/** The batch's operations that succeeded, each with its result (outcomes are in the order of the batch's operations). */
+function appliedOperations(
+  batch: readonly BatchItem[],
+  outcomes: readonly Outcome[],
+): { op: Operation; result: OperationResult }[] {
+  const ops = batch.flatMap((item) => (item.kind === "op" ? [item.op] : []));
+  return ops.flatMap((op, i) => {
+    const outcome = outcomes[i];
+    return outcome?.ok ? [{ op, result: outcome.result }] : [];
+  });
 }

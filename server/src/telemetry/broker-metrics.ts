@@ -3,9 +3,11 @@
  *
  * 1. {@link brokerMetricsObserver}: a {@link ShardObserver} the commit loop
  *    calls after every batch, failed CAS attempt and leadership change. It
- *    feeds the commit histograms, the commit / conflict / operation counters
- *    and the leadership counters. It only increments and sets numbers: it
- *    never blocks the commit loop.
+ *    feeds the commit histograms, the commit / conflict / operation counters,
+ *    the leadership counters and, from the results of the committed
+ *    operations, lease expiries, nacks, repeated deliveries and claim-to-ack
+ *    times. It only increments and sets numbers: it never blocks the commit
+ *    loop.
  * 2. {@link createBrokerRefresher}: the scrape-time refresher. For every
  *    shard this broker has opened it samples the buffer (`pendingCount`),
  *    the leadership mode and epoch, and, for shards it leads, the committed
@@ -13,7 +15,9 @@
  *    A read joins the shard's next batch, so it can wait behind a slow write:
  *    each read is bounded by `readTimeoutMs`, and a shard whose read timed out
  *    keeps its last known stats for this scrape. Series of shards this broker
- *    no longer leads disappear (another broker reports them).
+ *    no longer leads disappear (another broker reports them). It also removes
+ *    the series the observer wrote for shards this broker no longer has open
+ *    (their queue was deleted), see {@link removeGoneSeries}.
  *
  * Queue-state counters (`casq_enqueued_total`, `casq_redeliveries_total`,
  * `casq_dead_lettered_total`, ...) come from the monotonic counters stored in
@@ -21,37 +25,111 @@
  * leadership moves, the series moves to the new broker with the same values,
  * which Prometheus' `rate()` handles as a counter reset on this broker.
  */
-import type { ShardObserver } from "../broker/shard-observer.ts";
+import type { CommitInfo, ShardObserver } from "../broker/shard-observer.ts";
+import type { ExpireResult, Operation, OperationResult } from "../model/operations.ts";
 import type { BrokerRecord } from "../model/shard-records.ts";
 import type { ShardState } from "../model/shard-state.ts";
 import { computeStats, type ShardStats } from "../model/shard-stats.ts";
 import type { CasqMetrics } from "./metrics.ts";
 import { shardLabel } from "./metrics.ts";
 
-/** A ShardObserver that updates the commit, conflict, operation and leadership families of `metrics`. */
+/** A ShardObserver that updates the commit, conflict, operation, settlement and leadership families of `metrics`. */
 export function brokerMetricsObserver(metrics: CasqMetrics): ShardObserver {
+  const series = metrics.queueSeries;
   return {
     onCommit(info) {
       const labels = { queue: info.queue, shard: shardLabel(info.shard) };
-      metrics.commitDuration.observe(labels, Math.max(0, info.durationMs) / 1000);
-      metrics.commitBatchOperations.observe(labels, info.operations);
-      metrics.commits.inc({ ...labels, outcome: info.outcome });
+      metrics.commitDuration.observe(
+        series.track(metrics.commitDuration, labels),
+        Math.max(0, info.durationMs) / 1000,
+      );
+      metrics.commitBatchOperations.observe(
+        series.track(metrics.commitBatchOperations, labels),
+        info.operations,
+      );
+      metrics.commits.inc(series.track(metrics.commits, { ...labels, outcome: info.outcome }));
       for (const [kind, count] of Object.entries(info.opsByKind))
-        if (count > 0) metrics.operations.inc({ queue: info.queue, kind }, count);
+        if (count > 0)
+          metrics.operations.inc(series.track(metrics.operations, { queue: info.queue, kind }), count);
       if (info.outcome === "ok" && info.documentBytes > 0)
-        metrics.documentBytes.set(labels, info.documentBytes);
+        metrics.documentBytes.set(series.track(metrics.documentBytes, labels), info.documentBytes);
       if (info.epoch > 0) metrics.shardEpoch.set(labels, info.epoch);
+      if (info.expired) countExpiries(metrics, labels, info.expired);
+      for (const { op, result } of info.applied ?? []) countSettlement(metrics, info, op, result);
     },
     onCasAttempt(info) {
-      metrics.casConflicts.inc({ queue: info.queue, shard: shardLabel(info.shard), kind: info.outcome });
+      metrics.casConflicts.inc(
+        series.track(metrics.casConflicts, {
+          queue: info.queue,
+          shard: shardLabel(info.shard),
+          kind: info.outcome,
+        }),
+      );
     },
     onLeadership(event) {
       const labels = { queue: event.queue, shard: shardLabel(event.shard) };
-      metrics.leadershipChanges.inc({ ...labels, event: event.event });
+      metrics.leadershipChanges.inc(
+        series.track(metrics.leadershipChanges, { ...labels, event: event.event }),
+      );
       metrics.shardLeader.set(labels, event.event === "acquired" ? 1 : 0);
       if (event.record) metrics.shardEpoch.set(labels, event.record.epoch);
+      // The document's size is reported by the broker that leads it.
+      if (event.event !== "acquired") series.removeShard(event.queue, labels.shard, metrics.documentBytes);
     },
   };
+}
+
+/** Lease expiries of one commit's housekeeping sweep. */
+function countExpiries(
+  metrics: CasqMetrics,
+  labels: { queue: string; shard: string },
+  expired: ExpireResult,
+): void {
+  const series = metrics.queueSeries;
+  if (expired.redelivered > 0)
+    metrics.leaseExpiries.inc(
+      series.track(metrics.leaseExpiries, { ...labels, outcome: "redelivered" }),
+      expired.redelivered,
+    );
+  // Expired leases that were not redelivered ran out of attempts.
+  const dead = expired.leasesExpired - expired.redelivered;
+  if (dead > 0)
+    metrics.leaseExpiries.inc(
+      series.track(metrics.leaseExpiries, { ...labels, outcome: "dead_lettered" }),
+      dead,
+    );
+}
+
+/** Repeated deliveries, nacks and claim-to-ack times of one committed operation. */
+function countSettlement(
+  metrics: CasqMetrics,
+  info: CommitInfo,
+  op: Operation,
+  result: OperationResult,
+): void {
+  const series = metrics.queueSeries;
+  if (result.kind === "claim") {
+    for (const m of result.messages)
+      if (m.attempt > 1)
+        metrics.repeatDeliveries.inc(
+          series.track(metrics.repeatDeliveries, { queue: info.queue, subscription: m.subscription }),
+        );
+  } else if (result.kind === "nack" && op.kind === "nack") {
+    for (const r of result.results) {
+      const outcome = op.release && r.outcome === "retry_scheduled" ? "released" : r.outcome;
+      metrics.nacks.inc(
+        series.track(metrics.nacks, { queue: info.queue, subscription: op.subscription, outcome }),
+      );
+    }
+  } else if (result.kind === "ack" && op.kind === "ack" && info.appliedAt !== undefined) {
+    const labels = { queue: info.queue, subscription: op.subscription };
+    for (const r of result.results)
+      if (r.outcome === "acked" && r.claimedAt !== undefined)
+        metrics.claimToAck.observe(
+          series.track(metrics.claimToAck, labels),
+          Math.max(0, info.appliedAt - r.claimedAt) / 1000,
+        );
+  }
 }
 
 /** What the refresher needs of a shard leader (a `ShardLeader` satisfies it). */
@@ -92,6 +170,7 @@ interface SubscriptionTotals {
   delayed: number;
   dead: number;
   oldestAgeMs: number;
+  lag: number;
   enqueued: number;
   acked: number;
   delivered: number;
@@ -133,6 +212,8 @@ export function createBrokerRefresher(
     }
     for (const id of [...lastStats.keys()]) if (!seen.has(id)) lastStats.delete(id);
 
+    removeGoneSeries(metrics, leaders);
+
     // Per-shard gauges: every shard this broker knows about.
     metrics.pendingOperations.reset();
     metrics.shardLeader.reset();
@@ -161,6 +242,7 @@ export function createBrokerRefresher(
               delayed: 0,
               dead: 0,
               oldestAgeMs: 0,
+              lag: 0,
               enqueued: 0,
               acked: 0,
               delivered: 0,
@@ -176,6 +258,7 @@ export function createBrokerRefresher(
         t.delayed += sub.delayed;
         t.dead += sub.dead;
         t.oldestAgeMs = Math.max(t.oldestAgeMs, sub.oldestUnackedAgeMs ?? 0);
+        t.lag += sub.lag;
         t.enqueued += sub.counters.enqueued;
         t.acked += sub.counters.acked;
         t.delivered += sub.counters.delivered;
@@ -189,6 +272,7 @@ export function createBrokerRefresher(
       metrics.queueDelayed,
       metrics.queueDead,
       metrics.queueOldestAge,
+      metrics.consumerLag,
       metrics.enqueued,
       metrics.acked,
       metrics.delivered,
@@ -203,6 +287,7 @@ export function createBrokerRefresher(
       metrics.queueDelayed.set(labels, t.delayed);
       metrics.queueDead.set(labels, t.dead);
       metrics.queueOldestAge.set(labels, t.oldestAgeMs / 1000);
+      metrics.consumerLag.set(labels, t.lag);
       metrics.enqueued.inc(labels, t.enqueued);
       metrics.acked.inc(labels, t.acked);
       metrics.delivered.inc(labels, t.delivered);
@@ -223,6 +308,28 @@ export function createBrokerRefresher(
       metrics.workersActive.set(options.work.activeWorkers);
     }
   };
+}
+
+/**
+ * Removes the series of shards this broker no longer has open (a shard is
+ * dropped only when its queue is deleted) and of queues with no open shard
+ * left, and the document size of shards it does not lead.
+ */
+function removeGoneSeries(metrics: CasqMetrics, leaders: readonly LeaderView[]): void {
+  const series = metrics.queueSeries;
+  const open = new Set(leaders.map((l) => `${l.queue}/${shardLabel(l.shard)}`));
+  const openQueues = new Set(leaders.map((l) => l.queue));
+  for (const queue of series.queues()) {
+    if (!openQueues.has(queue)) {
+      series.removeQueue(queue);
+      continue;
+    }
+    for (const shard of series.shards(queue))
+      if (!open.has(`${queue}/${shard}`)) series.removeShard(queue, shard);
+  }
+  for (const leader of leaders)
+    if (leader.currentMode !== "leading")
+      series.removeShard(leader.queue, shardLabel(leader.shard), metrics.documentBytes);
 }
 
 /** Resolves with the value, or undefined when it fails or takes longer than `ms`. */
