@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Collection, Sequence
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import grpc
 
@@ -17,6 +17,14 @@ from casq.v1 import admin_service_pb2_grpc, queue_service_pb2_grpc
 T = TypeVar("T")
 Metadata = tuple[tuple[str, str], ...]
 TlsOption = bool | grpc.ChannelCredentials | None
+ChannelOptions = Sequence[tuple[str, Any]]
+"""grpcio channel arguments, e.g. ``[("grpc.keepalive_time_ms", 20000)]``."""
+Interceptor = (
+    grpc.UnaryUnaryClientInterceptor
+    | grpc.UnaryStreamClientInterceptor
+    | grpc.StreamUnaryClientInterceptor
+    | grpc.StreamStreamClientInterceptor
+)
 
 
 def build_metadata(token: str | None, traceparent: str | None, tracestate: str | None = None) -> Metadata:
@@ -146,7 +154,11 @@ class Client:
 
     ``brokers`` are ``host:port`` addresses, any of them first. ``token`` is sent
     as ``authorization: Bearer <token>``; ``tls`` is ``True`` (system roots) or a
-    ``grpc.ChannelCredentials``. ``timeout`` bounds each unary attempt (seconds):
+    ``grpc.ChannelCredentials``. ``options`` are grpcio channel arguments
+    and ``interceptors`` grpcio client interceptors (applied with
+    ``grpc.intercept_channel``, in order) for every channel the client opens:
+    your own metrics, auth, proxy or keepalive settings. ``timeout`` bounds
+    each unary attempt (seconds):
     an attempt that runs out of it (a hung broker) counts as an outage, so the
     call moves on to the next broker, distinct from ``retry_timeout``, the
     budget of the whole call.
@@ -169,9 +181,13 @@ class Client:
         backoff_initial: float = 0.1,
         backoff_max: float = 5.0,
         retry_timeout: float = 30.0,
+        options: ChannelOptions = (),
+        interceptors: Sequence[Interceptor] = (),
     ) -> None:
         if not brokers:
             raise ValueError("casq.Client needs at least one broker address")
+        self.options = list(options)
+        self.interceptors = list(interceptors)
         self.brokers = list(brokers)
         self.token = token
         self.tls = tls
@@ -193,8 +209,13 @@ class Client:
             if channel is None:
                 creds = channel_credentials(self.tls)
                 channel = (
-                    grpc.secure_channel(address, creds) if creds is not None else grpc.insecure_channel(address)
+                    grpc.secure_channel(address, creds, options=self.options)
+                    if creds is not None
+                    else grpc.insecure_channel(address, options=self.options)
                 )
+                if self.interceptors:
+                    # Closing the intercepted channel closes the one it wraps.
+                    channel = grpc.intercept_channel(channel, *self.interceptors)
                 self._channels[address] = channel
             return channel
 

@@ -10,7 +10,7 @@ import grpc
 from grpc import aio
 
 from casq._tracing import trace_metadata
-from casq.client import Metadata, RetryBudget, TlsOption, build_metadata, channel_credentials, next_broker
+from casq.client import ChannelOptions, Metadata, RetryBudget, TlsOption, build_metadata, channel_credentials, next_broker
 from casq.errors import error_from_rpc
 from casq.v1 import admin_service_pb2_grpc, queue_service_pb2_grpc
 
@@ -20,6 +20,9 @@ T = TypeVar("T")
 class Client:
     """Like :class:`casq.Client` (same arguments and retries), over ``grpc.aio`` channels.
 
+    ``interceptors`` are ``grpc.aio`` client interceptors
+    (``grpc.aio.UnaryUnaryClientInterceptor``,
+    ``grpc.aio.StreamStreamClientInterceptor``, ...), passed to every channel.
     Use ``async with`` or ``await close()``.
     """
 
@@ -34,9 +37,13 @@ class Client:
         backoff_initial: float = 0.1,
         backoff_max: float = 5.0,
         retry_timeout: float = 30.0,
+        options: ChannelOptions = (),
+        interceptors: Sequence[aio.ClientInterceptor] = (),
     ) -> None:
         if not brokers:
             raise ValueError("casq.aio.Client needs at least one broker address")
+        self.options = list(options)
+        self.interceptors = list(interceptors)
         self.brokers = list(brokers)
         self.token = token
         self.tls = tls
@@ -53,7 +60,11 @@ class Client:
         channel = self._channels.get(address)
         if channel is None:
             creds = channel_credentials(self.tls)
-            channel = aio.secure_channel(address, creds) if creds is not None else aio.insecure_channel(address)
+            channel = (
+                aio.secure_channel(address, creds, options=self.options, interceptors=self.interceptors)
+                if creds is not None
+                else aio.insecure_channel(address, options=self.options, interceptors=self.interceptors)
+            )
             self._channels[address] = channel
         return channel
 
