@@ -31,7 +31,7 @@ import { hostname } from "node:os";
 import { AdminService, file_casq_v1_admin_service } from "@casq/sdk/gen/casq/v1/admin_service_pb.ts";
 import { file_casq_v1_errors } from "@casq/sdk/gen/casq/v1/errors_pb.ts";
 import { file_casq_v1_queue_service, QueueService } from "@casq/sdk/gen/casq/v1/queue_service_pb.ts";
-import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
+import { Code, ConnectError, createContextValues, type Interceptor } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { trace as otelTrace, type TracerProvider } from "@opentelemetry/api";
 import { type Logger, pino } from "pino";
@@ -69,6 +69,11 @@ import {
   startListener,
   type TlsFiles,
 } from "./listener.ts";
+import {
+  MalformedRequestLog,
+  malformedRequestInterceptor,
+  withMalformedRequestStatus,
+} from "./malformed-requests.ts";
 import { createQueueService } from "./queue-service.ts";
 import { createReflectionService, DescriptorIndex, REFLECTION_SERVICES } from "./reflection-service.ts";
 import type { ServiceContext } from "./service-context.ts";
@@ -300,7 +305,9 @@ export async function startCasqServer(options: CasqServerOptions): Promise<Runni
     ],
     SERVED_SERVICES,
   );
-  const interceptors: Interceptor[] = [calls.interceptor()];
+  // First: it marks the calls that reached the interceptors, which tells a malformed unary request from a bug.
+  const malformed = new MalformedRequestLog(logger, clock);
+  const interceptors: Interceptor[] = [malformedRequestInterceptor(malformed), calls.interceptor()];
   if (tracing) interceptors.push(tracing.interceptor()); // Telemetry: tracing, outside the error mapping
   if (metrics) interceptors.push(rpcMetricsInterceptor(metrics)); // telemetry: RPC latency and codes
   if (tokens) interceptors.push(createAuthInterceptor(tokens, logger));
@@ -311,7 +318,12 @@ export async function startCasqServer(options: CasqServerOptions): Promise<Runni
       router.service(AdminService, createAdminService(ctx));
       router.service(Health, createHealthService(health, [QueueService.typeName, AdminService.typeName]));
       for (const service of REFLECTION_SERVICES) router.service(service, createReflectionService(index));
+      router.handlers.forEach((h, i) => {
+        router.handlers[i] = withMalformedRequestStatus(h, malformed);
+      });
     },
+    // A fresh set per request, shared by the handler and its wrapper (see malformed-requests.ts).
+    contextValues: () => createContextValues(),
     interceptors,
     shutdownSignal: shutdown.signal,
     readMaxBytes: options.maxRequestBytes ?? 64 * 1024 * 1024,
