@@ -118,6 +118,7 @@ func (w *Worker) Run(ctx context.Context, queue string, handler Handler, opts ..
 		sessions: map[string]*session{},
 		inbox:    make(chan inboxMsg),
 		opens:    make(chan openResult),
+		beats:    make(chan beatResult),
 		quit:     make(chan struct{}),
 		leaders:  map[uint32]string{},
 		failures: map[string]int{},

@@ -33,6 +33,11 @@ type held struct {
 	// adopts the job (see activate), so that the worker's holdings stay
 	// within prefetch per open stream across reconnects.
 	owner *session
+	// beating is set while a unary heartbeat of the job is in flight.
+	beating bool
+	// lost is set once the worker learned that it no longer holds the
+	// lease: the handler's context is cancelled and heartbeats stop.
+	lost bool
 }
 
 type result struct {
@@ -77,12 +82,19 @@ type session struct {
 }
 
 // inboxMsg is what a session's receive goroutine hands the run loop: an
-// event, or (ev nil) the stream's end. s is nil for the lost leases a unary
-// heartbeat found.
+// event, or (ev nil) the stream's end.
 type inboxMsg struct {
 	s   *session
 	ev  *casqv1.WorkResponse
 	err error
+}
+
+// beatResult is the outcome of a unary heartbeat: the receipts it carried and
+// those the broker answered LOST.
+type beatResult struct {
+	receipts []string
+	lost     []string
+	err      error
 }
 
 type lookupResult struct {
@@ -114,6 +126,7 @@ type run struct {
 	primary  *session            // open or opening; nil while reconnecting
 	inbox    chan inboxMsg
 	opens    chan openResult
+	beats    chan beatResult
 	quit     chan struct{} // closed as the loop returns: goroutines stop handing it things
 
 	hb      *time.Ticker // made by the first Opened
@@ -290,8 +303,6 @@ func (r *run) loop() error {
 		case m := <-r.inbox:
 			s := m.s
 			switch {
-			case s == nil:
-				r.event(nil, m.ev, stopping)
 			case s.gone:
 				// Sent before the session was dropped. A job still arrives
 				// leased to this worker: give it back rather than let its
@@ -336,6 +347,8 @@ func (r *run) loop() error {
 			}
 		case <-hbC:
 			r.heartbeat()
+		case b := <-r.beats:
+			r.heartbeated(b)
 		case res := <-r.done:
 			r.finished(res, stopping)
 		}
@@ -356,8 +369,7 @@ func (r *run) quiet() bool {
 	return true
 }
 
-// event handles one message of session s (nil: a unary heartbeat's lost
-// leases).
+// event handles one message of session s.
 func (r *run) event(s *session, ev *casqv1.WorkResponse, stopping bool) {
 	switch e := ev.GetEvent().(type) {
 	case *casqv1.WorkResponse_Job:
@@ -369,21 +381,17 @@ func (r *run) event(s *session, ev *casqv1.WorkResponse, stopping bool) {
 		r.jobs[job.Receipt] = &held{job: job, from: s, owner: s}
 		r.waiting = append(r.waiting, job.Receipt)
 	case *casqv1.WorkResponse_LeasesLost:
-		for _, receipt := range e.LeasesLost.GetReceipts() {
-			if h, ok := r.jobs[receipt]; ok {
-				if h.cancel != nil {
-					h.cancel()
-				}
-				r.report(fmt.Errorf("casq: lease lost: %s", e.LeasesLost.GetReason()), h.job)
-			}
-		}
+		r.leasesLost(e.LeasesLost.GetReceipts(), e.LeasesLost.GetReason())
 	case *casqv1.WorkResponse_Acked, *casqv1.WorkResponse_Nacked, *casqv1.WorkResponse_Heartbeated:
 		delete(s.pending, ev.GetRequestId())
-		for _, a := range ev.GetAcked().GetResults() {
-			if a.GetOutcome() == casqv1.AckOutcome_ACK_OUTCOME_LEASE_LOST {
-				r.report(fmt.Errorf("casq: ack of %s: lease lost", a.GetReceipt()), nil)
+		r.reportAcks(ev.GetAcked().GetResults())
+		var lost []string
+		for _, x := range ev.GetHeartbeated().GetResults() {
+			if x.GetOutcome() == casqv1.HeartbeatOutcome_HEARTBEAT_OUTCOME_LOST {
+				lost = append(lost, x.GetReceipt())
 			}
 		}
+		r.leasesLost(lost, "lease lost (found by a heartbeat)")
 	case *casqv1.WorkResponse_RequestFailed:
 		p, ok := s.pending[ev.GetRequestId()]
 		delete(s.pending, ev.GetRequestId())
@@ -400,6 +408,23 @@ func (r *run) event(s *session, ev *casqv1.WorkResponse, stopping bool) {
 		if !stopping {
 			r.reconcileStreams()
 		}
+	}
+}
+
+// leasesLost cancels the handlers of jobs whose lease the worker no longer
+// holds, and reports each loss once. Receipts of jobs already settled are
+// ignored: a heartbeat answered after the job's ack finds its lease gone.
+func (r *run) leasesLost(receipts []string, reason string) {
+	for _, receipt := range receipts {
+		h, ok := r.jobs[receipt]
+		if !ok || h.lost {
+			continue
+		}
+		h.lost = true
+		if h.cancel != nil {
+			h.cancel()
+		}
+		r.report(fmt.Errorf("casq: lease lost: %s", reason), h.job)
 	}
 }
 
@@ -476,7 +501,11 @@ func (r *run) finished(res result, stopping bool) {
 	if res.err == nil {
 		r.settle(h.from, pendingReq{kind: reqAck, receipts: []string{res.receipt}})
 	} else {
-		r.report(res.err, h.job)
+		if !h.lost || !errors.Is(res.err, context.Canceled) {
+			// (A handler that stopped because its lease was lost: that
+			// loss was reported.)
+			r.report(res.err, h.job)
+		}
 		r.settle(h.from, pendingReq{kind: reqNack, receipts: []string{res.receipt}, nack: &casqv1.WorkNack{
 			DeadLetter: errors.Is(res.err, ErrDeadLetter), Reason: reason(res.err)}})
 	}
@@ -510,7 +539,9 @@ func (r *run) handBack() {
 func (r *run) heartbeat() {
 	bySession := map[*session][]string{}
 	for receipt, h := range r.jobs {
-		bySession[h.from] = append(bySession[h.from], receipt)
+		if !h.lost {
+			bySession[h.from] = append(bySession[h.from], receipt)
+		}
 	}
 	for s, receipts := range bySession {
 		for len(receipts) > 0 {

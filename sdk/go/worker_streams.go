@@ -3,6 +3,7 @@ package casq
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"time"
 
@@ -294,7 +295,7 @@ func (r *run) finishAll() {
 				// Not expected after a half-close: give it back.
 				r.unarySettle(giveBack([]string{job.GetReceipt()}))
 			}
-			if m.s == nil || m.s.gone || m.ev != nil {
+			if m.s.gone || m.ev != nil {
 				continue
 			}
 			m.s.gone = true
@@ -353,10 +354,59 @@ func (r *run) settle(s *session, p pendingReq) {
 }
 
 // unarySettle re-sends an ack, nack or heartbeat as the unary RPC (with
-// redirects and failover). Leases a heartbeat finds lost go back to the loop
-// as a leases_lost event.
+// redirects and failover). An ack whose delivery was no longer current is
+// reported, as on a stream.
 func (r *run) unarySettle(p pendingReq) {
 	if len(p.receipts) == 0 {
+		return
+	}
+	if p.kind == reqHeartbeat {
+		r.unaryHeartbeat(p.receipts)
+		return
+	}
+	r.unary.Add(1)
+	go func() {
+		defer r.unary.Done()
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), 30*time.Second)
+		defer cancel()
+		var results []*casqv1.AckResult
+		err := r.c.call(ctx, func(ctx context.Context, qs casqv1.QueueServiceClient, _ casqv1.AdminServiceClient, o ...grpc.CallOption) error {
+			if p.kind == reqAck {
+				res, err := qs.Ack(ctx, &casqv1.AckRequest{Queue: r.queue, Subscription: r.cfg.subscription, Receipts: p.receipts}, o...)
+				results = res.GetResults()
+				return err
+			}
+			_, err := qs.Nack(ctx, &casqv1.NackRequest{Queue: r.queue, Subscription: r.cfg.subscription, Receipts: p.receipts,
+				Delay: p.nack.GetDelay(), DeadLetter: p.nack.GetDeadLetter(), Reason: p.nack.GetReason(), Release: p.nack.GetRelease()}, o...)
+			return err
+		})
+		r.report(err, nil)
+		r.reportAcks(results)
+	}()
+}
+
+// reportAcks reports the acks whose delivery was no longer the current one.
+func (r *run) reportAcks(results []*casqv1.AckResult) {
+	for _, a := range results {
+		if a.GetOutcome() == casqv1.AckOutcome_ACK_OUTCOME_LEASE_LOST {
+			r.report(fmt.Errorf("casq: ack of %s: lease lost (the message was delivered again or dead-lettered)", a.GetReceipt()), nil)
+		}
+	}
+}
+
+// unaryHeartbeat heartbeats, by the unary RPC, the jobs whose stream is
+// gone. At most one call per job is in flight, so that a broker that does
+// not answer does not pile them up; the outcome goes back to the loop (see
+// heartbeated), which cancels the handlers of the leases found lost.
+func (r *run) unaryHeartbeat(receipts []string) {
+	var send []string
+	for _, receipt := range receipts {
+		if h, ok := r.jobs[receipt]; ok && !h.beating && !h.lost {
+			h.beating = true
+			send = append(send, receipt)
+		}
+	}
+	if len(send) == 0 {
 		return
 	}
 	r.unary.Add(1)
@@ -366,16 +416,9 @@ func (r *run) unarySettle(p pendingReq) {
 		defer cancel()
 		var lost []string
 		err := r.c.call(ctx, func(ctx context.Context, qs casqv1.QueueServiceClient, _ casqv1.AdminServiceClient, o ...grpc.CallOption) error {
-			switch p.kind {
-			case reqAck:
-				_, err := qs.Ack(ctx, &casqv1.AckRequest{Queue: r.queue, Subscription: r.cfg.subscription, Receipts: p.receipts}, o...)
-				return err
-			case reqNack:
-				_, err := qs.Nack(ctx, &casqv1.NackRequest{Queue: r.queue, Subscription: r.cfg.subscription, Receipts: p.receipts,
-					Delay: p.nack.GetDelay(), DeadLetter: p.nack.GetDeadLetter(), Reason: p.nack.GetReason(), Release: p.nack.GetRelease()}, o...)
-				return err
-			}
-			res, err := qs.Heartbeat(ctx, &casqv1.HeartbeatRequest{Queue: r.queue, Subscription: r.cfg.subscription, Receipts: p.receipts}, o...)
+			res, err := qs.Heartbeat(ctx, &casqv1.HeartbeatRequest{
+				Queue: r.queue, Subscription: r.cfg.subscription, WorkerId: r.cfg.workerID, Receipts: send,
+			}, o...)
 			lost = lost[:0]
 			for _, x := range res.GetResults() {
 				if x.GetOutcome() == casqv1.HeartbeatOutcome_HEARTBEAT_OUTCOME_LOST {
@@ -384,13 +427,27 @@ func (r *run) unarySettle(p pendingReq) {
 			}
 			return err
 		})
-		r.report(err, nil)
-		if err == nil && len(lost) > 0 {
-			ev := &casqv1.WorkResponse{Event: &casqv1.WorkResponse_LeasesLost{LeasesLost: &casqv1.WorkLeasesLost{Receipts: lost, Reason: "heartbeat: lease lost"}}}
-			select {
-			case r.inbox <- inboxMsg{ev: ev}:
-			case <-r.quit:
-			}
+		select {
+		case r.beats <- beatResult{receipts: send, lost: lost, err: err}:
+		case <-r.quit:
 		}
 	}()
+}
+
+// heartbeated handles the outcome of a unary heartbeat. A missing queue or
+// subscription (NOT_FOUND) means every lease of the call is gone.
+func (r *run) heartbeated(b beatResult) {
+	for _, receipt := range b.receipts {
+		if h, ok := r.jobs[receipt]; ok {
+			h.beating = false
+		}
+	}
+	switch {
+	case b.err == nil:
+		r.leasesLost(b.lost, "lease lost (found by a heartbeat)")
+	case Code(b.err) == codes.NotFound:
+		r.leasesLost(b.receipts, "heartbeat: "+toError(b.err, nil).Message)
+	default:
+		r.report(b.err, nil)
+	}
 }
