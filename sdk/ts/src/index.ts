@@ -12,8 +12,10 @@ export {
   Code,
   DeadLetterError,
   InvalidArgumentError,
+  LeaseLostError,
   NotFoundError,
   RedirectError,
+  type SettleOperation,
   toCasqError,
   UnavailableError,
 } from "./errors.ts";

@@ -15,18 +15,26 @@ import {
   CasqError,
   DeadLetterError,
   isRetryable,
+  LeaseLostError,
   RedirectError,
+  type SettleOperation,
   toCasqError,
-  UnavailableError,
 } from "./errors.ts";
 import { backoffDelay, callWithFailover, sleep } from "./failover.ts";
-import { HeartbeatOutcome, type HeartbeatResult } from "./gen/casq/v1/message_pb.ts";
+import {
+  AckOutcome,
+  type AckResult,
+  HeartbeatOutcome,
+  type HeartbeatResult,
+  NackOutcome,
+  type NackResult,
+} from "./gen/casq/v1/message_pb.ts";
 import { QueueService } from "./gen/casq/v1/queue_service_pb.ts";
 import type { WorkResponse } from "./gen/casq/v1/work_pb.ts";
 import { type Job, jobFromClaim } from "./job.ts";
 import { casqTracer, runInProcessSpan } from "./tracing.ts";
 import { BrokerPool } from "./transport.ts";
-import { type Command, Session } from "./work-session.ts";
+import { type Command, Session, StreamClosedError } from "./work-session.ts";
 
 /** Handles one job. Resolve: ack. Throw: nack (retry with the queue's backoff). Throw {@link DeadLetterError}: dead-letter. */
 export type JobHandler = (job: Job) => Promise<void> | void;
@@ -83,8 +91,6 @@ interface Held {
   settled: boolean;
   abandoned: boolean;
 }
-
-class StreamClosedError extends UnavailableError {}
 
 const FATAL = new Set<Code>([
   Code.NotFound,
@@ -181,7 +187,8 @@ class Run {
 
   /** Opens a Work stream to `address`; {@link sessionEnded} runs when it ends. */
   private startSession(address: string): Session {
-    const session = new Session(address);
+    // Stream requests get the deadline of a unary attempt.
+    const session = new Session(address, this.pool.options.timeoutMs);
     // Jobs of streams that ended give their credit to this one, so the worker
     // holds no more than before the other stream ended.
     let adopted = 0;
@@ -217,7 +224,13 @@ class Run {
           : { leaseTtl: durationFromMs(this.options.leaseTtlMs) }),
       },
     });
-    for await (const response of responses) this.onResponse(session, response);
+    try {
+      for await (const response of responses) this.onResponse(session, response);
+    } catch (thrown) {
+      // Broken by us (an unanswered request): say that, not "aborted".
+      throw session.brokenBy ?? thrown;
+    }
+    if (session.brokenBy) throw session.brokenBy;
   }
 
   /** A stream ended: fails its open requests; a secondary is dropped and its broker retried later if still needed. */
@@ -505,7 +518,13 @@ class Run {
       const session = held.session;
       if (session.usable) {
         try {
-          await session.request(command);
+          const reply = await session.request(command);
+          const event = reply.event;
+          this.checkSettled(
+            held,
+            command.case,
+            event.case === "acked" || event.case === "nacked" ? event.value.results : [],
+          );
           return;
         } catch (thrown) {
           const error = toCasqError(thrown);
@@ -514,7 +533,7 @@ class Run {
         }
       }
       const client = (address: string) => this.pool.client(QueueService, address);
-      await callWithFailover<unknown>(
+      const response = await callWithFailover<{ results: (AckResult | NackResult)[] }>(
         this.pool,
         ({ address, timeoutMs }) =>
           command.case === "ack"
@@ -540,12 +559,42 @@ class Run {
               ),
         leader ? { address: leader } : {},
       );
+      this.checkSettled(held, command.case, response.results);
     } catch (error) {
       // Not settled: the lease expires and the job is redelivered (at-least-once).
       this.report(error, held.job);
     } finally {
       this.forget(held);
     }
+  }
+
+  /**
+   * Reports a settle that did not do what the worker asked: the lease was
+   * lost (a {@link LeaseLostError}), or the broker gave no known outcome.
+   */
+  private checkSettled(
+    held: Held,
+    operation: SettleOperation,
+    results: readonly (AckResult | NackResult)[],
+  ): void {
+    const result = results.find((r) => r.receipt === held.job.receipt) ?? results[0];
+    const ok =
+      operation === "ack"
+        ? result?.outcome === AckOutcome.ACKED || result?.outcome === AckOutcome.ALREADY_ACKED
+        : result?.outcome === NackOutcome.RETRY_SCHEDULED || result?.outcome === NackOutcome.DEAD_LETTERED;
+    if (ok) return;
+    const lost =
+      operation === "ack"
+        ? result?.outcome === AckOutcome.LEASE_LOST
+        : result?.outcome === NackOutcome.LEASE_LOST;
+    const error = lost
+      ? new LeaseLostError(held.job, operation)
+      : new CasqError(
+          Code.Unknown,
+          `casq: ${operation} of job ${held.job.id} (queue ${held.job.queue}) got no known outcome ` +
+            `(${result === undefined ? "no result" : `outcome ${result.outcome}`})`,
+        );
+    this.report(error, held.job);
   }
 
   /** Drops a job from the held set and grants its credit back to its stream (unless stopping). */
