@@ -30,6 +30,16 @@ type Job struct {
 	TraceParent string
 	TraceState  string
 	EnqueuedAt  time.Time
+	// Shard and Offset locate the message: its shard of the queue and its
+	// position there (strictly increasing per shard).
+	Shard  uint32
+	Offset uint64
+	// DedupID is the producer's deduplication id ("" when none).
+	DedupID string
+	// LeaseDeadline is when the lease of this delivery runs out, as granted
+	// with the claim (zero if the broker sent none); the worker's heartbeats
+	// move the broker's deadline later than this.
+	LeaseDeadline time.Time
 }
 
 // Handler processes one job: nil acks it, an error nacks it (retried with
@@ -136,9 +146,13 @@ func toJob(c *casqv1.ClaimedMessage) *Job {
 		Headers: m.GetHeaders(), Key: m.GetKey(), Priority: m.GetPriority(),
 		Attempt: c.GetAttempt(), MaxAttempts: c.GetMaxAttempts(), Receipt: c.GetReceipt(),
 		TraceParent: m.GetTraceContext().GetTraceparent(), TraceState: m.GetTraceContext().GetTracestate(),
+		Shard: m.GetShard(), Offset: m.GetOffset(), DedupID: m.GetDedupId(),
 	}
 	if m.GetEnqueuedAt() != nil {
 		j.EnqueuedAt = m.GetEnqueuedAt().AsTime()
+	}
+	if c.GetLeaseDeadline() != nil {
+		j.LeaseDeadline = c.GetLeaseDeadline().AsTime()
 	}
 	return j
 }
