@@ -45,7 +45,9 @@ export interface Violation {
     | "two-live-leases"
     | "final-depth"
     | "unknown-message"
-    | "payload-mismatch";
+    | "payload-mismatch"
+    /** Not found by the checker: a client or broker process exited without being told to (added by the run). */
+    | "process-crash";
   /** Message id or dedup id it concerns, when there is one. */
   readonly subject?: string;
   /** What was seen, in words and numbers. */
