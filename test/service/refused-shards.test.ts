@@ -5,8 +5,12 @@
  * DATA_LOSS, the stored bytes stay as they are, and GetQueue names the
  * problem.
  */
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { describe, expect, it } from "vitest";
+import { FileStore } from "../../server/src/store/file-store.ts";
 import { MemoryStore } from "../../server/src/store/memory-store.ts";
 import { bytes, grpcClients, sharedStore, text, useTestServers } from "./support.ts";
 
@@ -62,5 +66,69 @@ describe("refused shards", () => {
     ]).toEqual(before);
     const status = await c.admin.getQueue({ queue: "right" });
     expect(status.shards[0]?.problem).toMatch(/says it is queue left shard 0/);
+  });
+});
+
+describe("a lost shard document", () => {
+  it("is refused with DATA_LOSS, not recreated empty, when the manifest says the shard exists (file store)", async () => {
+    const root = await mkdtemp(join(tmpdir(), "casq-lost-shard-"));
+    try {
+      const inner = new FileStore({ root });
+      const s = await server({ store: sharedStore(inner) });
+      const { admin, queue } = grpcClients(s.address);
+      await admin.createQueue({ queue: "jobs", shardCount: 2 });
+      await queue.enqueue({
+        queue: "jobs",
+        messages: ["a", "b", "c"].map((p) => ({ payload: bytes(p), key: "same-key" })),
+      });
+      const lostShard =
+        (await admin.getQueue({ queue: "jobs" })).shards.find((x) => x.messages > 0n)?.shard ?? 0;
+      await queue.claim({ queue: "jobs", workerId: "w", maxMessages: 1 });
+      await rm(join(root, "queues", "jobs", `${lostShard}.json`));
+
+      // The broker that led the shard notices on its next write; a fresh broker on its first load.
+      const fresh = await server({ store: sharedStore(inner) });
+      for (const address of [s.address, fresh.address]) {
+        const c = grpcClients(address);
+        const lost = await outcome(
+          c.queue.enqueue({ queue: "jobs", messages: [{ payload: bytes("x"), key: "same-key" }] }),
+        );
+        expect(lost.code, lost.message).toBe("DataLoss");
+        expect(lost.message).toMatch(/is missing.*messages were lost.*casq repair jobs --shard/);
+        expect(await inner.get(`queues/jobs/${lostShard}.json`)).toBeUndefined();
+        const status = await c.admin.getQueue({ queue: "jobs" });
+        expect(status.shards[lostShard]?.problem).toMatch(/is missing/);
+        expect(status.shards[1 - lostShard]?.problem).toBe("");
+      }
+      // The other shard keeps working.
+      const other = await grpcClients(s.address).queue.enqueue({
+        queue: "jobs",
+        messages: [{ payload: bytes("y") }, { payload: bytes("z") }],
+      });
+      expect(other.messages.every((m) => m.shard === 1 - lostShard)).toBe(true);
+    } finally {
+      await rm(root, { recursive: true, force: true });
+    }
+  });
+
+  it("is created by Enqueue's auto-creation before the queue is ready, so a new queue is not refused", async () => {
+    const inner = new MemoryStore();
+    const s = await server({ store: sharedStore(inner) });
+    const { queue } = grpcClients(s.address);
+    await queue.enqueue({ queue: "auto", messages: [{ payload: bytes("1") }] });
+    expect(text((await inner.get("queues/auto/queue.json"))?.body)).toMatch(/"state":"ready"/);
+    expect(await inner.get("queues/auto/0.json")).toBeDefined();
+    // An auto-creation interrupted after its manifest is completed by the next Enqueue.
+    const manifest = text((await inner.get("queues/auto/queue.json"))?.body).replace('"ready"', '"creating"');
+    await inner.put("queues/half/queue.json", bytes(manifest.replace('"auto"', '"half"')), {
+      ifAbsent: true,
+    });
+    const fresh = await server({ store: sharedStore(inner) });
+    const done = await grpcClients(fresh.address).queue.enqueue({
+      queue: "half",
+      messages: [{ payload: bytes("2") }],
+    });
+    expect(done.messages).toHaveLength(1);
+    expect(text((await inner.get("queues/half/queue.json"))?.body)).toMatch(/"state":"ready"/);
   });
 });

@@ -6,7 +6,9 @@
  * 1. **Load.** Read the shard document and its etag (or, if it does not
  *    exist, plan to create it with put-if-absent). A document that does not
  *    parse or has an unknown format is refused: every request gets
- *    `data_loss` and nothing is ever written over it.
+ *    `data_loss` and nothing is ever written over it. So is a missing
+ *    document that `documentExpected` says must exist (its data was lost):
+ *    it is not recreated empty behind the operator's back.
  * 2. **Group commit.** Requests are buffered. Exactly one CAS write is in
  *    flight at a time; when it lands, everything buffered meanwhile (up to
  *    `maxBatch` operations) is applied to the in-memory document and written as
@@ -95,6 +97,12 @@ export interface ShardLeaderParams {
   /** Config of the document when this broker creates it. */
   readonly initialConfig?: Partial<QueueConfig>;
   readonly observer?: ShardObserver;
+  /**
+   * Asked when the document does not exist: true when it should (the queue's
+   * manifest says the shard was created), which refuses the shard instead of
+   * creating it empty. Default: a missing document is a new shard.
+   */
+  readonly documentExpected?: () => Promise<boolean>;
 }
 
 // Telemetry: tracing — an optional hook the shard leader calls so that a tracer can
@@ -148,6 +156,7 @@ export class ShardLeader {
   private readonly options: CommitOptions;
   private readonly initialConfig: Partial<QueueConfig> | undefined;
   private readonly observer: ShardObserver | undefined;
+  private readonly documentExpected: (() => Promise<boolean>) | undefined;
   /** Telemetry: tracing hook, undefined when tracing is off. */
   private readonly tracing: CommitTracing | undefined;
   /** Telemetry: tracing — what the current batch failed with (for its commit span). */
@@ -164,7 +173,6 @@ export class ShardLeader {
   /** When `seenRecord` was read. It is trusted for a tenth of a lease: long enough to spare
    * the store a read per redirected request, short enough to notice a graceful release soon. */
   private seenAt = Number.NEGATIVE_INFINITY;
-  private refusal: CasqError | undefined;
 
   private pending: BatchItem[] = [];
   private loop: Promise<void> | undefined;
@@ -185,6 +193,7 @@ export class ShardLeader {
     this.options = { ...DEFAULT_COMMIT_OPTIONS, ...params.options };
     this.initialConfig = params.initialConfig;
     this.observer = params.observer;
+    this.documentExpected = params.documentExpected;
     this.tracing = (params.observer as ShardObserverWithTracing | undefined)?.commitTracing; // Telemetry: tracing
   }
 
@@ -435,6 +444,9 @@ export class ShardLeader {
           return this.failBatch(batch, asCasqError(error, this.queue, this.shard));
         }
         const fresh = await this.reload();
+        // No write of this batch may have landed, and the shard is now refused: say so.
+        if (isCasqError(fresh, "data_loss") && ![...attempts.values()].some((a) => a.ambiguous))
+          return this.failBatch(batch, fresh);
         if (fresh instanceof CasqError) {
           const unknown = new CasqError(
             "unavailable",
@@ -524,21 +536,32 @@ export class ShardLeader {
       this.etag = undefined;
       this.committedBytes = undefined;
       this.mode = "unloaded";
-      return undefined;
+      let expected: boolean;
+      try {
+        expected = (await this.documentExpected?.()) ?? false;
+      } catch (error) {
+        return asCasqError(error, this.queue, this.shard);
+      }
+      if (!expected) return undefined;
+      return this.refuse(
+        new CasqError(
+          "data_loss",
+          `shard document ${this.key} is missing, but queue ${this.queue} was created with this shard: its messages were lost (deleted by hand, or by a store lifecycle rule?). It will not be recreated empty behind your back: restore it from a backup, or recreate it with \`casq repair ${this.queue} --shard ${this.shard}\`.`,
+          { queue: this.queue, shard: this.shard },
+        ),
+      );
     }
     try {
       this.state = ShardState.decode(stored.body, { queue: this.queue, shard: this.shard });
     } catch (error) {
-      this.state = undefined;
-      this.mode = "refused";
-      this.refusal = new CasqError(
-        "data_loss",
-        `shard document ${this.key} cannot be read and will not be overwritten: ${error instanceof Error ? error.message : String(error)}. Inspect it with \`casq inspect\`, restore it from a backup, or move it away.`,
-        { queue: this.queue, shard: this.shard },
-        { cause: error },
+      return this.refuse(
+        new CasqError(
+          "data_loss",
+          `shard document ${this.key} cannot be read and will not be overwritten: ${error instanceof Error ? error.message : String(error)}. Inspect it with \`casq inspect\`, restore it from a backup, or move it away.`,
+          { queue: this.queue, shard: this.shard },
+          { cause: error },
+        ),
       );
-      this.observer?.onLeadership?.({ queue: this.queue, shard: this.shard, event: "refused" });
-      return this.refusal;
     }
     this.etag = stored.etag;
     this.committedBytes = stored.body;
@@ -558,6 +581,14 @@ export class ShardLeader {
         });
     }
     return stored;
+  }
+
+  /** Refuses the shard: every request gets `refusal` until a reload finds a document it can use. */
+  private refuse(refusal: CasqError): CasqError {
+    this.state = undefined;
+    this.mode = "refused";
+    this.observer?.onLeadership?.({ queue: this.queue, shard: this.shard, event: "refused" });
+    return refusal;
   }
 
   private restoreCommitted(): void {

@@ -91,7 +91,8 @@ export function createAdminService(ctx: ServiceContext): ServiceImpl<typeof Admi
           servedHere: r.servedHere,
           documentBytes: r.documentBytes || listed?.size || 0,
           etag: r.etag || listed?.etag || "",
-          problem: r.problem,
+          // Under a ready manifest every shard has a document: a missing one was lost.
+          problem: r.missing ? missingShardProblem(queue, r.shard) : r.problem,
           leader: r.record,
         };
       });
@@ -375,6 +376,11 @@ export function createAdminService(ctx: ServiceContext): ServiceImpl<typeof Admi
       }
     },
   };
+}
+
+/** What GetQueue says about a shard whose document is missing although the queue is ready. */
+function missingShardProblem(queue: string, shard: number): string {
+  return `shard document ${shardKey(queue, shard)} is missing though the queue was created with this shard: its messages were lost; restore it from a backup or recreate it with \`casq repair ${queue} --shard ${shard}\``;
 }
 
 function invalid(message: string): CasqError {
