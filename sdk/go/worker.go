@@ -3,6 +3,7 @@ package casq
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"time"
 
@@ -59,6 +60,8 @@ type workerConfig struct {
 	leaseTTL        time.Duration
 	shutdownTimeout time.Duration
 	onError         func(error, *Job)
+	logger          *slog.Logger // nil: log nothing
+	loggerSet       bool
 }
 
 // WithConcurrency sets how many handlers run at once (default 1).
@@ -89,6 +92,15 @@ func WithErrorHandler(f func(err error, job *Job)) WorkerOption {
 	return func(c *workerConfig) { c.onError = f }
 }
 
+// WithLogger sets where the worker logs failures (default slog.Default()):
+// each handler that returns an error or panics (Warn, or Error when the job
+// is dead-lettered: ErrDeadLetter or its last attempt), and every other
+// failure WithErrorHandler hears of (Warn). WithLogger(nil) logs nothing;
+// the error handler is called either way.
+func WithLogger(l *slog.Logger) WorkerOption {
+	return func(c *workerConfig) { c.logger, c.loggerSet = l, true }
+}
+
 // Run consumes queue until ctx is cancelled, then shuts down gracefully: it
 // stops taking jobs, hands back jobs that had not started, waits up to the
 // shutdown timeout for running handlers and settles them, and returns nil.
@@ -109,6 +121,9 @@ func (w *Worker) Run(ctx context.Context, queue string, handler Handler, opts ..
 	cfg := workerConfig{concurrency: 1, shutdownTimeout: 30 * time.Second}
 	for _, o := range opts {
 		o(&cfg)
+	}
+	if !cfg.loggerSet {
+		cfg.logger = slog.Default()
 	}
 	cfg.concurrency = max(cfg.concurrency, 1)
 	if cfg.prefetch <= 0 {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -152,10 +153,45 @@ type run struct {
 	tracer trace.Tracer
 }
 
+// report logs a failure that does not end Run (at Warn) and hands it to the
+// error handler.
 func (r *run) report(err error, job *Job) {
-	if r.cfg.onError != nil && err != nil {
+	if err == nil {
+		return
+	}
+	r.log(slog.LevelWarn, "casq worker: "+err.Error(), err, job)
+	if r.cfg.onError != nil {
 		r.cfg.onError(err, job)
 	}
+}
+
+// handlerFailed reports a handler's error or panic, saying what happens to
+// the job next: retried (Warn) or dead-lettered (Error).
+func (r *run) handlerFailed(err error, job *Job) {
+	dead := errors.Is(err, ErrDeadLetter) || (job.MaxAttempts > 0 && job.Attempt >= job.MaxAttempts)
+	attempts := fmt.Sprintf("attempt %d", job.Attempt)
+	if job.MaxAttempts > 0 {
+		attempts = fmt.Sprintf("attempt %d of %d", job.Attempt, job.MaxAttempts)
+	}
+	level, next := slog.LevelWarn, "it will be retried"
+	if dead {
+		level, next = slog.LevelError, "it is dead-lettered"
+	}
+	r.log(level, fmt.Sprintf("casq worker: job %s of queue %s failed (%s), %s: %v", job.ID, r.queue, attempts, next, err), err, job)
+	if r.cfg.onError != nil {
+		r.cfg.onError(err, job)
+	}
+}
+
+func (r *run) log(level slog.Level, msg string, err error, job *Job) {
+	if r.cfg.logger == nil {
+		return
+	}
+	attrs := []slog.Attr{slog.String("queue", r.queue), slog.String("error", err.Error())}
+	if job != nil {
+		attrs = append(attrs, slog.String("job_id", job.ID), slog.Int64("attempt", int64(job.Attempt)))
+	}
+	r.cfg.logger.LogAttrs(context.Background(), level, msg, attrs...)
 }
 
 func fatal(code codes.Code) bool {
@@ -504,7 +540,7 @@ func (r *run) finished(res result, stopping bool) {
 		if !h.lost || !errors.Is(res.err, context.Canceled) {
 			// (A handler that stopped because its lease was lost: that
 			// loss was reported.)
-			r.report(res.err, h.job)
+			r.handlerFailed(res.err, h.job)
 		}
 		r.settle(h.from, pendingReq{kind: reqNack, receipts: []string{res.receipt}, nack: &casqv1.WorkNack{
 			DeadLetter: errors.Is(res.err, ErrDeadLetter), Reason: reason(res.err)}})
