@@ -63,6 +63,7 @@ import { createErrorInterceptor } from "./grpc-errors.ts";
 import { createHealthService, HealthMonitor } from "./health-service.ts";
 import { loggingShardObserver } from "./lifecycle-log.ts";
 import {
+  type ConnectionTimeouts,
   type DualHandler,
   formatAddress,
   type RunningListener,
@@ -116,6 +117,8 @@ export interface CasqServerOptions {
   readonly catalogRefreshMs?: number;
   /** Probe the store for health this often (ms). Default 5000. */
   readonly healthProbeIntervalMs?: number;
+  /** Header, request and idle timeouts of client connections (see listener.ts); defaults as there. */
+  readonly connectionTimeouts?: ConnectionTimeouts;
   /** Largest request message accepted (bytes); larger is RESOURCE_EXHAUSTED. Default 64 MiB. */
   readonly maxRequestBytes?: number;
   /** Extra observer of the shard leaders (metrics, traces). */
@@ -241,6 +244,7 @@ export async function startCasqServer(options: CasqServerOptions): Promise<Runni
       ...(options.tls ? { tls: options.tls } : {}),
       handler: (req, res) => handler(req, res),
       logger,
+      ...(options.connectionTimeouts ? { timeouts: options.connectionTimeouts } : {}),
     });
   } catch (error) {
     await metricsServer?.close();
