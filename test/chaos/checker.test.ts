@@ -26,6 +26,7 @@ function deliver(id: string, dedup: string, receipt: string, t: number, attempt 
     receipt,
     attempt,
     leaseDeadline: t + LEASE,
+    leaseTtlMs: LEASE,
   };
 }
 
@@ -134,6 +135,31 @@ describe("checkHistories", () => {
       acked("m1", "m1-r2", T0 + 2_100),
     ];
     expect(kinds(checkHistories(records, drained).violations)).toEqual(["two-live-leases"]);
+  });
+
+  it("compares claim times, not handler starts: a job a frozen broker sent late is no second lease", () => {
+    // Claimed at T0, sent only after the broker was thawed at T0+5 s; meanwhile the
+    // lease expired and another broker delivered the message again.
+    const late = { ...deliver("m1", "p.1", "m1-r1", T0 + 5_000), leaseDeadline: T0 + LEASE };
+    const records = [
+      enqueued("p.1", "m1"),
+      deliver("m1", "p.1", "m1-r2", T0 + LEASE + 300, 2),
+      late,
+      acked("m1", "m1-r2", T0 + LEASE + 400),
+      acked("m1", "m1-r1", T0 + 5_100),
+    ];
+    const result = checkHistories(records, drained);
+    expect(result.violations).toEqual([]);
+    expect(result.counts.lateStarts).toBe(1);
+    // A handler that started late but whose claim fell inside the first lease is a second lease.
+    const overlapping = [
+      enqueued("p.2", "m2"),
+      deliver("m2", "p.2", "m2-r1", T0 + 10),
+      { ...deliver("m2", "p.2", "m2-r2", T0 + 4_000, 2), leaseDeadline: T0 + 1_000 + LEASE },
+      acked("m2", "m2-r1", T0 + 3_500),
+      acked("m2", "m2-r2", T0 + 4_100),
+    ];
+    expect(kinds(checkHistories(overlapping, drained).violations)).toEqual(["two-live-leases"]);
   });
 
   it("reports a final depth that is not 0", () => {

@@ -18,9 +18,11 @@
  * - `payload-mismatch`: the SDK's dedup id of a delivery differs from the one
  *   its payload names.
  *
- * Lease deadlines are those granted with the claim; heartbeats only move the
- * real deadline later, and a handler starts no earlier than its claim, so
- * "started before the earlier delivery's deadline" is a sound test. A
+ * A delivery's lease is taken as [claim time, deadline granted with the
+ * claim]: heartbeats only move the real deadline later, so "claimed before
+ * the earlier delivery's deadline" is a sound test. The claim time is the
+ * deadline less the TTL the worker asked for (when both are known) or else
+ * when the handler started, which is no earlier than the claim. A
  * delivery whose SDK does not report its deadline is not used as the earlier
  * one of a pair (counted in `uncheckedLeases`). `toleranceMs` absorbs the few
  * milliseconds between processes reading the one machine clock.
@@ -78,6 +80,8 @@ export interface CheckCounts {
   leasesLost: number;
   /** Failures the SDKs reported to the error callback. */
   clientErrors: number;
+  /** Handlers that started after the lease of their delivery had run out (the job waited, or a frozen broker sent it late). */
+  lateStarts: number;
   /** Deliveries without a lease deadline (their SDK does not report one). */
   uncheckedLeases: number;
   /** Dead letters at the end. */
@@ -119,6 +123,7 @@ export function checkHistories(
     leasesLost: 0,
     clientErrors: 0,
     uncheckedLeases: 0,
+    lateStarts: 0,
     deadLetters: final.deadLetterIds.length,
   };
 
@@ -150,6 +155,7 @@ export function checkHistories(
       case "deliver": {
         counts.delivered++;
         if (r.leaseDeadline === null) counts.uncheckedLeases++;
+        else if (r.t > r.leaseDeadline + tolerance) counts.lateStarts++;
         addId(r.dedup, r.id);
         const list = deliveries.get(r.id) ?? [];
         list.push(r);
@@ -217,31 +223,32 @@ export function checkHistories(
         detail: `${first.proc} got ${id} naming dedup id ${JSON.stringify(first.dedup)}, which no producer sent`,
       });
     if (list.length < 2) continue;
-    list.sort((a, b) => a.t - b.t);
+    list.sort((a, b) => claimedAt(a) - claimedAt(b));
     counts.redelivered += list.length - 1;
     for (let later = 1; later < list.length; later++) {
       const d2 = list[later] as Deliver;
+      const c2 = claimedAt(d2);
       for (let earlier = 0; earlier < later; earlier++) {
         const d1 = list[earlier] as Deliver;
         if (d1.receipt === d2.receipt) continue;
         const ack = acks.get(d1.receipt);
         const nack = nacks.get(d1.receipt);
-        if (nack && nack.t <= d2.t + tolerance) continue; // given back first: claimable at once
+        if (nack && nack.t <= c2 + tolerance) continue; // given back first: claimable at once
         if (d1.leaseDeadline === null) continue;
-        const live = d2.t < d1.leaseDeadline - tolerance;
-        if (ack && ack.t <= d2.t) {
+        const live = c2 < d1.leaseDeadline - tolerance;
+        if (ack && ack.t <= c2) {
           if (live)
             found.push({
               kind: "redelivery-after-ack",
               subject: id,
-              detail: `${d2.proc} got ${id} (attempt ${d2.attempt}, ${d2.receipt}) at ${iso(d2.t)}, ${d2.t - ack.t} ms after ${d1.proc} acked attempt ${d1.attempt} (${d1.receipt}) whose lease ran to ${iso(d1.leaseDeadline)}`,
+              detail: `${d2.proc} got ${id} (attempt ${d2.attempt}, ${d2.receipt}) claimed at ${iso(c2)}, ${c2 - ack.t} ms after ${d1.proc} acked attempt ${d1.attempt} (${d1.receipt}) whose lease ran to ${iso(d1.leaseDeadline)}`,
             });
           else if (earlier === later - 1) counts.redeliveredAfterAckExpired++;
         } else if (live) {
           found.push({
             kind: "two-live-leases",
             subject: id,
-            detail: `${d2.proc} got ${id} (attempt ${d2.attempt}, ${d2.receipt}) at ${iso(d2.t)} while ${d1.proc} held attempt ${d1.attempt} (${d1.receipt}, since ${iso(d1.t)}, lease to ${iso(d1.leaseDeadline)}, ${ack ? `acked at ${iso(ack.t)}` : "not settled"})`,
+            detail: `${d2.proc} got ${id} (attempt ${d2.attempt}, ${d2.receipt}) claimed at ${iso(c2)} while ${d1.proc} held attempt ${d1.attempt} (${d1.receipt}, claimed at ${iso(claimedAt(d1))}, lease to ${iso(d1.leaseDeadline)}, ${ack ? `acked at ${iso(ack.t)}` : "not settled"})`,
           });
         }
       }
@@ -255,6 +262,15 @@ export function checkHistories(
     });
 
   return { counts, violations: capPerKind(found, options.maxPerKind ?? 20) };
+}
+
+/**
+ * When a delivery was claimed: its lease deadline less the TTL the worker
+ * asked for (the broker grants exactly that at the claim), or, when either
+ * is unknown, when its handler started (no earlier than the claim).
+ */
+function claimedAt(d: Deliver): number {
+  return d.leaseDeadline !== null && d.leaseTtlMs !== undefined ? d.leaseDeadline - d.leaseTtlMs : d.t;
 }
 
 function iso(ms: number): string {

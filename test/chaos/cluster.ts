@@ -32,7 +32,12 @@ export interface ClusterOptions {
   readonly leaderLease: string;
   /** Environment of the brokers (e.g. AWS credentials for an S3 store). */
   readonly env?: Readonly<Record<string, string>>;
+  /** Progress lines. */
+  readonly log?: (line: string) => void;
 }
+
+/** Tries to start a broker before the run gives up. */
+const START_ATTEMPTS = 5;
 
 /** A set of brokers on one store. */
 export class Cluster {
@@ -76,14 +81,29 @@ export class Cluster {
     return this.slots.find((s) => s.address === address);
   }
 
-  /** Starts the broker of `slot` (again) on its port. */
+  /**
+   * Starts the broker of `slot` (again) on its port. A start that fails is
+   * tried again a few times: the port may not be free yet, and a long run
+   * outlives edits to the working tree it runs from.
+   */
   async startBroker(slot: BrokerSlot): Promise<void> {
-    const process = await startServer({
-      store: this.options.store,
-      listen: slot.address,
-      args: ["--leader-lease", this.options.leaderLease, "--shutdown-timeout", "5s"],
-      ...(this.options.env ? { env: this.options.env } : {}),
-    });
+    let process: CasqServerProcess | undefined;
+    for (let attempt = 1; process === undefined; attempt++) {
+      try {
+        process = await startServer({
+          store: this.options.store,
+          listen: slot.address,
+          args: ["--leader-lease", this.options.leaderLease, "--shutdown-timeout", "5s"],
+          ...(this.options.env ? { env: this.options.env } : {}),
+        });
+      } catch (error) {
+        if (attempt >= START_ATTEMPTS) throw error;
+        this.options.log?.(
+          `broker ${slot.name} did not start (attempt ${attempt}): ${String(error).slice(0, 300)}`,
+        );
+        await new Promise((resolve) => setTimeout(resolve, 2_000 * attempt));
+      }
+    }
     slot.process = process;
     slot.frozen = false;
     void process.exited.then(({ code, signal }) => {

@@ -50,6 +50,8 @@ export interface Deliver {
   readonly attempt: number;
   /** The lease deadline granted with the claim; null when that SDK's job has none. */
   readonly leaseDeadline: number | null;
+  /** The lease TTL the worker asked for: the claim was at `leaseDeadline - leaseTtlMs`. */
+  readonly leaseTtlMs?: number;
 }
 
 /** The handler returned: the SDK acks next. */

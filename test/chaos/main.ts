@@ -13,7 +13,8 @@ const USAGE = `Usage: npm run chaos -- [--seconds N] [--seed S] [--store file|s3
 Runs three casq serve processes on one store, a producer and a worker in each
 SDK language (TypeScript, Go, Python), and a seeded nemesis that SIGKILLs and
 SIGSTOPs leaders and SIGKILLs workers mid-job; then drains the queue and checks
-every client's history. Prints one JSON summary on stdout; exits 1 on violations.
+every client's history. Prints one JSON summary on stdout; exits 1 on violations,
+3 when the harness itself failed (e.g. a broker that would not start).
 
   --seconds N     load phase with faults, in seconds (default 300)
   --seed S        seed of the nemesis and the clients' hold times (default: random, printed)
@@ -81,6 +82,9 @@ try {
   });
   console.log(JSON.stringify(summary, null, 2));
   process.exitCode = summary.violations.length > 0 ? 1 : 0;
+} catch (error) {
+  console.error(`[chaos] the run itself failed (seed ${seed}):`, error);
+  process.exitCode = 3;
 } finally {
   await stopS3?.();
 }

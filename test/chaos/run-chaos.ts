@@ -126,6 +126,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosSummary> {
       store: storeUrl,
       brokers: BROKERS,
       leaderLease: `${leaderLeaseMs}ms`,
+      log,
       ...(env ? { env } : {}),
     }),
   ]);

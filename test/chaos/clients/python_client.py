@@ -145,6 +145,7 @@ def work(worker: casq.Worker, args: argparse.Namespace, history: History, rng: r
             receipt=job.receipt,
             attempt=job.attempt,
             leaseDeadline=lease_deadline_ms(job),
+            leaseTtlMs=args.lease_ttl_ms,
         )
         with rng_lock:
             hold = hold_seconds(rng, args.hold_max_ms)

@@ -107,6 +107,7 @@ async function work(): Promise<void> {
         receipt: job.receipt,
         attempt: job.attempt,
         leaseDeadline: job.leaseDeadline?.getTime() ?? null,
+        leaseTtlMs: Number(values["lease-ttl-ms"]),
       });
       const nack = random.next() < NACK_SHARE;
       const lost = await new Promise<boolean>((resolve) => {

@@ -169,6 +169,7 @@ func work(stop context.Context, w *casq.Worker, queue, id string, concurrency, l
 		h.record(map[string]any{
 			"kind": "deliver", "id": job.ID, "dedup": payload.Dedup, "jobDedup": jobDedup(job),
 			"receipt": job.Receipt, "attempt": job.Attempt, "leaseDeadline": leaseDeadline(job),
+			"leaseTtlMs": leaseTTL,
 		})
 		rngMu.Lock()
 		hold := holdFor(rng, holdMax)
