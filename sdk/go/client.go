@@ -53,6 +53,16 @@ type Options struct {
 	// proxy dialer (grpc.WithContextDialer), keepalive, and so on. Every
 	// call of the client, the Work streams included, goes through them.
 	DialOptions []grpc.DialOption
+	// NoDefaultDedupIDs turns off the random dedup id the producer gives
+	// every message that has none. That id is made once per Enqueue or
+	// EnqueueBatch call, so the SDK's retries of the call reuse it: an
+	// attempt that timed out (a hung broker) may still have been stored,
+	// and its retry at another broker then returns the stored message
+	// instead of storing it twice. Each id costs about 100 bytes of the
+	// shard document for the queue's dedup window (5 minutes by default);
+	// set this to save that at the price of possible duplicates after an
+	// ambiguous failure.
+	NoDefaultDedupIDs bool
 }
 
 // Client is a connection pool to a casq cluster. It is safe for concurrent
