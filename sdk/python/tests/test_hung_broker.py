@@ -68,10 +68,10 @@ def test_retried_enqueue_reuses_its_dedup_ids(fake: FakeBrokers) -> None:  # noq
 
 
 @pytest.fixture
-def stopped_leader() -> Iterator[tuple[Broker, Broker, str]]:
-    """Two ``casq serve`` on one file store (2 s leader lease); the first leads a new queue and is then SIGSTOPped.
+def leader_pair() -> Iterator[tuple[Broker, Broker, str]]:
+    """Two ``casq serve`` on one file store (2 s leader lease); the first leads a new queue holding "before".
 
-    Yields (stopped, running, queue). Cleanup resumes and kills both.
+    Yields (leader, other, queue). Cleanup resumes (if stopped) and kills both.
     """
     store = Path(tempfile.mkdtemp(prefix="casq-py-hung-"))
     running: list[Broker] = []
@@ -84,7 +84,6 @@ def stopped_leader() -> Iterator[tuple[Broker, Broker, str]]:
             casq.Producer(only_b0).enqueue(queue, "before")
             shard = casq.Admin(only_b0).get_queue(queue).shards[0]
         assert shard.leader.address == b0.address
-        b0.process.send_signal(signal.SIGSTOP)
         yield b0, b1, queue
     finally:
         for broker in running:
@@ -92,6 +91,13 @@ def stopped_leader() -> Iterator[tuple[Broker, Broker, str]]:
                 broker.process.send_signal(signal.SIGCONT)
             broker.kill()
         shutil.rmtree(store, ignore_errors=True)
+
+
+@pytest.fixture
+def stopped_leader(leader_pair: tuple[Broker, Broker, str]) -> tuple[Broker, Broker, str]:
+    """``leader_pair`` with the leader SIGSTOPped: it keeps its connections and never answers."""
+    leader_pair[0].process.send_signal(signal.SIGSTOP)
+    return leader_pair
 
 
 def test_enqueue_and_admin_leave_a_stopped_leader(stopped_leader: tuple[Broker, Broker, str]) -> None:
