@@ -31,4 +31,12 @@ export {
 } from "./producer.ts";
 export { spanContextFromTraceContext } from "./tracing.ts";
 export { activeTraceHeaders } from "./transport.ts";
-export { type JobHandler, type RunOptions, type StopOptions, Worker, type WorkerOptions } from "./worker.ts";
+export {
+  consoleLogger,
+  type JobHandler,
+  type RunOptions,
+  type StopOptions,
+  Worker,
+  type WorkerLogger,
+  type WorkerOptions,
+} from "./worker.ts";

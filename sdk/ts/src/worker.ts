@@ -39,8 +39,33 @@ import { type Command, Session, StreamClosedError } from "./work-session.ts";
 /** Handles one job. Resolve: ack. Throw: nack (retry with the queue's backoff). Throw {@link DeadLetterError}: dead-letter. */
 export type JobHandler = (job: Job) => Promise<void> | void;
 
+/**
+ * Where a {@link Worker} logs failures: any object with `warn` and `error`
+ * (the `console`, or an adapter to your logger). `details` carries the job's
+ * id, queue, attempt and the error, for structured loggers.
+ */
+export interface WorkerLogger {
+  /** A failure casq retries: a handler that threw (the job comes again), a broken stream, a lost lease. */
+  warn(message: string, details?: Record<string, unknown>): void;
+  /** A failure that loses work: a job dead-lettered by its handler's failure, a result that could not be stored. */
+  error(message: string, details?: Record<string, unknown>): void;
+}
+
+/** The default {@link WorkerLogger}: one line per failure on stderr (`console.warn` / `console.error`). */
+export const consoleLogger: WorkerLogger = {
+  warn: (message) => console.warn(message),
+  error: (message) => console.error(message),
+};
+
 /** Options of a {@link Worker}: where casq is, plus the worker's identity. */
 export interface WorkerOptions extends ClientOptions {
+  /**
+   * Where failures are logged: each handler that throws (warn, or error when
+   * the job is dead-lettered), each failed or lease-lost ack / nack and each
+   * broken stream (warn). Default {@link consoleLogger}; `null` logs nothing
+   * (`onError` still hears of everything).
+   */
+  readonly logger?: WorkerLogger | null;
   /** Worker identity recorded in leases and logs. Default `<hostname>/<pid>`. */
   readonly workerId?: string;
   /**
@@ -100,6 +125,10 @@ const FATAL = new Set<Code>([
   Code.FailedPrecondition,
 ]);
 
+function messageOf(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}
+
 /**
  * One `run()`: its Work streams, held jobs and handlers.
  *
@@ -154,6 +183,7 @@ class Run {
     private readonly queue: string,
     private readonly handler: JobHandler,
     private readonly options: RunOptions,
+    private readonly logger: WorkerLogger | null,
   ) {
     this.subscription = options.subscription ?? "";
     this.concurrency = Math.max(1, Math.floor(options.concurrency ?? 1));
@@ -169,12 +199,50 @@ class Run {
     });
   }
 
-  private report(error: unknown, job?: Job): void {
+  private report(error: unknown, job?: Job, level: "warn" | "error" = "warn"): void {
+    this.log(
+      level,
+      `casq: ${job ? `job ${job.id} of queue ${this.queue}: ` : ""}${messageOf(error)}`,
+      error,
+      job,
+    );
+    this.notify(error, job);
+  }
+
+  /** Calls `onError`; its own failure is not ours to handle. */
+  private notify(error: unknown, job?: Job): void {
     try {
       this.options.onError?.(error, job);
     } catch {
       // the callback's own failure is not ours to handle
     }
+  }
+
+  private log(level: "warn" | "error", message: string, error: unknown, job?: Job): void {
+    try {
+      this.logger?.[level](message, {
+        queue: this.queue,
+        ...(job ? { jobId: job.id, attempt: job.attempt } : {}),
+        error,
+      });
+    } catch {
+      // a failing logger must not fail the job
+    }
+  }
+
+  /** Logs a handler's failure: what happens to the job next. */
+  private logHandlerFailure(error: unknown, job: Job): void {
+    const deadLetter =
+      error instanceof DeadLetterError || (job.maxAttempts > 0 && job.attempt >= job.maxAttempts);
+    const attempts =
+      job.maxAttempts > 0 ? `attempt ${job.attempt} of ${job.maxAttempts}` : `attempt ${job.attempt}`;
+    this.log(
+      deadLetter ? "error" : "warn",
+      `casq: job ${job.id} of queue ${this.queue} failed (${attempts}), ` +
+        `${deadLetter ? "dead-lettered" : "will be retried"}: ${messageOf(error)}`,
+      error,
+      job,
+    );
   }
 
   /** The open (or opening) stream to `address`, if any. */
@@ -468,7 +536,10 @@ class Run {
         deadLetter: error instanceof DeadLetterError,
         reason: error instanceof Error ? error.message : String(error),
       };
-      if (!held.abandoned) this.report(error, held.job);
+      if (!held.abandoned) {
+        this.logHandlerFailure(error, held.job);
+        this.notify(error, held.job);
+      }
     }
     this.running--;
     if (held.abandoned) return; // stopped hard: the lease expires and the job is redelivered
@@ -562,7 +633,7 @@ class Run {
       this.checkSettled(held, command.case, response.results);
     } catch (error) {
       // Not settled: the lease expires and the job is redelivered (at-least-once).
-      this.report(error, held.job);
+      this.report(error, held.job, "error");
     } finally {
       this.forget(held);
     }
@@ -728,9 +799,11 @@ export class Worker {
   private readonly pool: BrokerPool;
   private readonly workerId: string;
   private readonly tracer: Tracer;
+  private readonly logger: WorkerLogger | null;
   private readonly runs = new Set<Run>();
 
   constructor(options: WorkerOptions) {
+    this.logger = options.logger === undefined ? consoleLogger : options.logger;
     this.pool = new BrokerPool(resolveClientOptions(options));
     this.workerId = options.workerId ?? `${hostname()}/${process.pid}`;
     this.tracer = casqTracer(options.tracerProvider);
@@ -743,7 +816,7 @@ export class Worker {
    * UNAUTHENTICATED. Outages, redirects and broken streams are retried.
    */
   async run(queue: string, handler: JobHandler, options: RunOptions = {}): Promise<void> {
-    const run = new Run(this.pool, this.workerId, this.tracer, queue, handler, options);
+    const run = new Run(this.pool, this.workerId, this.tracer, queue, handler, options, this.logger);
     this.runs.add(run);
     const onAbort = () => void run.stop(options.stopTimeoutMs ?? 30_000);
     options.signal?.addEventListener("abort", onAbort, { once: true });
