@@ -132,3 +132,30 @@ describe("a lost shard document", () => {
     expect(text((await inner.get("queues/half/queue.json"))?.body)).toMatch(/"state":"ready"/);
   });
 });
+
+describe("an unreadable queue manifest", () => {
+  it("is listed with its problem by ListQueues, and the other queues are still listed", async () => {
+    const inner = new MemoryStore();
+    const s = await server({ store: sharedStore(inner) });
+    const { admin } = grpcClients(s.address);
+    for (const name of ["alpha", "broken", "gamma"]) await admin.createQueue({ queue: name });
+    const manifest = await inner.get("queues/broken/queue.json");
+    await inner.put("queues/broken/queue.json", bytes("{garbage"), { ifMatch: manifest?.etag ?? "" });
+
+    const fresh = await server({ store: sharedStore(inner) });
+    const c = grpcClients(fresh.address);
+    const listed = await c.admin.listQueues({});
+    expect(listed.queues.map((q) => [q.name, q.shardCount, q.problem !== ""])).toEqual([
+      ["alpha", 1, false],
+      ["broken", 0, true],
+      ["gamma", 1, false],
+    ]);
+    expect(listed.queues[1]?.problem).toMatch(/queues\/broken\/queue\.json cannot be read/);
+    // Paging walks past it too.
+    const page1 = await c.admin.listQueues({ pageSize: 2 });
+    const page2 = await c.admin.listQueues({ pageSize: 2, pageToken: page1.nextPageToken });
+    expect([...page1.queues, ...page2.queues].map((q) => q.name)).toEqual(["alpha", "broken", "gamma"]);
+    expect((await outcome(c.admin.getQueue({ queue: "broken" }))).code).toBe("DataLoss");
+    expect(text((await inner.get("queues/broken/queue.json"))?.body)).toBe("{garbage");
+  });
+});

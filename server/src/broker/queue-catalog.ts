@@ -87,9 +87,17 @@ interface CacheEntry {
   loading?: Promise<QueueManifest | undefined>;
 }
 
+/** A queue whose manifest exists but cannot be read (listed, not served). */
+export interface UnreadableQueue {
+  readonly queue: string;
+  /** Why the manifest cannot be read (the `data_loss` message). */
+  readonly problem: string;
+}
+
 /** One page of queue names. */
 export interface QueuePage {
-  readonly queues: readonly QueueManifest[];
+  /** Queues in service, and queues whose manifest cannot be read, sorted by name. */
+  readonly queues: readonly (QueueManifest | UnreadableQueue)[];
   /** Name of the last queue of the page when more may follow; undefined on the last page. */
   readonly nextAfter: string | undefined;
 }
@@ -284,7 +292,9 @@ export class QueueCatalog {
 
   /**
    * Queues in service (`ready`), sorted by name, starting after the queue
-   * named `after`: at most `pageSize` of them.
+   * named `after`: at most `pageSize` of them. A queue whose manifest cannot
+   * be read (`data_loss`) is listed as an {@link UnreadableQueue} instead of
+   * failing the whole listing.
    */
   async list(pageSize: number, after?: string): Promise<QueuePage> {
     let keys: { key: string }[];
@@ -297,14 +307,22 @@ export class QueueCatalog {
       .map((entry) => /^queues\/([^/]+)\/queue\.json$/.exec(entry.key)?.[1])
       .filter((name): name is string => name !== undefined && (after === undefined || name > after))
       .sort();
-    const queues: QueueManifest[] = [];
+    const queues: (QueueManifest | UnreadableQueue)[] = [];
     let index = 0;
     // Read manifests a few at a time until the page is full (skipping queues not in service).
     while (queues.length < pageSize && index < names.length) {
       const batch = names.slice(index, index + Math.min(16, pageSize - queues.length));
       index += batch.length;
-      const loaded = await Promise.all(batch.map((name) => this.freshOrLoad(name)));
-      for (const manifest of loaded) if (manifest?.state === "ready") queues.push(manifest);
+      const loaded = await Promise.all(
+        batch.map((name) =>
+          this.freshOrLoad(name).catch((error: unknown): UnreadableQueue => {
+            if (!isCasqError(error, "data_loss")) throw error;
+            return { queue: name, problem: error.message };
+          }),
+        ),
+      );
+      for (const entry of loaded)
+        if (entry !== undefined && (!("state" in entry) || entry.state === "ready")) queues.push(entry);
     }
     const last = queues.at(-1);
     return { queues, nextAfter: index < names.length && last ? last.queue : undefined };

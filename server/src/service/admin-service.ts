@@ -63,7 +63,11 @@ export function createAdminService(ctx: ServiceContext): ServiceImpl<typeof Admi
       const after = req.pageToken === "" ? undefined : decodeToken(req.pageToken, "queues").after;
       const page = await ctx.catalog.list(pageSize, typeof after === "string" ? after : undefined);
       return {
-        queues: page.queues.map((m) => ({ name: m.queue, shardCount: m.shardCount })),
+        queues: page.queues.map((m) =>
+          "problem" in m
+            ? { name: m.queue, problem: m.problem }
+            : { name: m.queue, shardCount: m.shardCount },
+        ),
         nextPageToken: page.nextAfter === undefined ? "" : encodeToken("queues", { after: page.nextAfter }),
       };
     },

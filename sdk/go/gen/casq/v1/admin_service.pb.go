@@ -195,8 +195,12 @@ type QueueSummary struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Queue name.
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	// Number of shards of the queue.
-	ShardCount    uint32 `protobuf:"varint,2,opt,name=shard_count,json=shardCount,proto3" json:"shard_count,omitempty"`
+	// Number of shards of the queue (0 when problem is set).
+	ShardCount uint32 `protobuf:"varint,2,opt,name=shard_count,json=shardCount,proto3" json:"shard_count,omitempty"`
+	// Empty when the queue's manifest (queues/<queue>/queue.json) was read;
+	// otherwise why it could not be (corrupt, or written by a newer casq). The
+	// manifest is left untouched, and calls for this queue answer DATA_LOSS.
+	Problem       string `protobuf:"bytes,3,opt,name=problem,proto3" json:"problem,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -243,6 +247,13 @@ func (x *QueueSummary) GetShardCount() uint32 {
 		return x.ShardCount
 	}
 	return 0
+}
+
+func (x *QueueSummary) GetProblem() string {
+	if x != nil {
+		return x.Problem
+	}
+	return ""
 }
 
 // GetQueueRequest names the queue to describe.
@@ -2084,11 +2095,12 @@ const file_casq_v1_admin_service_proto_rawDesc = "" +
 	"page_token\x18\x02 \x01(\tR\tpageToken\"k\n" +
 	"\x12ListQueuesResponse\x12-\n" +
 	"\x06queues\x18\x01 \x03(\v2\x15.casq.v1.QueueSummaryR\x06queues\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"C\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"]\n" +
 	"\fQueueSummary\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1f\n" +
 	"\vshard_count\x18\x02 \x01(\rR\n" +
-	"shardCount\"'\n" +
+	"shardCount\x12\x18\n" +
+	"\aproblem\x18\x03 \x01(\tR\aproblem\"'\n" +
 	"\x0fGetQueueRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\"\xd1\x02\n" +
 	"\x10GetQueueResponse\x12\x14\n" +

@@ -58,7 +58,8 @@ const (
 // INTERNAL (a bug).
 type AdminServiceClient interface {
 	// ListQueues lists the queues in the store, sorted by name, a page at a
-	// time.
+	// time. A queue whose manifest cannot be read does not fail the call: it
+	// is listed with QueueSummary.problem saying why.
 	//
 	// Errors: INVALID_ARGUMENT (page_size above 1000, a page token not from
 	// this RPC); UNAVAILABLE (store unavailable).
@@ -301,7 +302,8 @@ type AdminService_GetDocumentClient = grpc.ServerStreamingClient[GetDocumentResp
 // INTERNAL (a bug).
 type AdminServiceServer interface {
 	// ListQueues lists the queues in the store, sorted by name, a page at a
-	// time.
+	// time. A queue whose manifest cannot be read does not fail the call: it
+	// is listed with QueueSummary.problem saying why.
 	//
 	// Errors: INVALID_ARGUMENT (page_size above 1000, a page token not from
 	// this RPC); UNAVAILABLE (store unavailable).

@@ -116,19 +116,26 @@ class QueueSummary(_message.Message):
 
     NAME_FIELD_NUMBER: _builtins.int
     SHARD_COUNT_FIELD_NUMBER: _builtins.int
+    PROBLEM_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """Queue name."""
     shard_count: _builtins.int
-    """Number of shards of the queue."""
+    """Number of shards of the queue (0 when problem is set)."""
+    problem: _builtins.str
+    """Empty when the queue's manifest (queues/<queue>/queue.json) was read;
+    otherwise why it could not be (corrupt, or written by a newer casq). The
+    manifest is left untouched, and calls for this queue answer DATA_LOSS.
+    """
     def __init__(
         self,
         *,
         name: _builtins.str = ...,
         shard_count: _builtins.int = ...,
+        problem: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "shard_count", b"shard_count"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "problem", b"problem", "shard_count", b"shard_count"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -130,7 +130,8 @@ class AdminServiceServicer:
 
     def ListQueues(self, request, context):
         """ListQueues lists the queues in the store, sorted by name, a page at a
-        time.
+        time. A queue whose manifest cannot be read does not fail the call: it
+        is listed with QueueSummary.problem saying why.
 
         Errors: INVALID_ARGUMENT (page_size above 1000, a page token not from
         this RPC); UNAVAILABLE (store unavailable).

@@ -54,7 +54,8 @@ class AdminServiceStub:
     def __new__(cls, channel: _aio.Channel) -> AdminServiceAsyncStub: ...
     ListQueues: _grpc.UnaryUnaryMultiCallable[_admin_service_pb2.ListQueuesRequest, _admin_service_pb2.ListQueuesResponse]
     """ListQueues lists the queues in the store, sorted by name, a page at a
-    time.
+    time. A queue whose manifest cannot be read does not fail the call: it
+    is listed with QueueSummary.problem saying why.
 
     Errors: INVALID_ARGUMENT (page_size above 1000, a page token not from
     this RPC); UNAVAILABLE (store unavailable).
@@ -180,7 +181,8 @@ class AdminServiceAsyncStub(AdminServiceStub):
     def __init__(self, channel: _aio.Channel) -> None: ...
     ListQueues: _aio.UnaryUnaryMultiCallable[_admin_service_pb2.ListQueuesRequest, _admin_service_pb2.ListQueuesResponse]  # type: ignore[assignment]
     """ListQueues lists the queues in the store, sorted by name, a page at a
-    time.
+    time. A queue whose manifest cannot be read does not fail the call: it
+    is listed with QueueSummary.problem saying why.
 
     Errors: INVALID_ARGUMENT (page_size above 1000, a page token not from
     this RPC); UNAVAILABLE (store unavailable).
@@ -309,7 +311,8 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_admin_service_pb2.ListQueuesResponse, _abc.Awaitable[_admin_service_pb2.ListQueuesResponse]]:
         """ListQueues lists the queues in the store, sorted by name, a page at a
-        time.
+        time. A queue whose manifest cannot be read does not fail the call: it
+        is listed with QueueSummary.problem saying why.
 
         Errors: INVALID_ARGUMENT (page_size above 1000, a page token not from
         this RPC); UNAVAILABLE (store unavailable).
