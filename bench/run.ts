@@ -22,9 +22,16 @@ import { cpus, totalmem } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
+import {
+  type ManyClientsResult,
+  measureManyClients,
+  measureOtherSdks,
+  type SdkProcessResult,
+} from "./lib/casq-extras.ts";
 import { type QueueSystem, SkipSystem } from "./lib/queue-system.ts";
 import { type ShapeResult, summarize, svgChart, textTable } from "./lib/report.ts";
 import { type Measurement, measure, SHAPES, type ShapeName, type ShapeSizes } from "./lib/shapes.ts";
+import { CasqSystem } from "./systems/casq.ts";
 
 const HERE = dirname(fileURLToPath(import.meta.url));
 const PEERS = ["bullmq", "pg-boss", "jetstream"] as const;
@@ -40,6 +47,8 @@ const { values } = parseArgs({
     systems: { type: "string", default: ["casq", ...PEERS, "casq-put100ms"].join(",") },
     shapes: { type: "string", default: SHAPES.join(",") },
     chart: { type: "string" },
+    clients: { type: "string" },
+    "other-sdks": { type: "boolean", default: true },
     help: { type: "boolean", short: "h", default: false },
   },
 });
@@ -47,10 +56,12 @@ const { values } = parseArgs({
 if (values.help) {
   console.log(`usage: npm run bench -- [--quick] [--json] [--runs N] [--jobs N]
                           [--systems casq,bullmq,pg-boss,jetstream,casq-put100ms] [--shapes ${SHAPES.join(",")}]
-                          [--chart FILE.svg]
+                          [--chart FILE.svg] [--clients 100,1000] [--no-other-sdks]
 Runs each shape --runs times (default 3; 1 with --quick) against casq and each installed peer,
 prints min/median/max, CPU, casq's PUTs per job and casq's ratio to each peer.
-casq-put100ms is casq with every store PUT delayed 100 ms (the S3-like profile).`);
+casq-put100ms is casq with every store PUT delayed 100 ms (the S3-like profile).
+With casq: the process shape with the Go and Python SDK workers (--no-other-sdks to skip), and the
+many-clients case with --clients streams (default 100,1000; 100 with --quick; "" to skip).`);
   process.exit(0);
 }
 
@@ -92,7 +103,10 @@ async function loadPeer(name: (typeof PEERS)[number]): Promise<QueueSystem> {
   return new ctor();
 }
 
+const clientCases = (values.clients ?? (quick ? "100" : "100,1000")).split(",").filter(Boolean).map(Number);
 const results: ShapeResult[] = [];
+let otherSdks: SdkProcessResult[] = [];
+const manyClients: ManyClientsResult[] = [];
 const skipped: Record<string, string> = {};
 const durability: Record<string, string> = {};
 
@@ -129,6 +143,14 @@ for (const name of wanted) {
       }
       results.push(summarize(system.name, shape, measured));
     }
+    if (system instanceof CasqSystem && system.name === "casq") {
+      if (values["other-sdks"] && shapes.includes("process")) {
+        otherSdks = await measureOtherSdks(system, sizes.jobs, sizes.concurrency, sizes.payloadBytes, log);
+      }
+      for (const streams of clientCases) {
+        manyClients.push(await measureManyClients(system, streams, 4, sizes.jobs, quick ? 3 : 10, log));
+      }
+    }
   } finally {
     await system.stop();
   }
@@ -141,7 +163,22 @@ const machine = {
 };
 if (values.chart) writeFileSync(values.chart, svgChart(results, shapes));
 if (values.json) {
-  console.log(JSON.stringify({ machine, sizes, runs, durability, skipped, results }, null, 2));
+  console.log(
+    JSON.stringify(
+      {
+        machine,
+        sizes,
+        runs,
+        durability,
+        skipped,
+        results,
+        other_sdks: otherSdks,
+        many_clients: manyClients,
+      },
+      null,
+      2,
+    ),
+  );
 } else {
   console.log(
     `machine: ${machine.cpus} cores (${machine.cpu_model}), ${machine.memory_gib} GiB; ${runs} run(s) per shape`,
@@ -150,4 +187,39 @@ if (values.json) {
   for (const [name, d] of Object.entries(durability)) console.log(`durability of ${name}: ${d}`);
   for (const [name, why] of Object.entries(skipped)) console.log(`${name}: ${why}`);
   console.log(textTable(results, shapes));
+  const tsProcess = results.find((r) => r.system === "casq" && r.shape === "process");
+  const bullProcess = results.find((r) => r.system === "bullmq" && r.shape === "process");
+  if (otherSdks.length > 0) {
+    console.log("\nprocess with the other SDKs' workers (one run each, jobs/s):");
+    for (const r of otherSdks) {
+      const vsTs = tsProcess
+        ? ` (${(r.jobsPerSecond / tsProcess.value.median).toFixed(2)}x the TS SDK`
+        : " (";
+      const vsBull = bullProcess
+        ? `, ${(r.jobsPerSecond / bullProcess.value.median).toFixed(3)}x BullMQ)`
+        : ")";
+      console.log(
+        `  casq ${r.sdk.padEnd(8)}${Math.round(r.jobsPerSecond).toLocaleString("en-US").padStart(8)}${vsTs}${vsBull}`,
+      );
+    }
+  }
+  if (manyClients.length > 0) {
+    console.log(
+      "\nmany clients (casq, 4 client processes, each stream one SDK Worker run at concurrency 1):",
+    );
+    console.log(
+      "  streams  idle RSS MiB  idle CPU %  drain s  jobs/stream min/max  cv    streams with no job",
+    );
+    for (const m of manyClients) {
+      console.log(
+        `  ${String(m.streams).padStart(7)}  ${m.idleRssMiB.toFixed(0).padStart(12)}  ${m.idleCpuPercent
+          .toFixed(1)
+          .padStart(
+            10,
+          )}  ${m.drainSeconds.toFixed(1).padStart(7)}  ${`${m.perStreamMin}/${m.perStreamMax}`.padStart(
+          20,
+        )}  ${m.perStreamCv.toFixed(2).padStart(4)}  ${String(m.idleStreams).padStart(5)}`,
+      );
+    }
+  }
 }

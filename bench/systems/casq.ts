@@ -95,20 +95,60 @@ export class CasqSystem implements QueueSystem {
     if (this.dir) rmSync(this.dir, { recursive: true, force: true });
   }
 
+  /** The broker's gRPC address. */
+  get brokerAddress(): string {
+    return this.address;
+  }
+
+  /** A fresh queue holding `jobs` messages of `payloadBytes` (enqueued in batches of 100 by 4 callers). */
+  async preloadedQueue(jobs: number, payloadBytes: number): Promise<string> {
+    const name = `bench-${++this.queues}`;
+    await new Admin({ brokers: [this.address] }).createQueue(name, { shardCount: 1 });
+    await this.fill(name, jobs, payloadBytes);
+    return name;
+  }
+
+  /** Enqueues `jobs` messages of `payloadBytes` into `queue` in batches of 100 from 4 callers. */
+  async fill(queue: string, jobs: number, payloadBytes: number): Promise<void> {
+    const producer = new Producer({ brokers: [this.address] });
+    const payload = Buffer.alloc(payloadBytes, 97);
+    let next = 0;
+    const caller = async () => {
+      while (next < jobs) {
+        const n = Math.min(100, jobs - next);
+        next += n;
+        await producer.enqueueBatch(
+          queue,
+          Array.from({ length: n }, () => ({ payload })),
+        );
+      }
+    };
+    await Promise.all(Array.from({ length: 4 }, caller));
+  }
+
+  /** Work streams open on the broker (its `casq_worker_streams_open` gauge). */
+  async openStreams(): Promise<number> {
+    return this.metric("casq_worker_streams_open");
+  }
+
+  private async metric(name: string, filter = ""): Promise<number> {
+    const text = await (await fetch(this.metricsUrl)).text();
+    let sum = 0;
+    for (const line of text.split("\n")) {
+      if ((line.startsWith(`${name}{`) || line.startsWith(`${name} `)) && line.includes(filter)) {
+        sum += Number(line.slice(line.lastIndexOf(" ") + 1));
+      }
+    }
+    return sum;
+  }
+
   serverPids(): number[] {
     return this.child?.pid === undefined ? [] : [this.child.pid];
   }
 
   /** PUTs the broker made to its store, from its Prometheus metrics. */
   async storeWrites(): Promise<number> {
-    const text = await (await fetch(this.metricsUrl)).text();
-    let puts = 0;
-    for (const line of text.split("\n")) {
-      if (line.startsWith("casq_store_operations_total{") && line.includes('op="put"')) {
-        puts += Number(line.slice(line.lastIndexOf(" ") + 1));
-      }
-    }
-    return puts;
+    return this.metric("casq_store_operations_total", 'op="put"');
   }
 
   async newQueue(): Promise<BenchQueue> {
