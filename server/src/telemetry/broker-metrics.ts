@@ -16,8 +16,9 @@
  *    each read is bounded by `readTimeoutMs`, and a shard whose read timed out
  *    keeps its last known stats for this scrape. Series of shards this broker
  *    no longer leads disappear (another broker reports them). It also removes
- *    the series the observer wrote for shards this broker no longer has open
- *    (their queue was deleted), see {@link removeGoneSeries}.
+ *    the series the observer wrote: at once for shards this broker no longer
+ *    has open (their queue was deleted), after {@link DEFAULT_STALE_SERIES_MS}
+ *    for shards it stopped leading (see `removeGoneSeries`).
  *
  * Queue-state counters (`casq_enqueued_total`, `casq_redeliveries_total`,
  * `casq_dead_lettered_total`, ...) come from the monotonic counters stored in
@@ -132,6 +133,13 @@ function countSettlement(
   }
 }
 
+/**
+ * How long a broker keeps reporting the counters and histograms of a shard it
+ * no longer leads (5 minutes): long enough for any scrape interval to see
+ * their last increments, short enough that sums over queues soon drop them.
+ */
+export const DEFAULT_STALE_SERIES_MS = 5 * 60_000;
+
 /** What the refresher needs of a shard leader (a `ShardLeader` satisfies it). */
 export interface LeaderView {
   readonly queue: string;
@@ -161,6 +169,8 @@ export interface BrokerRefresherOptions {
   readonly now: () => number;
   /** Longest wait for one shard's stats. Default 1000 ms. */
   readonly readTimeoutMs?: number;
+  /** How long the counters of a shard this broker stopped leading stay. Default {@link DEFAULT_STALE_SERIES_MS}. */
+  readonly staleSeriesMs?: number;
 }
 
 /** Sums per (queue, subscription) across shards. */
@@ -187,6 +197,9 @@ export function createBrokerRefresher(
   options: BrokerRefresherOptions,
 ): () => Promise<void> {
   const readTimeoutMs = options.readTimeoutMs ?? 1_000;
+  const staleSeriesMs = options.staleSeriesMs ?? DEFAULT_STALE_SERIES_MS;
+  /** Per open shard (`queue/shard`) not led here: since when. */
+  const notLeadingSince = new Map<string, number>();
   /** Last stats read per led shard (`queue/shard`), reused when a read times out. */
   const lastStats = new Map<string, ShardStats>();
 
@@ -212,7 +225,7 @@ export function createBrokerRefresher(
     }
     for (const id of [...lastStats.keys()]) if (!seen.has(id)) lastStats.delete(id);
 
-    removeGoneSeries(metrics, leaders);
+    removeGoneSeries(metrics, leaders, now, notLeadingSince, staleSeriesMs);
 
     // Per-shard gauges: every shard this broker knows about.
     metrics.pendingOperations.reset();
@@ -311,25 +324,49 @@ export function createBrokerRefresher(
 }
 
 /**
- * Removes the series of shards this broker no longer has open (a shard is
- * dropped only when its queue is deleted) and of queues with no open shard
- * left, and the document size of shards it does not lead.
+ * Removes the per-queue series this broker should no longer report:
+ * - of shards it no longer has open (a shard is dropped only when its queue is
+ *   deleted through this broker), at once;
+ * - of shards it has not led for `staleMs` (another broker leads them, or the
+ *   queue was deleted through another broker): long enough for every scrape to
+ *   have seen their last increments;
+ * - of queues left with none of their shards open and recently led here;
+ * - the document size of every shard it does not lead, at once.
+ * `notLeadingSince` remembers, per open shard, since when it is not led here.
  */
-function removeGoneSeries(metrics: CasqMetrics, leaders: readonly LeaderView[]): void {
+function removeGoneSeries(
+  metrics: CasqMetrics,
+  leaders: readonly LeaderView[],
+  now: number,
+  notLeadingSince: Map<string, number>,
+  staleMs: number,
+): void {
   const series = metrics.queueSeries;
-  const open = new Set(leaders.map((l) => `${l.queue}/${shardLabel(l.shard)}`));
-  const openQueues = new Set(leaders.map((l) => l.queue));
+  const current = new Set<string>();
+  const currentQueues = new Set<string>();
+  const open = new Set<string>();
+  for (const leader of leaders) {
+    const id = `${leader.queue}/${shardLabel(leader.shard)}`;
+    open.add(id);
+    if (leader.currentMode === "leading") notLeadingSince.delete(id);
+    else {
+      series.removeShard(leader.queue, shardLabel(leader.shard), metrics.documentBytes);
+      if (!notLeadingSince.has(id)) notLeadingSince.set(id, now);
+    }
+    if (now - (notLeadingSince.get(id) ?? now) < staleMs) {
+      current.add(id);
+      currentQueues.add(leader.queue);
+    }
+  }
+  for (const id of [...notLeadingSince.keys()]) if (!open.has(id)) notLeadingSince.delete(id);
   for (const queue of series.queues()) {
-    if (!openQueues.has(queue)) {
+    if (!currentQueues.has(queue)) {
       series.removeQueue(queue);
       continue;
     }
     for (const shard of series.shards(queue))
-      if (!open.has(`${queue}/${shard}`)) series.removeShard(queue, shard);
+      if (!current.has(`${queue}/${shard}`)) series.removeShard(queue, shard);
   }
-  for (const leader of leaders)
-    if (leader.currentMode !== "leading")
-      series.removeShard(leader.queue, shardLabel(leader.shard), metrics.documentBytes);
 }
 
 /** Resolves with the value, or undefined when it fails or takes longer than `ms`. */

@@ -182,6 +182,68 @@ describe("createBrokerRefresher", () => {
     expect(await value(metrics, "casq_queue_depth")).toBeUndefined();
   });
 
+  it("removes a shard's series: document size when it stops being led, the rest when stale or dropped", async () => {
+    const metrics = freshMetrics();
+    const observer = brokerMetricsObserver(metrics);
+    const shard = (queue: string, mode: string) => ({
+      queue,
+      shard: 0,
+      currentMode: mode,
+      brokerRecord: undefined,
+      pendingCount: 0,
+      read: <T>(): Promise<T> => Promise.reject(new Error("no stats here")),
+    });
+    const commit = (queue: string) =>
+      observer.onCommit?.({
+        queue,
+        shard: 0,
+        epoch: 1,
+        operations: 1,
+        opsByKind: { enqueue: 1 },
+        casAttempts: 1,
+        outcome: "ok",
+        documentBytes: 100,
+        durationMs: 1,
+      });
+    let open = [shard("moved", "leading"), shard("deleted", "leading")];
+    let now = 1_000;
+    metrics.setRefresher(
+      createBrokerRefresher(metrics, {
+        broker: { openShards: () => open },
+        now: () => now,
+        staleSeriesMs: 60_000,
+      }),
+    );
+    commit("moved");
+    commit("deleted");
+    await metrics.scrape();
+    expect(await value(metrics, "casq_document_bytes", { queue: "moved" })).toBe(100);
+
+    // Another broker took "moved"; "deleted" was deleted through this broker (its leader dropped).
+    open = [shard("moved", "following")];
+    await metrics.scrape();
+    expect(await value(metrics, "casq_document_bytes", { queue: "moved" })).toBeUndefined();
+    expect(await value(metrics, "casq_commits_total", { queue: "moved" })).toBe(1);
+    expect(await value(metrics, "casq_operations_total", { queue: "moved" })).toBe(1);
+    for (const name of ["casq_document_bytes", "casq_commits_total", "casq_operations_total"])
+      expect(await value(metrics, name, { queue: "deleted" }), name).toBeUndefined();
+
+    now += 59_999;
+    await metrics.scrape();
+    expect(await value(metrics, "casq_commits_total", { queue: "moved" })).toBe(1);
+    now += 1;
+    await metrics.scrape();
+    expect(await value(metrics, "casq_commits_total", { queue: "moved" })).toBeUndefined();
+    expect(await value(metrics, "casq_operations_total", { queue: "moved" })).toBeUndefined();
+    expect(await value(metrics, "casq_commit_duration_seconds", { queue: "moved" })).toBeUndefined();
+
+    // Led again: its series come back from zero.
+    open = [shard("moved", "leading")];
+    commit("moved");
+    await metrics.scrape();
+    expect(await value(metrics, "casq_commits_total", { queue: "moved" })).toBe(1);
+  });
+
   it("counts scrapes whose refresh ran out of time", async () => {
     const metrics = freshMetrics();
     metrics.setRefresher(() => new Promise(() => {}));
