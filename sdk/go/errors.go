@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	casqv1 "github.com/casq/casq/sdk/go/gen/casq/v1"
 	"google.golang.org/grpc/codes"
@@ -162,6 +163,30 @@ func (e *BatchSplitError) Error() string {
 
 // Unwrap exposes the part's *Error to errors.As and Code.
 func (e *BatchSplitError) Unwrap() error { return e.Err }
+
+// StreamTimeoutError is reported to a worker's error handler (and logged)
+// when a broker left a request on a Work stream (an ack, nack or heartbeat)
+// unanswered for the client's Options.Timeout. The broker is taken for hung:
+// a stopped process keeps its connections open, so the stream would not
+// break before TCP gave up, while the leases of its jobs ran out. The worker
+// ends the stream, sends what was unanswered by unary calls (which move on
+// to the next broker) and opens the stream again elsewhere. Its code is
+// UNAVAILABLE.
+type StreamTimeoutError struct {
+	// Broker is the address of the broker that did not answer.
+	Broker string
+	// Timeout is how long the oldest request waited.
+	Timeout time.Duration
+}
+
+func (e *StreamTimeoutError) Error() string {
+	return fmt.Sprintf("casq: broker %s left a Work stream request unanswered for %s (hung?): stream ended, going elsewhere", e.Broker, e.Timeout)
+}
+
+// GRPCStatus gives the error the code UNAVAILABLE for Code and status.Code.
+func (e *StreamTimeoutError) GRPCStatus() *status.Status {
+	return status.New(codes.Unavailable, e.Error())
+}
 
 // ErrDeadLetter, returned (or wrapped) by a handler, dead-letters the job at
 // once instead of retrying it.

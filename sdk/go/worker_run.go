@@ -60,6 +60,9 @@ type pendingReq struct {
 	kind     reqKind
 	receipts []string
 	nack     *casqv1.WorkNack
+	// sent is when it went on the stream: unanswered for Options.Timeout, it
+	// marks the stream as hung (see hungSessions).
+	sent time.Time
 }
 
 // session is one Work stream to one broker. A run keeps at most one session
@@ -215,7 +218,10 @@ func (r *run) loop() error {
 	var abandonAfter *time.Timer
 	var stopLookups context.CancelFunc
 	r.lookupCtx, stopLookups = context.WithCancel(context.WithoutCancel(r.ctx))
+	// Stream requests are checked for a late answer a few times per Timeout.
+	watchdog := time.NewTicker(min(max(r.c.opts.Timeout/4, 50*time.Millisecond), time.Second))
 	defer func() {
+		watchdog.Stop()
 		if abandonAfter != nil {
 			abandonAfter.Stop()
 		}
@@ -369,6 +375,26 @@ func (r *run) loop() error {
 				}
 				retry(e, draining)
 			}
+		case now := <-watchdog.C:
+			for _, s := range r.hungSessions(now) {
+				// Given up like a broken stream; the unary resends and the
+				// reconnect start at the next broker.
+				err := &StreamTimeoutError{Broker: s.addr, Timeout: r.c.opts.Timeout}
+				r.report(err, nil)
+				if r.c.current() == s.addr {
+					r.c.next(s.addr)
+				}
+				r.dropSession(s)
+				switch {
+				case stopping:
+				case !s.primary:
+					r.secondaryLost(s.addr, toError(err, nil), nil)
+				default:
+					addr = r.c.current()
+					reconnect.Reset(r.c.backoff(failures))
+					failures++
+				}
+			}
 		case <-reconcileC:
 			r.reconcileStreams()
 		case res := <-r.looked:
@@ -403,6 +429,24 @@ func (r *run) quiet() bool {
 		}
 	}
 	return true
+}
+
+// hungSessions returns the open sessions with a request unanswered for
+// longer than Options.Timeout. (The handshake has a deadline of its own.)
+func (r *run) hungSessions(now time.Time) []*session {
+	var out []*session
+	for _, s := range r.sessions {
+		if !s.open || s.gone {
+			continue
+		}
+		for _, p := range s.pending {
+			if now.Sub(p.sent) > r.c.opts.Timeout {
+				out = append(out, s)
+				break
+			}
+		}
+	}
+	return out
 }
 
 // event handles one message of session s.

@@ -325,6 +325,7 @@ func (r *run) send(s *session, req *casqv1.WorkRequest, p *pendingReq) {
 	if p != nil {
 		r.nextID++
 		req.RequestId = r.nextID
+		p.sent = time.Now()
 		s.pending[req.RequestId] = *p
 	}
 	if err := s.stream.Send(req); err != nil {
