@@ -106,7 +106,10 @@ func WithLogger(l *slog.Logger) WorkerOption {
 // shutdown timeout for running handlers and settles them, and returns nil.
 // Handlers still running then are cancelled and never acked. Run returns an
 // *Error early only for failures retrying cannot fix (NOT_FOUND,
-// INVALID_ARGUMENT, PERMISSION_DENIED, UNAUTHENTICATED, FAILED_PRECONDITION).
+// INVALID_ARGUMENT, PERMISSION_DENIED, UNAUTHENTICATED, FAILED_PRECONDITION);
+// handlers still running then have their context cancelled, and Run waits
+// up to the shutdown timeout for them to return before it does (their jobs
+// are not settled: their leases run out).
 //
 // A Work stream delivers jobs only from the shards its broker leads, so Run
 // keeps one stream per shard leader: the primary stream, to the preferred

@@ -231,6 +231,7 @@ func (r *run) loop() error {
 		stopLookups()
 		close(r.quit)
 		r.closeAll()
+		r.stopHandlers()
 		r.unary.Wait()
 	}()
 	stopC := r.ctx.Done()
@@ -416,6 +417,41 @@ func (r *run) loop() error {
 		}
 		if !stopping {
 			r.startWaiting()
+		}
+	}
+}
+
+// stopHandlers cancels the handlers still running as Run returns early (a
+// fatal error; a graceful stop has none left) and waits for them to return,
+// at most the shutdown timeout. Their jobs are not settled (the broker
+// refused the stream for good): their leases run out.
+func (r *run) stopHandlers() {
+	running := 0
+	for _, h := range r.jobs {
+		if h.started {
+			h.cancel()
+			running++
+		}
+	}
+	if running == 0 {
+		return
+	}
+	t := time.NewTimer(r.cfg.shutdownTimeout)
+	defer t.Stop()
+	for running > 0 {
+		select {
+		case res := <-r.done:
+			if _, ok := r.jobs[res.receipt]; ok {
+				delete(r.jobs, res.receipt)
+				running--
+			}
+		case <-t.C:
+			for _, h := range r.jobs {
+				if h.started {
+					r.report(errors.New("casq: handler still running as Run returned; job abandoned without ack"), h.job)
+				}
+			}
+			return
 		}
 	}
 }

@@ -557,7 +557,7 @@ export class ShardLeader {
       return this.refuse(
         new CasqError(
           "data_loss",
-          `shard document ${this.key} cannot be read and will not be overwritten: ${error instanceof Error ? error.message : String(error)}. Inspect it with \`casq inspect\`, restore it from a backup, or move it away.`,
+          `shard document ${this.key} cannot be read and will not be overwritten: ${error instanceof Error ? error.message : String(error)}. Inspect it with \`casq inspect ${this.queue} --shard ${this.shard}\`, restore it from a backup, or replace it with \`casq repair ${this.queue} --shard ${this.shard}\` (which keeps a copy).`,
           { queue: this.queue, shard: this.shard },
           { cause: error },
         ),

@@ -170,7 +170,7 @@ export class ShardState {
     if (expected !== undefined && (doc.queue !== expected.queue || doc.shard !== expected.shard)) {
       throw new CasqError(
         "data_loss",
-        `shard document stored as queue ${expected.queue} shard ${expected.shard} says it is queue ${doc.queue} shard ${doc.shard} (copied or moved to the wrong key?); refusing to load or overwrite it — put the right document back, or move it aside`,
+        `shard document stored as queue ${expected.queue} shard ${expected.shard} says it is queue ${doc.queue} shard ${doc.shard} (copied or moved to the wrong key?); refusing to load or overwrite it — put the right document back, or replace it with \`casq repair ${expected.queue} --shard ${expected.shard}\``,
         { queue: expected.queue, shard: expected.shard },
       );
     }
