@@ -14,7 +14,8 @@
  *    on open connections get UNAVAILABLE "broker shutting down";
  * 2. Work streams are drained: no more jobs, `draining` sent, the worker's
  *    acks/nacks/heartbeats still answered for a grace period, then the stream
- *    ends with UNAVAILABLE "broker shutting down";
+ *    ends with UNAVAILABLE "broker shutting down" (a stream whose worker does
+ *    not read is reset, and the jobs it holds are released: work-stream.ts);
  * 3. calls in flight finish (their commits land);
  * 4. the broker stops with `release`: buffered operations are committed and
  *    every shard lease is handed back, so another broker takes over at once;
@@ -31,7 +32,7 @@ import { hostname } from "node:os";
 import { AdminService, file_casq_v1_admin_service } from "@casq/sdk/gen/casq/v1/admin_service_pb.ts";
 import { file_casq_v1_errors } from "@casq/sdk/gen/casq/v1/errors_pb.ts";
 import { file_casq_v1_queue_service, QueueService } from "@casq/sdk/gen/casq/v1/queue_service_pb.ts";
-import { Code, ConnectError, createContextValues, type Interceptor } from "@connectrpc/connect";
+import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { trace as otelTrace, type TracerProvider } from "@opentelemetry/api";
 import { type Logger, pino } from "pino";
@@ -64,6 +65,7 @@ import { createHealthService, HealthMonitor } from "./health-service.ts";
 import { loggingShardObserver } from "./lifecycle-log.ts";
 import {
   type ConnectionTimeouts,
+  callContextValues,
   type DualHandler,
   formatAddress,
   type RunningListener,
@@ -326,8 +328,9 @@ export async function startCasqServer(options: CasqServerOptions): Promise<Runni
         router.handlers[i] = withMalformedRequestStatus(h, malformed);
       });
     },
-    // A fresh set per request, shared by the handler and its wrapper (see malformed-requests.ts).
-    contextValues: () => createContextValues(),
+    // A fresh set per request, shared by the handler and its wrapper (see malformed-requests.ts),
+    // with the means to reset the call's stream (see listener.ts).
+    contextValues: (req) => callContextValues(req),
     interceptors,
     shutdownSignal: shutdown.signal,
     readMaxBytes: options.maxRequestBytes ?? 64 * 1024 * 1024,

@@ -35,6 +35,7 @@ import { readFile } from "node:fs/promises";
 import http, { type IncomingMessage, type ServerResponse } from "node:http";
 import http2, { type Http2ServerRequest, type Http2ServerResponse, type Http2Session } from "node:http2";
 import net from "node:net";
+import { type ContextValues, createContextKey, createContextValues } from "@connectrpc/connect";
 import type { Logger } from "pino";
 
 /** TLS files of a server. */
@@ -93,6 +94,34 @@ export interface RunningListener {
   stopAccepting(): Promise<void>;
   /** Ends every open connection (see the module header). */
   closeConnections(options: { graceful: boolean; timeoutMs: number }): Promise<void>;
+}
+
+/**
+ * Context value of every call (see {@link callContextValues}): resets the
+ * call's HTTP/2 stream with CANCEL (HTTP/1.1: closes the connection). For a
+ * response stream whose client stopped reading: it cannot end otherwise,
+ * since its last messages wait for flow-control credit that never comes.
+ */
+export const RESET_CALL = createContextKey<(() => void) | undefined>(undefined, {
+  description: "casq: reset the call's transport stream",
+});
+
+/** The context values of one call: a fresh set holding its {@link RESET_CALL}. */
+export function callContextValues(req: IncomingMessage | Http2ServerRequest): ContextValues {
+  const values = createContextValues();
+  values.set(RESET_CALL, () => {
+    if (!("stream" in req)) {
+      req.socket.destroy();
+      return;
+    }
+    if (req.stream.closed) return;
+    req.stream.close(http2.constants.NGHTTP2_CANCEL);
+    // A write that waits for flow-control credit gets neither 'drain' nor 'error' when its stream
+    // is reset, and @connectrpc/connect-node waits for one of them forever. 'drain' lets it go
+    // on: its next write fails, and the call's response stream is ended.
+    req.stream.emit("drain");
+  });
+  return values;
 }
 
 /** The HTTP/2 connection preface every prior-knowledge h2c client sends first. */
