@@ -188,6 +188,39 @@ func (e *StreamTimeoutError) GRPCStatus() *status.Status {
 	return status.New(codes.Unavailable, e.Error())
 }
 
+// LeaseLostError is reported to a worker's error handler (and logged), with
+// the job, when the worker learns that it no longer holds the job's lease.
+// Op says how: "ack" or "nack" (answered LEASE_LOST: the message was
+// delivered again or dead-lettered meanwhile, and the settle changed
+// nothing; the job's outcome counts only through that later delivery), or
+// "heartbeat" (a heartbeat answered LOST or NOT_FOUND, or the broker's
+// leases_lost event: the handler's context is cancelled). Its code is
+// ABORTED.
+type LeaseLostError struct {
+	// Op is "ack", "nack" or "heartbeat".
+	Op string
+	// JobID, Queue, Attempt and Receipt name the delivery.
+	JobID   string
+	Queue   string
+	Attempt uint32
+	Receipt string
+	// Reason is what the worker was told.
+	Reason string
+}
+
+func (e *LeaseLostError) Error() string {
+	if e.Op == "heartbeat" {
+		return "casq: lease lost: " + e.Reason
+	}
+	if e.JobID == "" {
+		return fmt.Sprintf("casq: lease lost: %s of receipt %s (queue %s) changed nothing: %s", e.Op, e.Receipt, e.Queue, e.Reason)
+	}
+	return fmt.Sprintf("casq: lease lost: %s of job %s (queue %s, attempt %d) changed nothing: %s", e.Op, e.JobID, e.Queue, e.Attempt, e.Reason)
+}
+
+// GRPCStatus gives the error the code ABORTED for Code and status.Code.
+func (e *LeaseLostError) GRPCStatus() *status.Status { return status.New(codes.Aborted, e.Error()) }
+
 // ErrDeadLetter, returned (or wrapped) by a handler, dead-letters the job at
 // once instead of retrying it.
 var ErrDeadLetter = errors.New("casq: dead letter")

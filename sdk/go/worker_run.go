@@ -60,6 +60,9 @@ type pendingReq struct {
 	kind     reqKind
 	receipts []string
 	nack     *casqv1.WorkNack
+	// jobs are the jobs of receipts (same order), for the reports of what
+	// the broker answered; nil where unknown.
+	jobs []*Job
 	// sent is when it went on the stream: unanswered for Options.Timeout, it
 	// marks the stream as hung (see hungSessions).
 	sent time.Time
@@ -351,7 +354,7 @@ func (r *run) loop() error {
 				// leased to this worker: give it back rather than let its
 				// lease run out.
 				if job := m.ev.GetJob(); job != nil {
-					r.unarySettle(giveBack([]string{job.GetReceipt()}))
+					r.unarySettle(giveBack(toJob(job)))
 				}
 			case m.ev != nil:
 				r.event(s, m.ev, stopping)
@@ -491,7 +494,7 @@ func (r *run) event(s *session, ev *casqv1.WorkResponse, stopping bool) {
 	case *casqv1.WorkResponse_Job:
 		job := toJob(e.Job)
 		if stopping {
-			r.settle(s, giveBack([]string{job.Receipt}))
+			r.settle(s, giveBack(job))
 			return
 		}
 		r.jobs[job.Receipt] = &held{job: job, from: s, owner: s}
@@ -499,8 +502,10 @@ func (r *run) event(s *session, ev *casqv1.WorkResponse, stopping bool) {
 	case *casqv1.WorkResponse_LeasesLost:
 		r.leasesLost(e.LeasesLost.GetReceipts(), e.LeasesLost.GetReason())
 	case *casqv1.WorkResponse_Acked, *casqv1.WorkResponse_Nacked, *casqv1.WorkResponse_Heartbeated:
+		if p, ok := s.pending[ev.GetRequestId()]; ok && p.kind != reqHeartbeat {
+			r.checkSettled(p, ev.GetAcked().GetResults(), ev.GetNacked().GetResults())
+		}
 		delete(s.pending, ev.GetRequestId())
-		r.reportAcks(ev.GetAcked().GetResults())
 		var lost []string
 		for _, x := range ev.GetHeartbeated().GetResults() {
 			if x.GetOutcome() == casqv1.HeartbeatOutcome_HEARTBEAT_OUTCOME_LOST {
@@ -515,7 +520,7 @@ func (r *run) event(s *session, ev *casqv1.WorkResponse, stopping bool) {
 		if ok && (err.LeaderAddress != "" || err.Code == codes.Unavailable) {
 			r.unarySettle(p)
 		} else {
-			r.report(err, nil)
+			r.reportFailed(p, err)
 		}
 	case *casqv1.WorkResponse_Draining:
 		s.draining = true
@@ -540,7 +545,7 @@ func (r *run) leasesLost(receipts []string, reason string) {
 		if h.cancel != nil {
 			h.cancel()
 		}
-		r.report(fmt.Errorf("casq: lease lost: %s", reason), h.job)
+		r.report(&LeaseLostError{Op: "heartbeat", JobID: h.job.ID, Queue: r.queue, Attempt: h.job.Attempt, Receipt: receipt, Reason: reason}, h.job)
 	}
 }
 
@@ -615,14 +620,14 @@ func (r *run) finished(res result, stopping bool) {
 	h.cancel()
 	delete(r.jobs, res.receipt)
 	if res.err == nil {
-		r.settle(h.from, pendingReq{kind: reqAck, receipts: []string{res.receipt}})
+		r.settle(h.from, pendingReq{kind: reqAck, receipts: []string{res.receipt}, jobs: []*Job{h.job}})
 	} else {
 		if !h.lost || !errors.Is(res.err, context.Canceled) {
 			// (A handler that stopped because its lease was lost: that
 			// loss was reported.)
 			r.handlerFailed(res.err, h.job)
 		}
-		r.settle(h.from, pendingReq{kind: reqNack, receipts: []string{res.receipt}, nack: &casqv1.WorkNack{
+		r.settle(h.from, pendingReq{kind: reqNack, receipts: []string{res.receipt}, jobs: []*Job{h.job}, nack: &casqv1.WorkNack{
 			DeadLetter: errors.Is(res.err, ErrDeadLetter), Reason: reason(res.err)}})
 	}
 	if !stopping {
@@ -633,19 +638,19 @@ func (r *run) finished(res result, stopping bool) {
 // handBack nacks the jobs that arrived but had not started, each on the
 // stream it came from.
 func (r *run) handBack() {
-	bySession := map[*session][]string{}
+	bySession := map[*session][]*Job{}
 	for _, receipt := range r.waiting {
 		if h, ok := r.jobs[receipt]; ok && !h.started {
-			bySession[h.from] = append(bySession[h.from], receipt)
+			bySession[h.from] = append(bySession[h.from], h.job)
 			delete(r.jobs, receipt)
 		}
 	}
 	r.waiting = nil
-	for s, receipts := range bySession {
-		for len(receipts) > 0 {
-			n := min(len(receipts), 100)
-			r.settle(s, giveBack(receipts[:n]))
-			receipts = receipts[n:]
+	for s, jobs := range bySession {
+		for len(jobs) > 0 {
+			n := min(len(jobs), 100)
+			r.settle(s, giveBack(jobs[:n]...))
+			jobs = jobs[n:]
 		}
 	}
 }

@@ -293,7 +293,7 @@ func (r *run) finishAll() {
 		case m := <-r.inbox:
 			if job := m.ev.GetJob(); job != nil {
 				// Not expected after a half-close: give it back.
-				r.unarySettle(giveBack([]string{job.GetReceipt()}))
+				r.unarySettle(giveBack(toJob(job)))
 			}
 			if m.s.gone || m.ev != nil {
 				continue
@@ -308,9 +308,13 @@ func (r *run) finishAll() {
 	}
 }
 
-func giveBack(receipts []string) pendingReq {
+func giveBack(jobs ...*Job) pendingReq {
+	receipts := make([]string, len(jobs))
+	for i, j := range jobs {
+		receipts[i] = j.Receipt
+	}
 	// A release: claimable again at once, and the delivery does not count as an attempt.
-	return pendingReq{kind: reqNack, receipts: receipts, nack: &casqv1.WorkNack{Release: true, Reason: "worker stopping"}}
+	return pendingReq{kind: reqNack, receipts: receipts, jobs: jobs, nack: &casqv1.WorkNack{Release: true, Reason: "worker stopping"}}
 }
 
 // send sends req on s, or (p given) re-sends it as a unary call when s can
@@ -370,27 +374,87 @@ func (r *run) unarySettle(p pendingReq) {
 		defer r.unary.Done()
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), 30*time.Second)
 		defer cancel()
-		var results []*casqv1.AckResult
+		var acks []*casqv1.AckResult
+		var nacks []*casqv1.NackResult
 		err := r.c.call(ctx, func(ctx context.Context, qs casqv1.QueueServiceClient, _ casqv1.AdminServiceClient, o ...grpc.CallOption) error {
 			if p.kind == reqAck {
 				res, err := qs.Ack(ctx, &casqv1.AckRequest{Queue: r.queue, Subscription: r.cfg.subscription, Receipts: p.receipts}, o...)
-				results = res.GetResults()
+				acks = res.GetResults()
 				return err
 			}
-			_, err := qs.Nack(ctx, &casqv1.NackRequest{Queue: r.queue, Subscription: r.cfg.subscription, Receipts: p.receipts,
+			res, err := qs.Nack(ctx, &casqv1.NackRequest{Queue: r.queue, Subscription: r.cfg.subscription, Receipts: p.receipts,
 				Delay: p.nack.GetDelay(), DeadLetter: p.nack.GetDeadLetter(), Reason: p.nack.GetReason(), Release: p.nack.GetRelease()}, o...)
+			nacks = res.GetResults()
 			return err
 		})
-		r.report(err, nil)
-		r.reportAcks(results)
+		if err != nil {
+			r.reportFailed(p, err)
+			return
+		}
+		r.checkSettled(p, acks, nacks)
 	}()
 }
 
-// reportAcks reports the acks whose delivery was no longer the current one.
-func (r *run) reportAcks(results []*casqv1.AckResult) {
-	for _, a := range results {
-		if a.GetOutcome() == casqv1.AckOutcome_ACK_OUTCOME_LEASE_LOST {
-			r.report(fmt.Errorf("casq: ack of %s: lease lost (the message was delivered again or dead-lettered)", a.GetReceipt()), nil)
+// reportFailed reports an ack or nack that failed as a whole, once per job
+// it carried (once with no job when none is known): not settled, the jobs'
+// leases run out and they are delivered again.
+func (r *run) reportFailed(p pendingReq, err error) {
+	reported := false
+	for _, j := range p.jobs {
+		if j != nil {
+			r.report(err, j)
+			reported = true
+		}
+	}
+	if !reported {
+		r.report(err, nil)
+	}
+}
+
+// checkSettled reports each receipt of an ack or nack that did not do what
+// the worker asked: a *LeaseLostError for LEASE_LOST, an UNKNOWN *Error for
+// a receipt the broker gave no known outcome for. ALREADY_ACKED (an ack
+// retried after a lost answer) is a success.
+func (r *run) checkSettled(p pendingReq, acks []*casqv1.AckResult, nacks []*casqv1.NackResult) {
+	op := "ack"
+	if p.kind == reqNack {
+		op = "nack"
+	}
+	type outcome struct{ ok, lost bool }
+	got := map[string]outcome{}
+	for _, a := range acks {
+		o := a.GetOutcome()
+		got[a.GetReceipt()] = outcome{
+			ok:   o == casqv1.AckOutcome_ACK_OUTCOME_ACKED || o == casqv1.AckOutcome_ACK_OUTCOME_ALREADY_ACKED,
+			lost: o == casqv1.AckOutcome_ACK_OUTCOME_LEASE_LOST,
+		}
+	}
+	for _, n := range nacks {
+		o := n.GetOutcome()
+		got[n.GetReceipt()] = outcome{
+			ok:   o == casqv1.NackOutcome_NACK_OUTCOME_RETRY_SCHEDULED || o == casqv1.NackOutcome_NACK_OUTCOME_DEAD_LETTERED,
+			lost: o == casqv1.NackOutcome_NACK_OUTCOME_LEASE_LOST,
+		}
+	}
+	for i, receipt := range p.receipts {
+		var job *Job
+		if i < len(p.jobs) {
+			job = p.jobs[i]
+		}
+		o, found := got[receipt]
+		switch {
+		case o.ok:
+		case o.lost:
+			e := &LeaseLostError{Op: op, Queue: r.queue, Receipt: receipt,
+				Reason: "its lease was lost (the message was delivered again or dead-lettered meanwhile)"}
+			if job != nil {
+				e.JobID, e.Attempt = job.ID, job.Attempt
+			}
+			r.report(e, job)
+		case found:
+			r.report(&Error{Code: codes.Unknown, Message: fmt.Sprintf("%s of receipt %s got an unknown outcome", op, receipt)}, job)
+		default:
+			r.report(&Error{Code: codes.Unknown, Message: fmt.Sprintf("%s of receipt %s got no outcome", op, receipt)}, job)
 		}
 	}
 }
