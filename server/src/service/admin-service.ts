@@ -50,6 +50,7 @@ import {
 } from "./conversions.ts";
 import type { ServiceContext } from "./service-context.ts";
 import { readShard } from "./shard-reader.ts";
+import { repairShard } from "./shard-repair.ts";
 import { checkPageSize, checkQueueName, checkSubscriptionName } from "./validation.ts";
 
 /** Largest chunk of a GetDocument stream. */
@@ -251,6 +252,8 @@ export function createAdminService(ctx: ServiceContext): ServiceImpl<typeof Admi
         deadLettersPurged: BigInt(purged.reduce((n, r) => n + r.deadLettersPurged, 0)),
       };
     },
+
+    repairShard: (req) => repairShard(ctx, req),
 
     async listDeadLetters(req) {
       const queue = checkQueueName(req.queue);

@@ -99,7 +99,7 @@ Examples:
       if (problems.length > 0) {
         throw new CliError(
           ExitCode.serverError,
-          `cannot read the manifest of ${problems.map((p) => p.queue).join(", ")} (left untouched; see "Repairing a refused shard or queue" in docs/operations.md); the other queues are shown`,
+          `cannot read the manifest of ${problems.map((p) => p.queue).join(", ")} (left untouched; see "Repairing refused shards" in docs/operations.md); the other queues are shown`,
         );
       }
     } finally {

@@ -1005,6 +1005,100 @@ class RedriveDeadLettersResponse(_message.Message):
 Global___RedriveDeadLettersResponse: _TypeAlias = RedriveDeadLettersResponse  # noqa: Y015
 
 @_typing.final
+class RepairShardRequest(_message.Message):
+    """RepairShardRequest names the refused shard to repair."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    QUEUE_FIELD_NUMBER: _builtins.int
+    SHARD_FIELD_NUMBER: _builtins.int
+    EXPECTED_ETAG_FIELD_NUMBER: _builtins.int
+    NEXT_OFFSET_FIELD_NUMBER: _builtins.int
+    queue: _builtins.str
+    """Queue name."""
+    shard: _builtins.int
+    """Index of the shard (0-based)."""
+    expected_etag: _builtins.str
+    """When set, repair only if the stored document still has this etag (the
+    one the operator looked at, e.g. ShardStatus.etag); empty: whatever is
+    stored now.
+    """
+    next_offset: _builtins.int
+    """When set, the repaired shard's next_offset, if it is above the salvaged
+    one: use it when the refused bytes do not tell how far offsets went, so
+    that receipts of lost deliveries cannot match new messages.
+    """
+    def __init__(
+        self,
+        *,
+        queue: _builtins.str = ...,
+        shard: _builtins.int = ...,
+        expected_etag: _builtins.str = ...,
+        next_offset: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_next_offset", b"_next_offset", "next_offset", b"next_offset"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_next_offset", b"_next_offset", "expected_etag", b"expected_etag", "next_offset", b"next_offset", "queue", b"queue", "shard", b"shard"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__next_offset: _TypeAlias = _typing.Literal["next_offset"]  # noqa: Y015
+    _WhichOneofArgType__next_offset: _TypeAlias = _typing.Literal["_next_offset", b"_next_offset"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__next_offset) -> _WhichOneofReturnType__next_offset | None: ...
+
+Global___RepairShardRequest: _TypeAlias = RepairShardRequest  # noqa: Y015
+
+@_typing.final
+class RepairShardResponse(_message.Message):
+    """RepairShardResponse says what the repair did."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PROBLEM_FIELD_NUMBER: _builtins.int
+    BACKUP_KEY_FIELD_NUMBER: _builtins.int
+    ETAG_FIELD_NUMBER: _builtins.int
+    MESSAGES_SALVAGED_FIELD_NUMBER: _builtins.int
+    SUBSCRIPTIONS_FIELD_NUMBER: _builtins.int
+    NEXT_OFFSET_FIELD_NUMBER: _builtins.int
+    CONFIG_SOURCE_FIELD_NUMBER: _builtins.int
+    problem: _builtins.str
+    """Why the shard was refused (the DATA_LOSS message)."""
+    backup_key: _builtins.str
+    """Store key holding an exact copy of the refused bytes; empty when the
+    document was missing.
+    """
+    etag: _builtins.str
+    """Etag of the new shard document."""
+    messages_salvaged: _builtins.int
+    """Messages salvaged into the new document (pending for every
+    subscription).
+    """
+    next_offset: _builtins.int
+    """next_offset of the new document."""
+    config_source: _builtins.str
+    """Where the config came from: "document", "shard N" or "manifest"."""
+    @_builtins.property
+    def subscriptions(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Subscriptions of the new document, sorted."""
+
+    def __init__(
+        self,
+        *,
+        problem: _builtins.str = ...,
+        backup_key: _builtins.str = ...,
+        etag: _builtins.str = ...,
+        messages_salvaged: _builtins.int = ...,
+        subscriptions: _abc.Iterable[_builtins.str] | None = ...,
+        next_offset: _builtins.int = ...,
+        config_source: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["backup_key", b"backup_key", "config_source", b"config_source", "etag", b"etag", "messages_salvaged", b"messages_salvaged", "next_offset", b"next_offset", "problem", b"problem", "subscriptions", b"subscriptions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RepairShardResponse: _TypeAlias = RepairShardResponse  # noqa: Y015
+
+@_typing.final
 class GetDocumentRequest(_message.Message):
     """GetDocumentRequest names one shard document."""
 

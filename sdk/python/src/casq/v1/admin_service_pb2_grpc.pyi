@@ -156,6 +156,27 @@ class AdminServiceStub:
     queue name); UNAVAILABLE (store unavailable); DEADLINE_EXCEEDED,
     CANCELLED.
     """
+    RepairShard: _grpc.UnaryUnaryMultiCallable[_admin_service_pb2.RepairShardRequest, _admin_service_pb2.RepairShardResponse]
+    """RepairShard replaces a shard document the brokers refuse (DATA_LOSS: it
+    does not parse, names another queue or shard, or is missing although the
+    queue was created with it) with a fresh one, salvaging what it can: the
+    config and subscriptions (from the refused bytes, else from the queue's
+    other shards, else the queue's manifest), next_offset (so offsets are not
+    reused) and the messages, when the bytes are JSON and they pass the
+    strict checks. Salvaged messages are pending again for every
+    subscription: their acks, leases and dead letters are lost, so they are
+    delivered again (at-least-once). The refused bytes are first copied,
+    exactly, to a backup key under `repairs/` that casq never deletes. The
+    new document is written only if the stored one is still the refused
+    version (a CAS), and this broker reloads the shard at once; other
+    brokers read the new document on their next request for it.
+
+    Errors: FAILED_PRECONDITION (the shard is readable: nothing to repair; or
+    it changed since expected_etag); INVALID_ARGUMENT (bad queue name, shard
+    out of range); NOT_FOUND (no such queue); DATA_LOSS (the queue's manifest
+    itself cannot be read); UNAVAILABLE (store unavailable, or the document
+    changed during the repair: retry).
+    """
 
 @_typing.type_check_only
 class AdminServiceAsyncStub(AdminServiceStub):
@@ -282,6 +303,27 @@ class AdminServiceAsyncStub(AdminServiceStub):
     Errors: NOT_FOUND (no such queue or shard document); INVALID_ARGUMENT (bad
     queue name); UNAVAILABLE (store unavailable); DEADLINE_EXCEEDED,
     CANCELLED.
+    """
+    RepairShard: _aio.UnaryUnaryMultiCallable[_admin_service_pb2.RepairShardRequest, _admin_service_pb2.RepairShardResponse]  # type: ignore[assignment]
+    """RepairShard replaces a shard document the brokers refuse (DATA_LOSS: it
+    does not parse, names another queue or shard, or is missing although the
+    queue was created with it) with a fresh one, salvaging what it can: the
+    config and subscriptions (from the refused bytes, else from the queue's
+    other shards, else the queue's manifest), next_offset (so offsets are not
+    reused) and the messages, when the bytes are JSON and they pass the
+    strict checks. Salvaged messages are pending again for every
+    subscription: their acks, leases and dead letters are lost, so they are
+    delivered again (at-least-once). The refused bytes are first copied,
+    exactly, to a backup key under `repairs/` that casq never deletes. The
+    new document is written only if the stored one is still the refused
+    version (a CAS), and this broker reloads the shard at once; other
+    brokers read the new document on their next request for it.
+
+    Errors: FAILED_PRECONDITION (the shard is readable: nothing to repair; or
+    it changed since expected_etag); INVALID_ARGUMENT (bad queue name, shard
+    out of range); NOT_FOUND (no such queue); DATA_LOSS (the queue's manifest
+    itself cannot be read); UNAVAILABLE (store unavailable, or the document
+    changed during the repair: retry).
     """
 
 class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -472,6 +514,33 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         Errors: NOT_FOUND (no such queue or shard document); INVALID_ARGUMENT (bad
         queue name); UNAVAILABLE (store unavailable); DEADLINE_EXCEEDED,
         CANCELLED.
+        """
+
+    @_abc_1.abstractmethod
+    def RepairShard(
+        self,
+        request: _admin_service_pb2.RepairShardRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_service_pb2.RepairShardResponse, _abc.Awaitable[_admin_service_pb2.RepairShardResponse]]:
+        """RepairShard replaces a shard document the brokers refuse (DATA_LOSS: it
+        does not parse, names another queue or shard, or is missing although the
+        queue was created with it) with a fresh one, salvaging what it can: the
+        config and subscriptions (from the refused bytes, else from the queue's
+        other shards, else the queue's manifest), next_offset (so offsets are not
+        reused) and the messages, when the bytes are JSON and they pass the
+        strict checks. Salvaged messages are pending again for every
+        subscription: their acks, leases and dead letters are lost, so they are
+        delivered again (at-least-once). The refused bytes are first copied,
+        exactly, to a backup key under `repairs/` that casq never deletes. The
+        new document is written only if the stored one is still the refused
+        version (a CAS), and this broker reloads the shard at once; other
+        brokers read the new document on their next request for it.
+
+        Errors: FAILED_PRECONDITION (the shard is readable: nothing to repair; or
+        it changed since expected_etag); INVALID_ARGUMENT (bad queue name, shard
+        out of range); NOT_FOUND (no such queue); DATA_LOSS (the queue's manifest
+        itself cannot be read); UNAVAILABLE (store unavailable, or the document
+        changed during the repair: retry).
         """
 
 def add_AdminServiceServicer_to_server(servicer: AdminServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -21,7 +21,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file casq/v1/admin_service.proto.
  */
 export const file_casq_v1_admin_service: GenFile = /*@__PURE__*/
-  fileDesc("ChtjYXNxL3YxL2FkbWluX3NlcnZpY2UucHJvdG8SB2Nhc3EudjEiOgoRTGlzdFF1ZXVlc1JlcXVlc3QSEQoJcGFnZV9zaXplGAEgASgNEhIKCnBhZ2VfdG9rZW4YAiABKAkiVAoSTGlzdFF1ZXVlc1Jlc3BvbnNlEiUKBnF1ZXVlcxgBIAMoCzIVLmNhc3EudjEuUXVldWVTdW1tYXJ5EhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSJCCgxRdWV1ZVN1bW1hcnkSDAoEbmFtZRgBIAEoCRITCgtzaGFyZF9jb3VudBgCIAEoDRIPCgdwcm9ibGVtGAMgASgJIiAKD0dldFF1ZXVlUmVxdWVzdBINCgVxdWV1ZRgBIAEoCSKLAgoQR2V0UXVldWVSZXNwb25zZRINCgVxdWV1ZRgBIAEoCRITCgtzaGFyZF9jb3VudBgCIAEoDRIkCgZjb25maWcYAyABKAsyFC5jYXNxLnYxLlF1ZXVlQ29uZmlnEiMKBnRvdGFscxgEIAEoCzITLmNhc3EudjEuUXVldWVTdGF0cxIxCg1zdWJzY3JpcHRpb25zGAUgAygLMhouY2FzcS52MS5TdWJzY3JpcHRpb25TdGF0cxIkCgZzaGFyZHMYBiADKAsyFC5jYXNxLnYxLlNoYXJkU3RhdHVzEi8KC29ic2VydmVkX2F0GAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCLcAQoKUXVldWVTdGF0cxIQCghtZXNzYWdlcxgBIAEoBBIWCg5kb2N1bWVudF9ieXRlcxgCIAEoBBINCgVyZWFkeRgDIAEoBBIRCglpbl9mbGlnaHQYBCABKAQSDwoHZGVsYXllZBgFIAEoBBINCgVkZXB0aBgGIAEoBBIMCgRkZWFkGAcgASgEEjUKEm9sZGVzdF91bmFja2VkX2FnZRgIIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhILCgNsYWcYCSABKAQSEAoIZW5xdWV1ZWQYCiABKAQingIKEVN1YnNjcmlwdGlvblN0YXRzEhQKDHN1YnNjcmlwdGlvbhgBIAEoCRIuCgpjcmVhdGVkX2F0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBINCgVyZWFkeRgDIAEoBBIRCglpbl9mbGlnaHQYBCABKAQSDwoHZGVsYXllZBgFIAEoBBINCgVkZXB0aBgGIAEoBBIMCgRkZWFkGAcgASgEEjUKEm9sZGVzdF91bmFja2VkX2FnZRgIIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhILCgNsYWcYCSABKAQSLwoIY291bnRlcnMYCiABKAsyHS5jYXNxLnYxLlN1YnNjcmlwdGlvbkNvdW50ZXJzIq4BChRTdWJzY3JpcHRpb25Db3VudGVycxIQCghlbnF1ZXVlZBgBIAEoBBIRCglkZWxpdmVyZWQYAiABKAQSDQoFYWNrZWQYAyABKAQSEwoLcmVkZWxpdmVyZWQYBCABKAQSFQoNZGVhZF9sZXR0ZXJlZBgFIAEoBBIUCgxkZWFkX2V2aWN0ZWQYBiABKAQSDgoGcHVyZ2VkGAcgASgEEhAKCHJlZHJpdmVuGAggASgEIugBCgtTaGFyZFN0YXR1cxINCgVzaGFyZBgBIAEoDRIkCgZsZWFkZXIYAiABKAsyFC5jYXNxLnYxLlNoYXJkTGVhZGVyEhMKC3NlcnZlZF9oZXJlGAMgASgIEhYKDmRvY3VtZW50X2J5dGVzGAQgASgEEhMKC25leHRfb2Zmc2V0GAUgASgEEhAKCG1lc3NhZ2VzGAYgASgEEgwKBGV0YWcYByABKAkSMQoNc3Vic2NyaXB0aW9ucxgIIAMoCzIaLmNhc3EudjEuU3Vic2NyaXB0aW9uU3RhdHMSDwoHcHJvYmxlbRgJIAEoCSJeChJDcmVhdGVRdWV1ZVJlcXVlc3QSDQoFcXVldWUYASABKAkSEwoLc2hhcmRfY291bnQYAiABKA0SJAoGY29uZmlnGAMgASgLMhQuY2FzcS52MS5RdWV1ZUNvbmZpZyJfChNDcmVhdGVRdWV1ZVJlc3BvbnNlEg0KBXF1ZXVlGAEgASgJEhMKC3NoYXJkX2NvdW50GAIgASgNEiQKBmNvbmZpZxgDIAEoCzIULmNhc3EudjEuUXVldWVDb25maWciSQoSVXBkYXRlUXVldWVSZXF1ZXN0Eg0KBXF1ZXVlGAEgASgJEiQKBmNvbmZpZxgCIAEoCzIULmNhc3EudjEuUXVldWVDb25maWciWQoTVXBkYXRlUXVldWVSZXNwb25zZRIkCgZjb25maWcYASABKAsyFC5jYXNxLnYxLlF1ZXVlQ29uZmlnEhwKFGRlYWRfbGV0dGVyc19ldmljdGVkGAIgASgEIjIKEkRlbGV0ZVF1ZXVlUmVxdWVzdBINCgVxdWV1ZRgBIAEoCRINCgVmb3JjZRgCIAEoCCIVChNEZWxldGVRdWV1ZVJlc3BvbnNlImsKGUNyZWF0ZVN1YnNjcmlwdGlvblJlcXVlc3QSDQoFcXVldWUYASABKAkSFAoMc3Vic2NyaXB0aW9uGAIgASgJEikKBXN0YXJ0GAMgASgOMhouY2FzcS52MS5TdWJzY3JpcHRpb25TdGFydCJuChpDcmVhdGVTdWJzY3JpcHRpb25SZXNwb25zZRIUCgxzdWJzY3JpcHRpb24YASABKAkSKQoFc3RhcnQYAiABKA4yGi5jYXNxLnYxLlN1YnNjcmlwdGlvblN0YXJ0Eg8KB2JhY2tsb2cYAyABKAQiQAoZRGVsZXRlU3Vic2NyaXB0aW9uUmVxdWVzdBINCgVxdWV1ZRgBIAEoCRIUCgxzdWJzY3JpcHRpb24YAiABKAkibAoaRGVsZXRlU3Vic2NyaXB0aW9uUmVzcG9uc2USGAoQbWVzc2FnZXNfZHJvcHBlZBgBIAEoBBIWCg5sZWFzZXNfZHJvcHBlZBgCIAEoBBIcChRkZWFkX2xldHRlcnNfZHJvcHBlZBgDIAEoBCJpChFQdXJnZVF1ZXVlUmVxdWVzdBINCgVxdWV1ZRgBIAEoCRIUCgxzdWJzY3JpcHRpb24YAiABKAkSGQoRYWxsX3N1YnNjcmlwdGlvbnMYAyABKAgSFAoMZGVhZF9sZXR0ZXJzGAQgASgIImIKElB1cmdlUXVldWVSZXNwb25zZRIXCg9tZXNzYWdlc19wdXJnZWQYASABKAQSFgoObGVhc2VzX2Ryb3BwZWQYAiABKAQSGwoTZGVhZF9sZXR0ZXJzX3B1cmdlZBgDIAEoBCJkChZMaXN0RGVhZExldHRlcnNSZXF1ZXN0Eg0KBXF1ZXVlGAEgASgJEhQKDHN1YnNjcmlwdGlvbhgCIAEoCRIRCglwYWdlX3NpemUYAyABKA0SEgoKcGFnZV90b2tlbhgEIAEoCSJdChdMaXN0RGVhZExldHRlcnNSZXNwb25zZRIpCgxkZWFkX2xldHRlcnMYASADKAsyEy5jYXNxLnYxLkRlYWRMZXR0ZXISFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIpQBCgpEZWFkTGV0dGVyEiEKB21lc3NhZ2UYASABKAsyEC5jYXNxLnYxLk1lc3NhZ2USFAoMc3Vic2NyaXB0aW9uGAIgASgJEg4KBnJlYXNvbhgDIAEoCRIQCghhdHRlbXB0cxgEIAEoDRIrCgdkZWFkX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJpChlSZWRyaXZlRGVhZExldHRlcnNSZXF1ZXN0Eg0KBXF1ZXVlGAEgASgJEhQKDHN1YnNjcmlwdGlvbhgCIAEoCRILCgNhbGwYAyABKAgSCwoDaWRzGAQgAygJEg0KBWxpbWl0GAUgASgNIkMKGlJlZHJpdmVEZWFkTGV0dGVyc1Jlc3BvbnNlEhAKCHJlZHJpdmVuGAEgASgEEhMKC21pc3NpbmdfaWRzGAIgAygJIjIKEkdldERvY3VtZW50UmVxdWVzdBINCgVxdWV1ZRgBIAEoCRINCgVzaGFyZBgCIAEoDSJHChNHZXREb2N1bWVudFJlc3BvbnNlEg0KBWNodW5rGAEgASgMEgwKBGV0YWcYAiABKAkSEwoLdG90YWxfYnl0ZXMYAyABKAQqdwoRU3Vic2NyaXB0aW9uU3RhcnQSIgoeU1VCU0NSSVBUSU9OX1NUQVJUX1VOU1BFQ0lGSUVEEAASHQoZU1VCU0NSSVBUSU9OX1NUQVJUX0xBVEVTVBABEh8KG1NVQlNDUklQVElPTl9TVEFSVF9FQVJMSUVTVBACMvoGCgxBZG1pblNlcnZpY2USRQoKTGlzdFF1ZXVlcxIaLmNhc3EudjEuTGlzdFF1ZXVlc1JlcXVlc3QaGy5jYXNxLnYxLkxpc3RRdWV1ZXNSZXNwb25zZRI/CghHZXRRdWV1ZRIYLmNhc3EudjEuR2V0UXVldWVSZXF1ZXN0GhkuY2FzcS52MS5HZXRRdWV1ZVJlc3BvbnNlEkgKC0NyZWF0ZVF1ZXVlEhsuY2FzcS52MS5DcmVhdGVRdWV1ZVJlcXVlc3QaHC5jYXNxLnYxLkNyZWF0ZVF1ZXVlUmVzcG9uc2USSAoLVXBkYXRlUXVldWUSGy5jYXNxLnYxLlVwZGF0ZVF1ZXVlUmVxdWVzdBocLmNhc3EudjEuVXBkYXRlUXVldWVSZXNwb25zZRJICgtEZWxldGVRdWV1ZRIbLmNhc3EudjEuRGVsZXRlUXVldWVSZXF1ZXN0GhwuY2FzcS52MS5EZWxldGVRdWV1ZVJlc3BvbnNlEl0KEkNyZWF0ZVN1YnNjcmlwdGlvbhIiLmNhc3EudjEuQ3JlYXRlU3Vic2NyaXB0aW9uUmVxdWVzdBojLmNhc3EudjEuQ3JlYXRlU3Vic2NyaXB0aW9uUmVzcG9uc2USXQoSRGVsZXRlU3Vic2NyaXB0aW9uEiIuY2FzcS52MS5EZWxldGVTdWJzY3JpcHRpb25SZXF1ZXN0GiMuY2FzcS52MS5EZWxldGVTdWJzY3JpcHRpb25SZXNwb25zZRJFCgpQdXJnZVF1ZXVlEhouY2FzcS52MS5QdXJnZVF1ZXVlUmVxdWVzdBobLmNhc3EudjEuUHVyZ2VRdWV1ZVJlc3BvbnNlElQKD0xpc3REZWFkTGV0dGVycxIfLmNhc3EudjEuTGlzdERlYWRMZXR0ZXJzUmVxdWVzdBogLmNhc3EudjEuTGlzdERlYWRMZXR0ZXJzUmVzcG9uc2USXQoSUmVkcml2ZURlYWRMZXR0ZXJzEiIuY2FzcS52MS5SZWRyaXZlRGVhZExldHRlcnNSZXF1ZXN0GiMuY2FzcS52MS5SZWRyaXZlRGVhZExldHRlcnNSZXNwb25zZRJKCgtHZXREb2N1bWVudBIbLmNhc3EudjEuR2V0RG9jdW1lbnRSZXF1ZXN0GhwuY2FzcS52MS5HZXREb2N1bWVudFJlc3BvbnNlMAFCMFouZ2l0aHViLmNvbS9jYXNxL2Nhc3Evc2RrL2dvL2dlbi9jYXNxL3YxO2Nhc3F2MWIGcHJvdG8z", [file_casq_v1_message, file_casq_v1_queue_config, file_casq_v1_shard, file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("ChtjYXNxL3YxL2FkbWluX3NlcnZpY2UucHJvdG8SB2Nhc3EudjEiOgoRTGlzdFF1ZXVlc1JlcXVlc3QSEQoJcGFnZV9zaXplGAEgASgNEhIKCnBhZ2VfdG9rZW4YAiABKAkiVAoSTGlzdFF1ZXVlc1Jlc3BvbnNlEiUKBnF1ZXVlcxgBIAMoCzIVLmNhc3EudjEuUXVldWVTdW1tYXJ5EhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSJCCgxRdWV1ZVN1bW1hcnkSDAoEbmFtZRgBIAEoCRITCgtzaGFyZF9jb3VudBgCIAEoDRIPCgdwcm9ibGVtGAMgASgJIiAKD0dldFF1ZXVlUmVxdWVzdBINCgVxdWV1ZRgBIAEoCSKLAgoQR2V0UXVldWVSZXNwb25zZRINCgVxdWV1ZRgBIAEoCRITCgtzaGFyZF9jb3VudBgCIAEoDRIkCgZjb25maWcYAyABKAsyFC5jYXNxLnYxLlF1ZXVlQ29uZmlnEiMKBnRvdGFscxgEIAEoCzITLmNhc3EudjEuUXVldWVTdGF0cxIxCg1zdWJzY3JpcHRpb25zGAUgAygLMhouY2FzcS52MS5TdWJzY3JpcHRpb25TdGF0cxIkCgZzaGFyZHMYBiADKAsyFC5jYXNxLnYxLlNoYXJkU3RhdHVzEi8KC29ic2VydmVkX2F0GAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCLcAQoKUXVldWVTdGF0cxIQCghtZXNzYWdlcxgBIAEoBBIWCg5kb2N1bWVudF9ieXRlcxgCIAEoBBINCgVyZWFkeRgDIAEoBBIRCglpbl9mbGlnaHQYBCABKAQSDwoHZGVsYXllZBgFIAEoBBINCgVkZXB0aBgGIAEoBBIMCgRkZWFkGAcgASgEEjUKEm9sZGVzdF91bmFja2VkX2FnZRgIIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhILCgNsYWcYCSABKAQSEAoIZW5xdWV1ZWQYCiABKAQingIKEVN1YnNjcmlwdGlvblN0YXRzEhQKDHN1YnNjcmlwdGlvbhgBIAEoCRIuCgpjcmVhdGVkX2F0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBINCgVyZWFkeRgDIAEoBBIRCglpbl9mbGlnaHQYBCABKAQSDwoHZGVsYXllZBgFIAEoBBINCgVkZXB0aBgGIAEoBBIMCgRkZWFkGAcgASgEEjUKEm9sZGVzdF91bmFja2VkX2FnZRgIIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhILCgNsYWcYCSABKAQSLwoIY291bnRlcnMYCiABKAsyHS5jYXNxLnYxLlN1YnNjcmlwdGlvbkNvdW50ZXJzIq4BChRTdWJzY3JpcHRpb25Db3VudGVycxIQCghlbnF1ZXVlZBgBIAEoBBIRCglkZWxpdmVyZWQYAiABKAQSDQoFYWNrZWQYAyABKAQSEwoLcmVkZWxpdmVyZWQYBCABKAQSFQoNZGVhZF9sZXR0ZXJlZBgFIAEoBBIUCgxkZWFkX2V2aWN0ZWQYBiABKAQSDgoGcHVyZ2VkGAcgASgEEhAKCHJlZHJpdmVuGAggASgEIugBCgtTaGFyZFN0YXR1cxINCgVzaGFyZBgBIAEoDRIkCgZsZWFkZXIYAiABKAsyFC5jYXNxLnYxLlNoYXJkTGVhZGVyEhMKC3NlcnZlZF9oZXJlGAMgASgIEhYKDmRvY3VtZW50X2J5dGVzGAQgASgEEhMKC25leHRfb2Zmc2V0GAUgASgEEhAKCG1lc3NhZ2VzGAYgASgEEgwKBGV0YWcYByABKAkSMQoNc3Vic2NyaXB0aW9ucxgIIAMoCzIaLmNhc3EudjEuU3Vic2NyaXB0aW9uU3RhdHMSDwoHcHJvYmxlbRgJIAEoCSJeChJDcmVhdGVRdWV1ZVJlcXVlc3QSDQoFcXVldWUYASABKAkSEwoLc2hhcmRfY291bnQYAiABKA0SJAoGY29uZmlnGAMgASgLMhQuY2FzcS52MS5RdWV1ZUNvbmZpZyJfChNDcmVhdGVRdWV1ZVJlc3BvbnNlEg0KBXF1ZXVlGAEgASgJEhMKC3NoYXJkX2NvdW50GAIgASgNEiQKBmNvbmZpZxgDIAEoCzIULmNhc3EudjEuUXVldWVDb25maWciSQoSVXBkYXRlUXVldWVSZXF1ZXN0Eg0KBXF1ZXVlGAEgASgJEiQKBmNvbmZpZxgCIAEoCzIULmNhc3EudjEuUXVldWVDb25maWciWQoTVXBkYXRlUXVldWVSZXNwb25zZRIkCgZjb25maWcYASABKAsyFC5jYXNxLnYxLlF1ZXVlQ29uZmlnEhwKFGRlYWRfbGV0dGVyc19ldmljdGVkGAIgASgEIjIKEkRlbGV0ZVF1ZXVlUmVxdWVzdBINCgVxdWV1ZRgBIAEoCRINCgVmb3JjZRgCIAEoCCIVChNEZWxldGVRdWV1ZVJlc3BvbnNlImsKGUNyZWF0ZVN1YnNjcmlwdGlvblJlcXVlc3QSDQoFcXVldWUYASABKAkSFAoMc3Vic2NyaXB0aW9uGAIgASgJEikKBXN0YXJ0GAMgASgOMhouY2FzcS52MS5TdWJzY3JpcHRpb25TdGFydCJuChpDcmVhdGVTdWJzY3JpcHRpb25SZXNwb25zZRIUCgxzdWJzY3JpcHRpb24YASABKAkSKQoFc3RhcnQYAiABKA4yGi5jYXNxLnYxLlN1YnNjcmlwdGlvblN0YXJ0Eg8KB2JhY2tsb2cYAyABKAQiQAoZRGVsZXRlU3Vic2NyaXB0aW9uUmVxdWVzdBINCgVxdWV1ZRgBIAEoCRIUCgxzdWJzY3JpcHRpb24YAiABKAkibAoaRGVsZXRlU3Vic2NyaXB0aW9uUmVzcG9uc2USGAoQbWVzc2FnZXNfZHJvcHBlZBgBIAEoBBIWCg5sZWFzZXNfZHJvcHBlZBgCIAEoBBIcChRkZWFkX2xldHRlcnNfZHJvcHBlZBgDIAEoBCJpChFQdXJnZVF1ZXVlUmVxdWVzdBINCgVxdWV1ZRgBIAEoCRIUCgxzdWJzY3JpcHRpb24YAiABKAkSGQoRYWxsX3N1YnNjcmlwdGlvbnMYAyABKAgSFAoMZGVhZF9sZXR0ZXJzGAQgASgIImIKElB1cmdlUXVldWVSZXNwb25zZRIXCg9tZXNzYWdlc19wdXJnZWQYASABKAQSFgoObGVhc2VzX2Ryb3BwZWQYAiABKAQSGwoTZGVhZF9sZXR0ZXJzX3B1cmdlZBgDIAEoBCJkChZMaXN0RGVhZExldHRlcnNSZXF1ZXN0Eg0KBXF1ZXVlGAEgASgJEhQKDHN1YnNjcmlwdGlvbhgCIAEoCRIRCglwYWdlX3NpemUYAyABKA0SEgoKcGFnZV90b2tlbhgEIAEoCSJdChdMaXN0RGVhZExldHRlcnNSZXNwb25zZRIpCgxkZWFkX2xldHRlcnMYASADKAsyEy5jYXNxLnYxLkRlYWRMZXR0ZXISFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIpQBCgpEZWFkTGV0dGVyEiEKB21lc3NhZ2UYASABKAsyEC5jYXNxLnYxLk1lc3NhZ2USFAoMc3Vic2NyaXB0aW9uGAIgASgJEg4KBnJlYXNvbhgDIAEoCRIQCghhdHRlbXB0cxgEIAEoDRIrCgdkZWFkX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJpChlSZWRyaXZlRGVhZExldHRlcnNSZXF1ZXN0Eg0KBXF1ZXVlGAEgASgJEhQKDHN1YnNjcmlwdGlvbhgCIAEoCRILCgNhbGwYAyABKAgSCwoDaWRzGAQgAygJEg0KBWxpbWl0GAUgASgNIkMKGlJlZHJpdmVEZWFkTGV0dGVyc1Jlc3BvbnNlEhAKCHJlZHJpdmVuGAEgASgEEhMKC21pc3NpbmdfaWRzGAIgAygJInMKElJlcGFpclNoYXJkUmVxdWVzdBINCgVxdWV1ZRgBIAEoCRINCgVzaGFyZBgCIAEoDRIVCg1leHBlY3RlZF9ldGFnGAMgASgJEhgKC25leHRfb2Zmc2V0GAQgASgESACIAQFCDgoMX25leHRfb2Zmc2V0IqYBChNSZXBhaXJTaGFyZFJlc3BvbnNlEg8KB3Byb2JsZW0YASABKAkSEgoKYmFja3VwX2tleRgCIAEoCRIMCgRldGFnGAMgASgJEhkKEW1lc3NhZ2VzX3NhbHZhZ2VkGAQgASgEEhUKDXN1YnNjcmlwdGlvbnMYBSADKAkSEwoLbmV4dF9vZmZzZXQYBiABKAQSFQoNY29uZmlnX3NvdXJjZRgHIAEoCSIyChJHZXREb2N1bWVudFJlcXVlc3QSDQoFcXVldWUYASABKAkSDQoFc2hhcmQYAiABKA0iRwoTR2V0RG9jdW1lbnRSZXNwb25zZRINCgVjaHVuaxgBIAEoDBIMCgRldGFnGAIgASgJEhMKC3RvdGFsX2J5dGVzGAMgASgEKncKEVN1YnNjcmlwdGlvblN0YXJ0EiIKHlNVQlNDUklQVElPTl9TVEFSVF9VTlNQRUNJRklFRBAAEh0KGVNVQlNDUklQVElPTl9TVEFSVF9MQVRFU1QQARIfChtTVUJTQ1JJUFRJT05fU1RBUlRfRUFSTElFU1QQAjLEBwoMQWRtaW5TZXJ2aWNlEkUKCkxpc3RRdWV1ZXMSGi5jYXNxLnYxLkxpc3RRdWV1ZXNSZXF1ZXN0GhsuY2FzcS52MS5MaXN0UXVldWVzUmVzcG9uc2USPwoIR2V0UXVldWUSGC5jYXNxLnYxLkdldFF1ZXVlUmVxdWVzdBoZLmNhc3EudjEuR2V0UXVldWVSZXNwb25zZRJICgtDcmVhdGVRdWV1ZRIbLmNhc3EudjEuQ3JlYXRlUXVldWVSZXF1ZXN0GhwuY2FzcS52MS5DcmVhdGVRdWV1ZVJlc3BvbnNlEkgKC1VwZGF0ZVF1ZXVlEhsuY2FzcS52MS5VcGRhdGVRdWV1ZVJlcXVlc3QaHC5jYXNxLnYxLlVwZGF0ZVF1ZXVlUmVzcG9uc2USSAoLRGVsZXRlUXVldWUSGy5jYXNxLnYxLkRlbGV0ZVF1ZXVlUmVxdWVzdBocLmNhc3EudjEuRGVsZXRlUXVldWVSZXNwb25zZRJdChJDcmVhdGVTdWJzY3JpcHRpb24SIi5jYXNxLnYxLkNyZWF0ZVN1YnNjcmlwdGlvblJlcXVlc3QaIy5jYXNxLnYxLkNyZWF0ZVN1YnNjcmlwdGlvblJlc3BvbnNlEl0KEkRlbGV0ZVN1YnNjcmlwdGlvbhIiLmNhc3EudjEuRGVsZXRlU3Vic2NyaXB0aW9uUmVxdWVzdBojLmNhc3EudjEuRGVsZXRlU3Vic2NyaXB0aW9uUmVzcG9uc2USRQoKUHVyZ2VRdWV1ZRIaLmNhc3EudjEuUHVyZ2VRdWV1ZVJlcXVlc3QaGy5jYXNxLnYxLlB1cmdlUXVldWVSZXNwb25zZRJUCg9MaXN0RGVhZExldHRlcnMSHy5jYXNxLnYxLkxpc3REZWFkTGV0dGVyc1JlcXVlc3QaIC5jYXNxLnYxLkxpc3REZWFkTGV0dGVyc1Jlc3BvbnNlEl0KElJlZHJpdmVEZWFkTGV0dGVycxIiLmNhc3EudjEuUmVkcml2ZURlYWRMZXR0ZXJzUmVxdWVzdBojLmNhc3EudjEuUmVkcml2ZURlYWRMZXR0ZXJzUmVzcG9uc2USSgoLR2V0RG9jdW1lbnQSGy5jYXNxLnYxLkdldERvY3VtZW50UmVxdWVzdBocLmNhc3EudjEuR2V0RG9jdW1lbnRSZXNwb25zZTABEkgKC1JlcGFpclNoYXJkEhsuY2FzcS52MS5SZXBhaXJTaGFyZFJlcXVlc3QaHC5jYXNxLnYxLlJlcGFpclNoYXJkUmVzcG9uc2VCMFouZ2l0aHViLmNvbS9jYXNxL2Nhc3Evc2RrL2dvL2dlbi9jYXNxL3YxO2Nhc3F2MWIGcHJvdG8z", [file_casq_v1_message, file_casq_v1_queue_config, file_casq_v1_shard, file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * ListQueuesRequest asks for a page of queue names.
@@ -1111,6 +1111,117 @@ export const RedriveDeadLettersResponseSchema: GenMessage<RedriveDeadLettersResp
   messageDesc(file_casq_v1_admin_service, 25);
 
 /**
+ * RepairShardRequest names the refused shard to repair.
+ *
+ * @generated from message casq.v1.RepairShardRequest
+ */
+export type RepairShardRequest = Message<"casq.v1.RepairShardRequest"> & {
+  /**
+   * Queue name.
+   *
+   * @generated from field: string queue = 1;
+   */
+  queue: string;
+
+  /**
+   * Index of the shard (0-based).
+   *
+   * @generated from field: uint32 shard = 2;
+   */
+  shard: number;
+
+  /**
+   * When set, repair only if the stored document still has this etag (the
+   * one the operator looked at, e.g. ShardStatus.etag); empty: whatever is
+   * stored now.
+   *
+   * @generated from field: string expected_etag = 3;
+   */
+  expectedEtag: string;
+
+  /**
+   * When set, the repaired shard's next_offset, if it is above the salvaged
+   * one: use it when the refused bytes do not tell how far offsets went, so
+   * that receipts of lost deliveries cannot match new messages.
+   *
+   * @generated from field: optional uint64 next_offset = 4;
+   */
+  nextOffset?: bigint | undefined;
+};
+
+/**
+ * Describes the message casq.v1.RepairShardRequest.
+ * Use `create(RepairShardRequestSchema)` to create a new message.
+ */
+export const RepairShardRequestSchema: GenMessage<RepairShardRequest> = /*@__PURE__*/
+  messageDesc(file_casq_v1_admin_service, 26);
+
+/**
+ * RepairShardResponse says what the repair did.
+ *
+ * @generated from message casq.v1.RepairShardResponse
+ */
+export type RepairShardResponse = Message<"casq.v1.RepairShardResponse"> & {
+  /**
+   * Why the shard was refused (the DATA_LOSS message).
+   *
+   * @generated from field: string problem = 1;
+   */
+  problem: string;
+
+  /**
+   * Store key holding an exact copy of the refused bytes; empty when the
+   * document was missing.
+   *
+   * @generated from field: string backup_key = 2;
+   */
+  backupKey: string;
+
+  /**
+   * Etag of the new shard document.
+   *
+   * @generated from field: string etag = 3;
+   */
+  etag: string;
+
+  /**
+   * Messages salvaged into the new document (pending for every
+   * subscription).
+   *
+   * @generated from field: uint64 messages_salvaged = 4;
+   */
+  messagesSalvaged: bigint;
+
+  /**
+   * Subscriptions of the new document, sorted.
+   *
+   * @generated from field: repeated string subscriptions = 5;
+   */
+  subscriptions: string[];
+
+  /**
+   * next_offset of the new document.
+   *
+   * @generated from field: uint64 next_offset = 6;
+   */
+  nextOffset: bigint;
+
+  /**
+   * Where the config came from: "document", "shard N" or "manifest".
+   *
+   * @generated from field: string config_source = 7;
+   */
+  configSource: string;
+};
+
+/**
+ * Describes the message casq.v1.RepairShardResponse.
+ * Use `create(RepairShardResponseSchema)` to create a new message.
+ */
+export const RepairShardResponseSchema: GenMessage<RepairShardResponse> = /*@__PURE__*/
+  messageDesc(file_casq_v1_admin_service, 27);
+
+/**
  * GetDocumentRequest names one shard document.
  *
  * @generated from message casq.v1.GetDocumentRequest
@@ -1136,7 +1247,7 @@ export type GetDocumentRequest = Message<"casq.v1.GetDocumentRequest"> & {
  * Use `create(GetDocumentRequestSchema)` to create a new message.
  */
 export const GetDocumentRequestSchema: GenMessage<GetDocumentRequest> = /*@__PURE__*/
-  messageDesc(file_casq_v1_admin_service, 26);
+  messageDesc(file_casq_v1_admin_service, 28);
 
 /**
  * GetDocumentResponse is one chunk of a shard document.
@@ -1172,7 +1283,7 @@ export type GetDocumentResponse = Message<"casq.v1.GetDocumentResponse"> & {
  * Use `create(GetDocumentResponseSchema)` to create a new message.
  */
 export const GetDocumentResponseSchema: GenMessage<GetDocumentResponse> = /*@__PURE__*/
-  messageDesc(file_casq_v1_admin_service, 27);
+  messageDesc(file_casq_v1_admin_service, 29);
 
 /**
  * SubscriptionStart says where a new subscription starts reading.
@@ -1411,6 +1522,34 @@ export const AdminService: GenService<{
     methodKind: "server_streaming";
     input: typeof GetDocumentRequestSchema;
     output: typeof GetDocumentResponseSchema;
+  },
+  /**
+   * RepairShard replaces a shard document the brokers refuse (DATA_LOSS: it
+   * does not parse, names another queue or shard, or is missing although the
+   * queue was created with it) with a fresh one, salvaging what it can: the
+   * config and subscriptions (from the refused bytes, else from the queue's
+   * other shards, else the queue's manifest), next_offset (so offsets are not
+   * reused) and the messages, when the bytes are JSON and they pass the
+   * strict checks. Salvaged messages are pending again for every
+   * subscription: their acks, leases and dead letters are lost, so they are
+   * delivered again (at-least-once). The refused bytes are first copied,
+   * exactly, to a backup key under `repairs/` that casq never deletes. The
+   * new document is written only if the stored one is still the refused
+   * version (a CAS), and this broker reloads the shard at once; other
+   * brokers read the new document on their next request for it.
+   *
+   * Errors: FAILED_PRECONDITION (the shard is readable: nothing to repair; or
+   * it changed since expected_etag); INVALID_ARGUMENT (bad queue name, shard
+   * out of range); NOT_FOUND (no such queue); DATA_LOSS (the queue's manifest
+   * itself cannot be read); UNAVAILABLE (store unavailable, or the document
+   * changed during the repair: retry).
+   *
+   * @generated from rpc casq.v1.AdminService.RepairShard
+   */
+  repairShard: {
+    methodKind: "unary";
+    input: typeof RepairShardRequestSchema;
+    output: typeof RepairShardResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_casq_v1_admin_service, 0);
