@@ -138,4 +138,30 @@ describe("callWithFailover", () => {
     await expect(call).rejects.toMatchObject({ code: Code.Canceled });
     expect(calls).toEqual([DEAD]);
   });
+
+  it("retryOutages: false fails at once at the first broker, but waits out a dead leader it was redirected to", async () => {
+    const options = { brokers: [SURVIVOR], backoffInitialMs: 1, backoffMaxMs: 2 };
+    const down = new BrokerPool(resolveClientOptions(options));
+    const calls: string[] = [];
+    const outage = callWithFailover(
+      down,
+      async ({ address }) => {
+        calls.push(address);
+        throw new UnavailableError("connect ECONNREFUSED");
+      },
+      { retryOutages: false },
+    );
+    await expect(outage).rejects.toBeInstanceOf(UnavailableError);
+    expect(calls).toEqual([SURVIVOR]);
+
+    const waits: string[] = [];
+    const { calls: cluster, attempt } = deadLeaderCluster(3);
+    const result = await callWithFailover(new BrokerPool(resolveClientOptions(options)), attempt, {
+      retryOutages: false,
+      onLeaderWait: (redirect) => waits.push(redirect.leaderAddress),
+    });
+    expect(result).toBe("stored");
+    expect(cluster).toEqual([SURVIVOR, DEAD, SURVIVOR, SURVIVOR, SURVIVOR]);
+    expect(waits).toEqual([DEAD, DEAD]);
+  });
 });
