@@ -13,7 +13,7 @@
  * error callback (`error` records). The checker is written for that: it never
  * takes an `ack-sent` for proof that the ack landed.
  */
-import { readFileSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 
 /** A producer was told that an enqueue is durable. */
 export interface EnqueueOk {
@@ -110,10 +110,12 @@ export type HistoryRecord =
   | Lifecycle;
 
 /**
- * Reads one history file. A last line cut short by SIGKILL is dropped; any
+ * Reads one history file (none: no records). A last line cut short by SIGKILL is dropped; any
  * other unparseable line is an error (the harness itself is broken then).
  */
 export function readHistory(path: string): HistoryRecord[] {
+  // A client that died before it wrote anything (reported as a crash by the run).
+  if (!existsSync(path)) return [];
   const lines = readFileSync(path, "utf8").split("\n");
   const records: HistoryRecord[] = [];
   lines.forEach((line, index) => {
