@@ -163,6 +163,8 @@ export class ShardLeader {
   private batchFailure: unknown;
 
   private mode: ShardMode = "unloaded";
+  /** The refusal message last reported to observers while refused (so a refusal is reported once per reason). */
+  private refusedFor: string | undefined;
   /** The committed document (in place mutation happens only inside a batch). `undefined` = does not exist yet. */
   private state: ShardState | undefined;
   private etag: string | undefined;
@@ -583,11 +585,24 @@ export class ShardLeader {
     return stored;
   }
 
-  /** Refuses the shard: every request gets `refusal` until a reload finds a document it can use. */
+  /**
+   * Refuses the shard: every request gets `refusal` until a reload finds a
+   * document it can use. Observers hear of it once per distinct reason, not on
+   * every request that meets the refused shard again.
+   */
   private refuse(refusal: CasqError): CasqError {
     this.state = undefined;
+    const repeated = this.mode === "refused" && this.refusedFor === refusal.message;
     this.mode = "refused";
-    this.observer?.onLeadership?.({ queue: this.queue, shard: this.shard, event: "refused" });
+    this.refusedFor = refusal.message;
+    if (!repeated) {
+      this.observer?.onLeadership?.({
+        queue: this.queue,
+        shard: this.shard,
+        event: "refused",
+        reason: refusal.message,
+      });
+    }
     return refusal;
   }
 

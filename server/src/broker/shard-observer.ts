@@ -42,6 +42,8 @@ export interface LeadershipEvent {
   readonly shard: number;
   readonly event: "acquired" | "lost" | "refused";
   readonly record?: BrokerRecord | undefined;
+  /** Why the shard was refused (`refused` only): the message its requests get. */
+  readonly reason?: string | undefined;
 }
 
 /** Callbacks a shard leader invokes; all optional. */
