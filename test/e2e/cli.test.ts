@@ -108,10 +108,10 @@ describe("casq CLI against casq serve", () => {
   });
 
   it("reports a bad NDJSON line with its number and exit code 2", async () => {
-    const result = await cli(["enqueue", "jobs"], '{"payload":"fine"}\n{"payload": 12}\n');
+    const result = await cli(["enqueue", "jobs"], '{"payload":"fine"}\n{"payload": "x", "to": "y"}\n');
     expect(result.code).toBe(2);
     expect(result.stderr).toContain("stdin line 2");
-    expect(result.stderr).toContain('"payload" must be a string');
+    expect(result.stderr).toContain('"to" is not an envelope field');
   });
 
   it("shows stats for humans", async () => {
