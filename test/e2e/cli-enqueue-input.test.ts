@@ -3,7 +3,8 @@
  * (server/src/cli/message-input.ts, docs/cli.md): the same text stores the
  * same message either way, and what does not fit is refused with exit 2
  * before anything is sent. Checked with real processes: the payloads are
- * claimed back over gRPC from a real `casq serve`.
+ * claimed back over gRPC from a real `casq serve`. An enqueue that
+ * auto-created its queue says so on stderr, and the broker logs it.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { grpcClients, text } from "../service/support.ts";
@@ -14,7 +15,7 @@ let store: { path: string; remove: () => void };
 
 beforeAll(async () => {
   store = tempDir("cli-enqueue-input");
-  server = await startServer({ store: `file:${store.path}` });
+  server = await startServer({ store: `file:${store.path}`, args: ["--log-level", "info"] });
 });
 
 afterAll(async () => {
@@ -96,5 +97,34 @@ describe("casq enqueue: one input rule for PAYLOAD and stdin", () => {
       "job 2",
       "job 1",
     ]);
+  });
+});
+
+describe("casq enqueue to a queue that does not exist (auto-create on)", () => {
+  it("says it created the queue, once, and the broker logs the documented queue created line", async () => {
+    const first = await casq(["enqueue", "typo-queue", "x", "--server", server.address]);
+    expect(first.code, first.stderr).toBe(0);
+    expect(first.stderr).toContain("created queue typo-queue (auto-create");
+    const again = await casq(["enqueue", "typo-queue", "y", "--server", server.address]);
+    expect(again.code, again.stderr).toBe(0);
+    expect(again.stderr).not.toContain("created queue");
+
+    const piped = await casq(["enqueue", "typo-piped", "--json", "--server", server.address], {
+      input: "a\nb\n",
+    });
+    expect(piped.code, piped.stderr).toBe(0);
+    expect(piped.stderr.match(/created queue typo-piped \(auto-create/g)).toHaveLength(1);
+
+    const { queue } = grpcClients(server.address);
+    const response = await queue.enqueue({ queue: "typo-grpc", messages: [{ payload: new Uint8Array() }] });
+    expect(response.queueCreated).toBe(true);
+    expect((await queue.enqueue({ queue: "typo-grpc", messages: [{}] })).queueCreated).toBe(false);
+
+    const created = server
+      .output()
+      .split("\n")
+      .filter((line) => line.includes('"msg":"queue created"') && line.includes('"queue":"typo-queue"'));
+    expect(created).toHaveLength(1);
+    expect(JSON.parse(created[0] ?? "{}")).toMatchObject({ level: 30, shards: 1, autoCreated: true });
   });
 });

@@ -86,6 +86,7 @@ PAYLOAD and each stdin line follow one rule:
 Flags (--key, --priority, ...) are defaults for every message; an envelope's own fields win.
 
 Output: the message id (one per line with --json: {"line", "id", "shard", "offset", "duplicate"}).
+When the enqueue created the queue (auto-create is on), stderr says "created queue QUEUE (auto-create ...)".
 
 Examples:
   $ casq enqueue emails '{"to":"ada@example.com"}'
@@ -148,6 +149,7 @@ function flagDefaults(options: EnqueueOptions): MessageDefaults {
 
 async function enqueueOne(client: CasqClient, queue: string, message: NewMessage, options: EnqueueOptions) {
   const response = await client.call((c, o) => c.queue.enqueue({ queue, messages: [message] }, o));
+  if (response.queueCreated) noteCreated(queue);
   const result = response.messages[0];
   if (result === undefined)
     throw new CliError(ExitCode.serverError, "the server answered without a message id");
@@ -212,6 +214,7 @@ async function enqueueStdin(
             `${first}; messages with dedup ids are safe to resend.`,
         );
       });
+    if (response.queueCreated) noteCreated(queue);
     const out: string[] = [];
     response.messages.forEach((result, index) => {
       if (result.duplicate) duplicates++;
@@ -261,6 +264,16 @@ async function enqueueStdin(
   if (options.json) note(summary);
   else printLines(summary);
   if (enqueued === 0) note("stdin held no messages (empty lines are skipped)");
+}
+
+/**
+ * Says on stderr that the enqueue created the queue (the broker's auto-create
+ * is on), so that a typo in the name does not go unnoticed.
+ */
+function noteCreated(queue: string): void {
+  note(
+    `created queue ${queue} (auto-create: it did not exist; casq serve --auto-create-queues off refuses unknown queues instead)`,
+  );
 }
 
 /** Size of stdin in bytes when it is a regular file (for a percentage), else undefined. */
