@@ -85,18 +85,33 @@ describe("keepalive", () => {
       brokers: [proxy.address, server.address],
       keepaliveMs: 500,
       keepaliveTimeoutMs: 500,
+      // Only keepalive may notice the hang: a Work stream request (an ack
+      // whose answer the freeze swallowed) would break the stream after timeoutMs.
+      timeoutMs: 3_600_000,
       backoffInitialMs: 20,
       backoffMaxMs: 200,
     };
     const seen: string[] = [];
     const worker = new Worker({ ...options, logger: null });
-    const run = worker.run("idle-hung", (job) => {
-      seen.push(job.text());
-    });
+    // The broker behind the proxy is alive: it may send the next job down the
+    // dead stream, where it is lost until its (short) lease runs out.
+    const run = worker.run(
+      "idle-hung",
+      (job) => {
+        seen.push(job.text());
+      },
+      { leaseTtlMs: 2_000 },
+    );
     cleanups.push(() => worker.stop({ timeoutMs: 1_000 }));
     const producer = new Producer({ brokers: [server.address] });
     await producer.enqueue("idle-hung", "before");
     await eventually(() => seen.includes("before"), 10_000);
+    // Its ack has landed: the stream has no request open.
+    const admin = new Admin({ brokers: [server.address] });
+    await eventually(async () => {
+      const queue = await admin.getQueue("idle-hung");
+      return queue.totals?.messages === 0n && queue.totals.inFlight === 0n;
+    }, 10_000);
 
     // The worker holds no job: it sends nothing, and the frozen proxy answers nothing.
     proxy.freeze();
