@@ -70,6 +70,13 @@ describe("casq CLI against casq serve", () => {
   it("creates a queue with 2 shards and shows it", async () => {
     const created = await ok(["queue", "create", "jobs", "--shards", "2", "--max-attempts", "4"]);
     expect(created).toContain("created queue jobs with 2 shards");
+    const twice = await cli(["queue", "create", "jobs"]);
+    expect(twice.code).toBe(1);
+    expect(twice.stderr).toContain("ALREADY_EXISTS");
+    const idempotent = await ok(["queue", "create", "jobs", "--shards", "3", "--if-not-exists"]);
+    expect(idempotent).toContain("queue jobs already exists with 2 shards (unchanged)");
+    const idempotentJson = JSON.parse(await ok(["queue", "create", "jobs", "--if-not-exists", "--json"]));
+    expect(idempotentJson).toMatchObject({ queue: "jobs", shardCount: 2, created: false });
     const listed = JSON.parse(await ok(["queue", "list", "--json"])) as { queues: { name: string }[] };
     expect(listed.queues.map((q) => q.name)).toContain("jobs");
     const info = await stats("jobs");
