@@ -47,8 +47,8 @@ async function ok(args: readonly string[], input?: string): Promise<string> {
 
 interface QueueJson {
   shardCount: number;
-  totals: Record<string, string>;
-  subscriptions: { subscription: string; ready: string; dead: string; depth: string }[];
+  totals: Record<string, number>;
+  subscriptions: { subscription: string; ready: number; dead: number; depth: number }[];
   shards: { shard: number }[];
 }
 
@@ -110,8 +110,8 @@ describe("casq CLI against casq serve", () => {
     expect(result.stderr).toContain("enqueued 2500 messages to jobs");
 
     const info = await stats("jobs");
-    expect(info.totals.messages).toBe("2501");
-    expect(info.totals.ready).toBe("2501");
+    expect(info.totals.messages).toBe(2501);
+    expect(info.totals.ready).toBe(2501);
   });
 
   it("reports a bad NDJSON line with its number and exit code 2", async () => {
@@ -163,7 +163,7 @@ describe("casq CLI against casq serve", () => {
         "the worker to drain the queue",
         async () => {
           const info = await stats("jobs");
-          return info.totals.depth === "0";
+          return info.totals.depth === 0;
         },
         90_000,
         500,
@@ -175,7 +175,7 @@ describe("casq CLI against casq serve", () => {
     expect(exit.code, worker.stderr()).toBe(0);
     expect(worker.stderr()).toMatch(/stopped after 2502 job\(s\): 2502 acked, 0 retried, 0 dead-lettered/);
     const info = await stats("jobs");
-    expect(info.totals.messages).toBe("0");
+    expect(info.totals.messages).toBe(0);
   });
 
   it("dead-letters a job that always fails, then redrives it", async () => {
@@ -215,14 +215,14 @@ describe("casq CLI against casq serve", () => {
 
     expect(await ok(["dead", "failing", "--redrive"])).toContain("redrove 1 dead letters");
     let info = await stats("failing");
-    expect(info.totals.dead).toBe("0");
-    expect(info.totals.ready).toBe("1");
+    expect(info.totals.dead).toBe(0);
+    expect(info.totals.ready).toBe(1);
 
     // Exit code 65 asks for dead-lettering at once, whatever attempts are left.
     const once = await cli(["work", "failing", "--max-jobs", "1", "--", "sh", "-c", "exit 65"]);
     expect(once.code, once.stderr).toBe(0);
     info = await stats("failing");
-    expect(info.totals.dead).toBe("1");
+    expect(info.totals.dead).toBe(1);
     const again = JSON.parse(await ok(["dead", "failing", "--json"])) as {
       deadLetters: { reason: string }[];
     };
@@ -287,7 +287,7 @@ describe("casq CLI against casq serve", () => {
     expect(refused.code).toBe(2);
     expect(refused.stderr).toContain("re-run with --yes");
     expect(await ok(["purge", "scratch", "--yes"])).toContain("purged 3 messages");
-    expect((await stats("scratch")).totals.messages).toBe("0");
+    expect((await stats("scratch")).totals.messages).toBe(0);
     expect(await ok(["queue", "delete", "scratch", "--yes"])).toContain("deleted queue scratch");
   });
 

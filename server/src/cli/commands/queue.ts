@@ -211,7 +211,7 @@ Examples:
       if (options.json) {
         printJson({
           config: response.config === undefined ? null : messageJson(QueueConfigSchema, response.config),
-          deadLettersEvicted: response.deadLettersEvicted.toString(),
+          deadLettersEvicted: Number(response.deadLettersEvicted),
         });
         return;
       }
