@@ -449,9 +449,12 @@ def parse_action(do: str, f: Fields) -> Action:
 
 def check_broker_index(action: Action, brokers: int) -> None:
     """A step naming broker *i* must name one the scenario starts."""
-    by_broker = isinstance(action, RestartBroker | FreezeBroker | AwaitLeaseLapse)
-    index = action.broker if by_broker else action.via if isinstance(action, Enqueue) else None
-    field_name = "broker" if by_broker else "via"
+    index: int | None = None
+    field_name = "broker"
+    if isinstance(action, RestartBroker | FreezeBroker | AwaitLeaseLapse):
+        index = action.broker
+    elif isinstance(action, Enqueue):
+        index, field_name = action.via, "via"
     if index is not None and index >= brokers:
         raise ScenarioError(f"{field_name}: broker {index} does not exist (the scenario starts {brokers})")
 
