@@ -1,0 +1,412 @@
+/**
+ * The CAS loop of one shard's head document: load, write, resolve lost races
+ * and ambiguous writes, fence by epoch, take over.
+ *
+ * The protocol in plain words:
+ *
+ * 1. **Load.** Read the head and its etag (or, if it does not exist, plan to
+ *    create it with put-if-absent). A head that does not parse or has an
+ *    unknown format is refused: every commit gets `data_loss` and nothing is
+ *    ever written over it.
+ * 2. **Fence.** A head whose broker record is someone else's live lease is
+ *    not ours to write: the commit fails with a redirect to that broker. A
+ *    broker takes a shard over (expired or released lease, or a new shard)
+ *    only by a write that bumps the epoch (`leadership.ts`). A deposed broker
+ *    learns it on its next write: the etag moved, the write fails with 412,
+ *    and the re-read shows the new record.
+ * 3. **Write.** The caller's `apply` mutates a working copy; if it changed
+ *    anything (or the lease needs renewing) the head store stamps the broker
+ *    record and a fresh write id, encodes it and writes
+ *    `PUT If-Match: <etag>` (`If-None-Match: *` to create).
+ * 4. **Lost race.** On 412/409 or an ambiguous write (timeout: it may or
+ *    may not have landed) re-read. If one of this commit's write ids is in
+ *    the head's write chain, that write landed and its value is the truth
+ *    (`write-resolution.ts`); if that cannot be decided the commit fails as
+ *    "outcome unknown" and is not applied again; if another broker now holds
+ *    a live lease, redirect; otherwise re-apply to the fresh head and try
+ *    again — the first few conflicts at once, then with backoff.
+ * 5. A write that certainly did not happen (`unavailable`) restores the
+ *    in-memory head from the last committed bytes.
+ *
+ * The shard leader (`shard-leader.ts`) sits on top: group commit, batching,
+ * answering callers and timers. This module knows nothing of batches.
+ */
+import { CasqError, isCasqError } from "../errors.ts";
+import type { QueueConfig } from "../model/queue-config.ts";
+import { type BrokerRecord, ShardState } from "../model/shard-state.ts";
+import type { ObjectStore, PutCondition, StoredObject } from "../store/object-store.ts";
+import { backoffDelay, type RetryPolicy } from "../store/retrying-store.ts";
+import { isStoreError } from "../store/store-errors.ts";
+import type { Clock } from "../util/clock.ts";
+import type { Random } from "../util/random.ts";
+import { type BrokerIdentity, heldByOther, isOwnRecord, needsRenewal, takeoverRecord } from "./leadership.ts";
+import { shardKey } from "./shard-key.ts";
+import type { ShardObserver } from "./shard-observer.ts";
+import { resolveWrites, type WriteAttempt } from "./write-resolution.ts";
+
+/** Where the head store stands with its shard. */
+export type HeadMode = "unloaded" | "leading" | "following" | "refused";
+
+/** Tuning of the CAS loop. */
+export interface HeadStoreOptions {
+  /** Leadership lease written into the head. */
+  readonly leaseMs: number;
+  /** Conflicts retried at once before backing off. */
+  readonly immediateConflictRetries: number;
+  /** Give up (answering `unavailable`) after this many lost races. */
+  readonly maxConflictRetries: number;
+  /** Backoff between conflict retries after the immediate ones. */
+  readonly conflictBackoff: RetryPolicy;
+}
+
+/** Everything a {@link ShardHeadStore} needs. */
+export interface ShardHeadStoreParams {
+  readonly store: ObjectStore;
+  readonly queue: string;
+  readonly shard: number;
+  readonly identity: BrokerIdentity;
+  readonly clock: Clock;
+  readonly random: Random;
+  readonly options: HeadStoreOptions;
+  /** Config of the head when this broker creates it. */
+  readonly initialConfig?: Partial<QueueConfig> | undefined;
+  readonly observer?: ShardObserver | undefined;
+}
+
+/** What `apply` made of the working copy: the value to hand back, and whether it needs writing. */
+export interface AppliedChange<T> {
+  readonly value: T;
+  readonly changed: boolean;
+}
+
+/** How a {@link ShardHeadStore.commit} ended. */
+export type HeadCommitResult<T> =
+  /** A write carrying `value` landed (possibly found on re-read after a lost answer). */
+  | { readonly kind: "written"; readonly value: T; readonly casAttempts: number; readonly bytes: number }
+  /** Nothing needed writing; `value` is the answer. */
+  | { readonly kind: "no_write"; readonly value: T }
+  /** Nothing was (knowingly) written; answer `error`. */
+  | { readonly kind: "failed"; readonly error: CasqError };
+
+/** Loads and CAS-writes one shard's head (see the module header). */
+export class ShardHeadStore {
+  /** The head's key in the store. */
+  readonly key: string;
+
+  private readonly store: ObjectStore;
+  private readonly queue: string;
+  private readonly shard: number;
+  private readonly identity: BrokerIdentity;
+  private readonly clock: Clock;
+  private readonly random: Random;
+  private readonly options: HeadStoreOptions;
+  private readonly initialConfig: Partial<QueueConfig> | undefined;
+  private readonly observer: ShardObserver | undefined;
+
+  private headMode: HeadMode = "unloaded";
+  /** The committed head (mutated in place only inside {@link commit}). `undefined` = does not exist yet. */
+  private committed: ShardState | undefined;
+  private etag: string | undefined;
+  /** Bytes of the committed version, to rebuild the state cheaply after a failed write. */
+  private committedBytes: Uint8Array | undefined;
+  /** The broker record seen in the store, kept while following to redirect without a read. */
+  private seenRecord: BrokerRecord | undefined;
+  /** When `seenRecord` was read. It is trusted for a tenth of a lease: long enough to spare
+   * the store a read per redirected request, short enough to notice a graceful release soon. */
+  private seenAt = Number.NEGATIVE_INFINITY;
+  private writeCounter = 0;
+
+  constructor(params: ShardHeadStoreParams) {
+    this.store = params.store;
+    this.queue = params.queue;
+    this.shard = params.shard;
+    this.key = shardKey(params.queue, params.shard);
+    this.identity = params.identity;
+    this.clock = params.clock;
+    this.random = params.random;
+    this.options = params.options;
+    this.initialConfig = params.initialConfig;
+    this.observer = params.observer;
+  }
+
+  /** Current mode. */
+  get mode(): HeadMode {
+    return this.headMode;
+  }
+
+  /** The committed state while loaded (the leader reads it between commits). */
+  get state(): ShardState | undefined {
+    return this.committed;
+  }
+
+  /** The broker record last seen in the store (ours while leading). */
+  get brokerRecord(): BrokerRecord | undefined {
+    return this.headMode === "leading" ? this.committed?.broker : this.seenRecord;
+  }
+
+  /**
+   * Applies `apply` to the current head and writes the result by CAS,
+   * resolving lost races and ambiguous writes (module header, steps 2–5).
+   * `apply` may run several times (once per attempt, each time on a fresh
+   * copy); it must not have effects outside the state it is given.
+   * `release` writes `lease_until = 0` so that another broker takes over at once.
+   */
+  async commit<T>(
+    apply: (working: ShardState, now: number) => AppliedChange<T>,
+    options: { release: boolean },
+  ): Promise<HeadCommitResult<T>> {
+    const attempts = new Map<string, WriteAttempt<T>>();
+    let conflicts = 0;
+    let justReloaded = false;
+    for (;;) {
+      if (!justReloaded && (this.headMode !== "leading" || this.committed === undefined)) {
+        const problem = await this.ensureLoaded();
+        if (problem) return { kind: "failed", error: problem };
+      }
+      justReloaded = false;
+      const now = this.now();
+      const existing = this.committed;
+      if (existing && heldByOther(existing.broker, this.identity, now)) {
+        this.headMode = "following";
+        this.seenRecord = existing.broker;
+        return { kind: "failed", error: this.redirect(existing.broker) };
+      }
+
+      const creating = existing === undefined;
+      const working =
+        existing ??
+        ShardState.create({ queue: this.queue, shard: this.shard, config: this.initialConfig ?? {}, now });
+      const previousRecord = working.broker;
+      const takingOver = creating || !isOwnRecord(previousRecord, this.identity);
+      const applied = apply(working, now);
+      let changed = creating || takingOver || options.release || applied.changed;
+      if (!changed && previousRecord && needsRenewal(previousRecord, now, this.options.leaseMs))
+        changed = true;
+
+      if (!changed) {
+        this.committed = working;
+        this.headMode = "leading";
+        return { kind: "no_write", value: applied.value };
+      }
+
+      working.broker = takingOver
+        ? takeoverRecord(previousRecord, this.identity, now, this.options.leaseMs)
+        : {
+            ...(previousRecord as BrokerRecord),
+            address: this.identity.address,
+            leaseUntil: options.release ? 0 : now + this.options.leaseMs,
+          };
+      const writeId = `${this.identity.id}.${++this.writeCounter}`;
+      const basedOn = creating ? undefined : working.writeId;
+      working.recordWrite(writeId);
+      const bytes = working.encode();
+      const attempt: WriteAttempt<T> = { value: applied.value, basedOn, ambiguous: false };
+      attempts.set(writeId, attempt);
+      const condition: PutCondition = creating ? { ifAbsent: true } : { ifMatch: this.etag as string };
+      try {
+        const put = await this.store.put(this.key, bytes, condition);
+        this.committed = working;
+        this.etag = put.etag;
+        this.committedBytes = bytes;
+        this.headMode = "leading";
+        if (takingOver)
+          this.observer?.onLeadership?.({
+            queue: this.queue,
+            shard: this.shard,
+            event: "acquired",
+            record: working.broker,
+          });
+        return { kind: "written", value: applied.value, casAttempts: conflicts + 1, bytes: bytes.byteLength };
+      } catch (error) {
+        const kind = isStoreError(error) ? error.kind : "internal";
+        this.observer?.onCasAttempt?.({
+          queue: this.queue,
+          shard: this.shard,
+          outcome: kind,
+          attempt: conflicts + 1,
+        });
+        attempts.set(writeId, { ...attempt, ambiguous: kind === "ambiguous" });
+        if (kind !== "precondition_failed" && kind !== "conflict" && kind !== "ambiguous") {
+          // The write did not happen (unavailable) or cannot (invalid): restore and answer.
+          this.restoreCommitted();
+          return { kind: "failed", error: asCasqError(error, this.queue, this.shard) };
+        }
+        const fresh = await this.reload();
+        if (fresh instanceof CasqError) {
+          const unknown = new CasqError(
+            "unavailable",
+            `shard ${this.queue}/${this.shard}: a write may or may not have landed and the store cannot be read to find out (${fresh.message}); retry — use dedup ids to make enqueue retries safe`,
+            { queue: this.queue, shard: this.shard },
+            { cause: fresh },
+          );
+          return { kind: "failed", error: unknown };
+        }
+        const verdict = resolveWrites(
+          this.committed?.writeChain() ?? [],
+          this.committed?.writeChainComplete() ?? true,
+          attempts,
+        );
+        if (verdict.kind === "landed") {
+          // The mode follows the head's broker record (reload set it): a rival may lead by now.
+          return {
+            kind: "written",
+            value: verdict.value,
+            casAttempts: conflicts + 1,
+            bytes: bytes.byteLength,
+          };
+        }
+        if (verdict.kind === "unknown") {
+          return {
+            kind: "failed",
+            error: new CasqError(
+              "unavailable",
+              `shard ${this.queue}/${this.shard}: a write may or may not have landed and too many writes followed to find out; retry — use dedup ids to make enqueue retries safe`,
+              { queue: this.queue, shard: this.shard },
+            ),
+          };
+        }
+        justReloaded = true;
+        conflicts += 1;
+        if (conflicts > this.options.maxConflictRetries) {
+          return {
+            kind: "failed",
+            error: new CasqError(
+              "unavailable",
+              `shard ${this.queue}/${this.shard} lost ${conflicts} write races in a row; is another process writing it? retry later`,
+              { queue: this.queue, shard: this.shard },
+            ),
+          };
+        }
+        if (conflicts > this.options.immediateConflictRetries) {
+          await this.clock.sleep(
+            backoffDelay(
+              conflicts - this.options.immediateConflictRetries,
+              this.options.conflictBackoff,
+              this.random,
+            ),
+          );
+        }
+      }
+    }
+  }
+
+  /**
+   * The time in whole milliseconds: the model (and the head) take integer
+   * ms, while a clock may return fractions (e.g. a manual clock after a
+   * jittered sleep).
+   */
+  private now(): number {
+    return Math.floor(this.clock.now());
+  }
+
+  /** Loads the head if needed. Returns the error to fail the commit with, if any. */
+  private async ensureLoaded(): Promise<CasqError | undefined> {
+    const now = this.now();
+    if (
+      this.headMode === "following" &&
+      heldByOther(this.seenRecord, this.identity, now) &&
+      now - this.seenAt < this.options.leaseMs / 10
+    ) {
+      return this.redirect(this.seenRecord);
+    }
+    const result = await this.reload();
+    return result instanceof CasqError ? result : undefined;
+  }
+
+  /** Re-reads the head from the store into `committed`. */
+  private async reload(): Promise<StoredObject | undefined | CasqError> {
+    let stored: StoredObject | undefined;
+    try {
+      stored = await this.store.get(this.key);
+    } catch (error) {
+      this.committed = undefined;
+      this.headMode = "unloaded";
+      return asCasqError(error, this.queue, this.shard);
+    }
+    if (!stored) {
+      this.committed = undefined;
+      this.etag = undefined;
+      this.committedBytes = undefined;
+      this.headMode = "unloaded";
+      return undefined;
+    }
+    try {
+      this.committed = ShardState.decode(stored.body);
+    } catch (error) {
+      this.committed = undefined;
+      this.headMode = "refused";
+      const refusal = new CasqError(
+        "data_loss",
+        `shard document ${this.key} cannot be read and will not be overwritten: ${error instanceof Error ? error.message : String(error)}. Inspect it with \`casq inspect\`, restore it from a backup, or move it away.`,
+        { queue: this.queue, shard: this.shard },
+        { cause: error },
+      );
+      this.observer?.onLeadership?.({ queue: this.queue, shard: this.shard, event: "refused" });
+      return refusal;
+    }
+    this.etag = stored.etag;
+    this.committedBytes = stored.body;
+    this.seenRecord = this.committed.broker;
+    this.seenAt = this.now();
+    const wasLeading = this.headMode === "leading";
+    if (isOwnRecord(this.committed.broker, this.identity)) {
+      this.headMode = "leading";
+    } else {
+      this.headMode = "following";
+      if (wasLeading)
+        this.observer?.onLeadership?.({
+          queue: this.queue,
+          shard: this.shard,
+          event: "lost",
+          record: this.committed.broker,
+        });
+    }
+    return stored;
+  }
+
+  private restoreCommitted(): void {
+    if (this.committedBytes) {
+      this.committed = ShardState.decode(this.committedBytes);
+    } else {
+      this.committed = undefined;
+      this.headMode = "unloaded";
+    }
+  }
+
+  private redirect(record: BrokerRecord | undefined): CasqError {
+    if (record !== undefined && record.address === this.identity.address) {
+      // An earlier process at this very address (before a crash or restart) still holds
+      // the lease: a redirect would send the client straight back here. Ask for a retry.
+      const waitMs = Math.max(0, record.leaseUntil - this.now());
+      return new CasqError(
+        "unavailable",
+        `shard ${this.queue}/${this.shard} is still leased to ${record.id}, an earlier broker process at this address, for ${waitMs} ms; retry in ${waitMs} ms`,
+        { queue: this.queue, shard: this.shard },
+      );
+    }
+    return new CasqError(
+      "redirect",
+      `shard ${this.queue}/${this.shard} is led by broker ${record?.id ?? "?"} at ${record?.address || "an unknown address"}; send the request there`,
+      {
+        queue: this.queue,
+        shard: this.shard,
+        ...(record ? { leaderAddress: record.address, leaderId: record.id, epoch: record.epoch } : {}),
+      },
+    );
+  }
+}
+
+/** Turns a store or unknown error into a {@link CasqError}. */
+export function asCasqError(error: unknown, queue: string, shard: number): CasqError {
+  if (isCasqError(error)) return error;
+  if (isStoreError(error)) {
+    const code = error.kind === "invalid" ? "internal" : "unavailable";
+    return new CasqError(code, `object store: ${error.message}`, { queue, shard }, { cause: error });
+  }
+  return new CasqError(
+    "internal",
+    error instanceof Error ? error.message : String(error),
+    { queue, shard },
+    { cause: error },
+  );
+}
