@@ -32,7 +32,17 @@
  * answering callers and timers. This module knows nothing of batches.
  */
 import { CasqError, isCasqError } from "../errors.ts";
+import { parseShardDocument, type SegmentRef } from "../model/document-codec.ts";
 import type { QueueConfig } from "../model/queue-config.ts";
+import {
+  encodeSegment,
+  segmentEpoch,
+  segmentName,
+  segmentPrefix,
+  sha256Hex,
+} from "../model/segment-codec.ts";
+import { sealCandidates, sealSegment } from "../model/segment-mechanics.ts";
+import type { MessageRecord } from "../model/shard-records.ts";
 import { type BrokerRecord, ShardState } from "../model/shard-state.ts";
 import type { ObjectStore, PutCondition, StoredObject } from "../store/object-store.ts";
 import { backoffDelay, type RetryPolicy } from "../store/retrying-store.ts";
@@ -40,6 +50,7 @@ import { isStoreError } from "../store/store-errors.ts";
 import type { Clock } from "../util/clock.ts";
 import type { Random } from "../util/random.ts";
 import { type BrokerIdentity, heldByOther, isOwnRecord, needsRenewal, takeoverRecord } from "./leadership.ts";
+import { loadSegments } from "./segment-loader.ts";
 import { shardKey } from "./shard-key.ts";
 import type { ShardObserver } from "./shard-observer.ts";
 import { resolveWrites, type WriteAttempt } from "./write-resolution.ts";
@@ -57,6 +68,8 @@ export interface HeadStoreOptions {
   readonly maxConflictRetries: number;
   /** Backoff between conflict retries after the immediate ones. */
   readonly conflictBackoff: RetryPolicy;
+  /** The head's tail of newest messages is sealed into a segment once its messages exceed this many bytes. */
+  readonly tailBytes: number;
 }
 
 /** Everything a {@link ShardHeadStore} needs. */
@@ -115,6 +128,11 @@ export class ShardHeadStore {
    * the store a read per redirected request, short enough to notice a graceful release soon. */
   private seenAt = Number.NEGATIVE_INFINITY;
   private writeCounter = 0;
+  private segmentCounter = 0;
+  /** Contents of the segments the committed head references (and of ones just sealed), by name. */
+  private readonly segments = new Map<string, readonly MessageRecord[]>();
+  /** Segment deletions in progress (garbage collection never delays a commit). */
+  private readonly collecting = new Set<Promise<void>>();
 
   constructor(params: ShardHeadStoreParams) {
     this.store = params.store;
@@ -196,6 +214,7 @@ export class ShardHeadStore {
             address: this.identity.address,
             leaseUntil: options.release ? 0 : now + this.options.leaseMs,
           };
+      const sealed = await this.sealTail(working, now);
       const writeId = `${this.identity.id}.${++this.writeCounter}`;
       const basedOn = creating ? undefined : working.writeId;
       working.recordWrite(writeId);
@@ -209,6 +228,8 @@ export class ShardHeadStore {
         this.etag = put.etag;
         this.committedBytes = bytes;
         this.headMode = "leading";
+        this.collect(working.takeRetiredSegments());
+        if (takingOver) this.sweepOrphans(working);
         if (takingOver)
           this.observer?.onLeadership?.({
             queue: this.queue,
@@ -228,6 +249,8 @@ export class ShardHeadStore {
         attempts.set(writeId, { ...attempt, ambiguous: kind === "ambiguous" });
         if (kind !== "precondition_failed" && kind !== "conflict" && kind !== "ambiguous") {
           // The write did not happen (unavailable) or cannot (invalid): restore and answer.
+          // The segments it would have referenced never will be: delete them.
+          this.collect(sealed);
           this.restoreCommitted();
           return { kind: "failed", error: asCasqError(error, this.queue, this.shard) };
         }
@@ -248,6 +271,7 @@ export class ShardHeadStore {
         );
         if (verdict.kind === "landed") {
           // The mode follows the head's broker record (reload set it): a rival may lead by now.
+          // (Segments retired by the landed write are left to the next sweep.)
           return {
             kind: "written",
             value: verdict.value,
@@ -265,6 +289,8 @@ export class ShardHeadStore {
             ),
           };
         }
+        // Not landed: this attempt's segments are referenced by no head, now or later.
+        this.collect(sealed);
         justReloaded = true;
         conflicts += 1;
         if (conflicts > this.options.maxConflictRetries) {
@@ -331,8 +357,17 @@ export class ShardHeadStore {
       return undefined;
     }
     try {
-      this.committed = ShardState.decode(stored.body);
+      const doc = parseShardDocument(stored.body);
+      const loaded = await loadSegments(this.store, this.key, stored.etag, doc, this.segments);
+      if (loaded === "moved") return this.reload(); // the head changed while its segments were read
+      this.committed = ShardState.fromDocument(doc, (ref) => this.segments.get(ref.name));
+      this.pruneSegments(doc.segments);
     } catch (error) {
+      if (isCasqError(error, "unavailable")) {
+        this.committed = undefined;
+        this.headMode = "unloaded";
+        return error;
+      }
       this.committed = undefined;
       this.headMode = "refused";
       const refusal = new CasqError(
@@ -366,11 +401,106 @@ export class ShardHeadStore {
 
   private restoreCommitted(): void {
     if (this.committedBytes) {
-      this.committed = ShardState.decode(this.committedBytes);
+      this.committed = ShardState.decode(this.committedBytes, (ref) => this.segments.get(ref.name));
     } else {
       this.committed = undefined;
       this.headMode = "unloaded";
     }
+  }
+
+  /**
+   * Seals the oldest tail messages into segment objects while the tail is
+   * over budget. Each segment is written put-if-absent under a unique name
+   * BEFORE the head that references it; a segment write that fails leaves
+   * its messages in the tail (the head just stays larger until the next
+   * commit tries again). Returns the names written, so that a head write
+   * that did not land can delete them.
+   */
+  private async sealTail(working: ShardState, now: number): Promise<string[]> {
+    const written: string[] = [];
+    const epoch = working.broker?.epoch ?? 0;
+    for (;;) {
+      const candidates = sealCandidates(working, this.options.tailBytes);
+      if (candidates.length === 0) return written;
+      const records = candidates.map((m) => m.msg);
+      // The sequence is unique per writer and the random part tells two writers of one epoch apart.
+      const sequence = `${(++this.segmentCounter).toString(36)}${Math.floor(this.random.next() * 36 ** 6).toString(36)}`;
+      const name = segmentName(records[0]?.offset ?? 0, epoch, sequence);
+      const bytes = encodeSegment(this.queue, this.shard, records);
+      try {
+        await this.store.put(segmentPrefix(this.queue, this.shard) + name, bytes, { ifAbsent: true });
+      } catch {
+        return written; // not sealed this time: the messages stay in the head
+      }
+      sealSegment(working, candidates, {
+        name,
+        bytes: bytes.byteLength,
+        sha256: sha256Hex(bytes),
+        createdAt: now,
+      });
+      this.segments.set(name, records);
+      written.push(name);
+    }
+  }
+
+  /** Forgets cached segments the head no longer references. */
+  private pruneSegments(refs: readonly SegmentRef[]): void {
+    if (refs.length === this.segments.size) return;
+    const keep = new Set(refs.map((ref) => ref.name));
+    for (const name of this.segments.keys()) if (!keep.has(name)) this.segments.delete(name);
+  }
+
+  /**
+   * Deletes segment objects no head will reference: retired by a head write
+   * that landed, or written for a head write that did not. Runs in the
+   * background; a failed delete leaves an orphan for {@link sweepOrphans}.
+   */
+  private collect(names: readonly string[]): void {
+    if (names.length === 0) return;
+    const prefix = segmentPrefix(this.queue, this.shard);
+    for (const name of names) this.segments.delete(name);
+    const run = Promise.all(names.map((name) => this.store.delete(prefix + name).catch(() => {}))).then(
+      () => {},
+    );
+    this.collecting.add(run);
+    void run.finally(() => this.collecting.delete(run));
+  }
+
+  /**
+   * After a takeover landed: deletes segment objects of EARLIER epochs that
+   * the head does not reference — left by a crash between a segment write
+   * and its head write, by a head write that failed, or by a retirement whose
+   * delete was lost. Safe against a deposed leader: it can no longer land a
+   * head (the takeover moved the etag), so an unreferenced segment of an
+   * earlier epoch can never become referenced; segments of this epoch and
+   * later are never touched here.
+   */
+  private sweepOrphans(head: ShardState): void {
+    const epoch = head.broker?.epoch ?? 0;
+    const referenced = new Set(head.segmentNames());
+    const prefix = segmentPrefix(this.queue, this.shard);
+    const run = this.store
+      .list(prefix)
+      .then((listed) => {
+        const orphans = listed
+          .map((entry) => entry.key.slice(prefix.length))
+          .filter((name) => {
+            const written = segmentEpoch(name);
+            return written !== undefined && written < epoch && !referenced.has(name);
+          });
+        return Promise.all(orphans.map((name) => this.store.delete(prefix + name).catch(() => {})));
+      })
+      .then(
+        () => {},
+        () => {},
+      );
+    this.collecting.add(run);
+    void run.finally(() => this.collecting.delete(run));
+  }
+
+  /** Waits for background segment deletions (tests, and a graceful stop). */
+  async settled(): Promise<void> {
+    while (this.collecting.size > 0) await Promise.all([...this.collecting]);
   }
 
   private redirect(record: BrokerRecord | undefined): CasqError {

@@ -57,6 +57,8 @@ export interface CommitOptions {
   readonly maxConflictRetries: number;
   /** Backoff between conflict retries after the immediate ones. */
   readonly conflictBackoff: RetryPolicy;
+  /** Bytes of newest messages kept in the head before the oldest are sealed into a segment. Default 256 KiB. */
+  readonly tailBytes: number;
 }
 
 /** Defaults for {@link CommitOptions}. */
@@ -70,6 +72,7 @@ export const DEFAULT_COMMIT_OPTIONS: CommitOptions = {
   maxConflictRetries: 50,
   // The immediate retries are counted by `immediateConflictRetries`; backoff starts after them.
   conflictBackoff: { ...DEFAULT_RETRY_POLICY, immediateRetries: 0 },
+  tailBytes: 256 * 1024,
 };
 
 /** Everything a {@link ShardLeader} needs. */
@@ -233,7 +236,13 @@ export class ShardLeader {
     this.releaseRequested = options.release && this.head.mode === "leading";
     this.kick();
     while (this.loop) await this.loop;
+    // The loop may have been past its last check of `releaseRequested` when it was set.
+    if (this.releaseRequested) {
+      this.kick();
+      while (this.loop) await this.loop;
+    }
     this.stopped = true;
+    await this.head.settled();
     this.timer?.abort();
     this.timer = undefined;
     for (const item of this.pending.splice(0)) item.reject(shuttingDown(this.queue, this.shard));
