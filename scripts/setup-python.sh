@@ -29,6 +29,11 @@ if [[ ! -x "$VENV/bin/python" ]]; then
   "$PYTHON" -m venv "$VENV"
 fi
 
+# The SDK was once built with setuptools under the name casq (now casq-sdk,
+# built by hatchling; the import name is still casq): its leftover metadata in
+# src/ would make pip list a second, stale "casq" distribution.
+rm -rf sdk/python/src/casq.egg-info
+
 echo "setup-python: pip install -r requirements-dev.txt -e ./sdk/python"
 "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
   -r requirements-dev.txt -e ./sdk/python

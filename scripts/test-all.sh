@@ -22,6 +22,9 @@ bash scripts/setup-python.sh
 step "S3-compatible test server (scripts/setup-s3.sh)"
 bash scripts/setup-s3.sh
 
+step "VersityGW, the production S3 gateway the S3 tests also run against (scripts/setup-versitygw.sh; a cold build takes ~2-3 minutes, cached after)"
+bash scripts/setup-versitygw.sh
+
 step "grpcurl for the end-to-end tests (scripts/setup-grpcurl.sh)"
 bash scripts/setup-grpcurl.sh
 

@@ -47,6 +47,22 @@ type Options struct {
 	// one). Calls carry the trace context of the span in their ctx either
 	// way.
 	TracerProvider trace.TracerProvider
+	// DialOptions are added to the SDK's own (transport credentials) when a
+	// connection to a broker is made: interceptors for metrics or auth
+	// (grpc.WithChainUnaryInterceptor, grpc.WithChainStreamInterceptor), a
+	// proxy dialer (grpc.WithContextDialer), keepalive, and so on. Every
+	// call of the client, the Work streams included, goes through them.
+	DialOptions []grpc.DialOption
+	// NoDefaultDedupIDs turns off the random dedup id the producer gives
+	// every message that has none. That id is made once per Enqueue or
+	// EnqueueBatch call, so the SDK's retries of the call reuse it: an
+	// attempt that timed out (a hung broker) may still have been stored,
+	// and its retry at another broker then returns the stored message
+	// instead of storing it twice. Each id costs about 100 bytes of the
+	// shard document for the queue's dedup window (5 minutes by default);
+	// set this to save that at the price of possible duplicates after an
+	// ambiguous failure.
+	NoDefaultDedupIDs bool
 }
 
 // Client is a connection pool to a casq cluster. It is safe for concurrent
@@ -82,6 +98,7 @@ func Dial(ctx context.Context, opts Options) (*Client, error) {
 		opts.BackoffMax = 5 * time.Second
 	}
 	opts.Brokers = append([]string(nil), opts.Brokers...)
+	opts.DialOptions = append([]grpc.DialOption(nil), opts.DialOptions...)
 	return &Client{opts: opts, conns: map[string]*grpc.ClientConn{}, preferred: opts.Brokers[0]}, nil
 }
 
@@ -120,7 +137,7 @@ func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
 	if c.opts.TLS != nil {
 		creds = credentials.NewTLS(c.opts.TLS)
 	}
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
+	conn, err := grpc.NewClient(addr, append([]grpc.DialOption{grpc.WithTransportCredentials(creds)}, c.opts.DialOptions...)...)
 	if err != nil {
 		return nil, toError(err, nil)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	casqv1 "github.com/casq/casq/sdk/go/gen/casq/v1"
 	"google.golang.org/grpc/codes"
@@ -162,6 +163,63 @@ func (e *BatchSplitError) Error() string {
 
 // Unwrap exposes the part's *Error to errors.As and Code.
 func (e *BatchSplitError) Unwrap() error { return e.Err }
+
+// StreamTimeoutError is reported to a worker's error handler (and logged)
+// when a broker left a request on a Work stream (an ack, nack or heartbeat)
+// unanswered for the client's Options.Timeout. The broker is taken for hung:
+// a stopped process keeps its connections open, so the stream would not
+// break before TCP gave up, while the leases of its jobs ran out. The worker
+// ends the stream, sends what was unanswered by unary calls (which move on
+// to the next broker) and opens the stream again elsewhere. Its code is
+// UNAVAILABLE.
+type StreamTimeoutError struct {
+	// Broker is the address of the broker that did not answer.
+	Broker string
+	// Timeout is how long the oldest request waited.
+	Timeout time.Duration
+}
+
+func (e *StreamTimeoutError) Error() string {
+	return fmt.Sprintf("casq: broker %s left a Work stream request unanswered for %s (hung?): stream ended, going elsewhere", e.Broker, e.Timeout)
+}
+
+// GRPCStatus gives the error the code UNAVAILABLE for Code and status.Code.
+func (e *StreamTimeoutError) GRPCStatus() *status.Status {
+	return status.New(codes.Unavailable, e.Error())
+}
+
+// LeaseLostError is reported to a worker's error handler (and logged), with
+// the job, when the worker learns that it no longer holds the job's lease.
+// Op says how: "ack" or "nack" (answered LEASE_LOST: the message was
+// delivered again or dead-lettered meanwhile, and the settle changed
+// nothing; the job's outcome counts only through that later delivery), or
+// "heartbeat" (a heartbeat answered LOST or NOT_FOUND, or the broker's
+// leases_lost event: the handler's context is cancelled). Its code is
+// ABORTED.
+type LeaseLostError struct {
+	// Op is "ack", "nack" or "heartbeat".
+	Op string
+	// JobID, Queue, Attempt and Receipt name the delivery.
+	JobID   string
+	Queue   string
+	Attempt uint32
+	Receipt string
+	// Reason is what the worker was told.
+	Reason string
+}
+
+func (e *LeaseLostError) Error() string {
+	if e.Op == "heartbeat" {
+		return "casq: lease lost: " + e.Reason
+	}
+	if e.JobID == "" {
+		return fmt.Sprintf("casq: lease lost: %s of receipt %s (queue %s) changed nothing: %s", e.Op, e.Receipt, e.Queue, e.Reason)
+	}
+	return fmt.Sprintf("casq: lease lost: %s of job %s (queue %s, attempt %d) changed nothing: %s", e.Op, e.JobID, e.Queue, e.Attempt, e.Reason)
+}
+
+// GRPCStatus gives the error the code ABORTED for Code and status.Code.
+func (e *LeaseLostError) GRPCStatus() *status.Status { return status.New(codes.Aborted, e.Error()) }
 
 // ErrDeadLetter, returned (or wrapped) by a handler, dead-letters the job at
 // once instead of retrying it.

@@ -234,6 +234,7 @@ func TestServiceDescriptors(t *testing.T) {
 		"ListDeadLetters":    unary("ListDeadLetters"),
 		"RedriveDeadLetters": unary("RedriveDeadLetters"),
 		"GetDocument":        getDocument,
+		"RepairShard":        unary("RepairShard"),
 	})
 
 	q := casqv1.QueueService_ServiceDesc
@@ -242,7 +243,7 @@ func TestServiceDescriptors(t *testing.T) {
 		t.Fatalf("QueueService grpc ServiceDesc = %+v", q)
 	}
 	a := casqv1.AdminService_ServiceDesc
-	if a.ServiceName != "casq.v1.AdminService" || len(a.Methods) != 10 || len(a.Streams) != 1 ||
+	if a.ServiceName != "casq.v1.AdminService" || len(a.Methods) != 11 || len(a.Streams) != 1 ||
 		a.Streams[0].StreamName != "GetDocument" || a.Streams[0].ClientStreams || !a.Streams[0].ServerStreams {
 		t.Fatalf("AdminService grpc ServiceDesc = %+v", a)
 	}

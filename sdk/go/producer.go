@@ -2,6 +2,7 @@ package casq
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"maps"
@@ -57,7 +58,8 @@ func WithMaxAttempts(n uint32) EnqueueOption {
 }
 
 // WithDedupID makes retries of the enqueue exactly-once within the queue's
-// dedup window.
+// dedup window, across calls too (by default each call gives messages
+// without one a random id, see Options.NoDefaultDedupIDs).
 func WithDedupID(id string) EnqueueOption { return func(m *casqv1.NewMessage) { m.DedupId = id } }
 
 // Message is one entry of EnqueueBatch.
@@ -66,8 +68,9 @@ type Message struct {
 	Options []EnqueueOption
 }
 
-// Enqueue stores one message durably and returns where it went. Without
-// WithDedupID, a retry after an ambiguous failure may store it twice.
+// Enqueue stores one message durably and returns where it went. The SDK's
+// retries of the call store it once (see Options.NoDefaultDedupIDs); a retry
+// by the caller does too only with WithDedupID.
 func (p *Producer) Enqueue(ctx context.Context, queue string, payload []byte, opts ...EnqueueOption) (EnqueueResult, error) {
 	res, err := p.EnqueueBatch(ctx, queue, []Message{{Payload: payload, Options: opts}})
 	if err != nil {
@@ -94,6 +97,11 @@ func (p *Producer) EnqueueBatch(ctx context.Context, queue string, msgs []Messag
 		nm := &casqv1.NewMessage{Payload: m.Payload}
 		for _, o := range m.Options {
 			o(nm)
+		}
+		if nm.DedupId == "" && !p.c.opts.NoDefaultDedupIDs {
+			// Once per call: every retry of it (and every part of a split
+			// batch) carries the same id.
+			nm.DedupId = rand.Text()
 		}
 		nms = append(nms, nm)
 		idx = append(idx, i)

@@ -3,6 +3,7 @@ package casq
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"time"
 
@@ -30,6 +31,16 @@ type Job struct {
 	TraceParent string
 	TraceState  string
 	EnqueuedAt  time.Time
+	// Shard and Offset locate the message: its shard of the queue and its
+	// position there (strictly increasing per shard).
+	Shard  uint32
+	Offset uint64
+	// DedupID is the producer's deduplication id ("" when none).
+	DedupID string
+	// LeaseDeadline is when the lease of this delivery runs out, as granted
+	// with the claim (zero if the broker sent none); the worker's heartbeats
+	// move the broker's deadline later than this.
+	LeaseDeadline time.Time
 }
 
 // Handler processes one job: nil acks it, an error nacks it (retried with
@@ -49,6 +60,8 @@ type workerConfig struct {
 	leaseTTL        time.Duration
 	shutdownTimeout time.Duration
 	onError         func(error, *Job)
+	logger          *slog.Logger // nil: log nothing
+	loggerSet       bool
 }
 
 // WithConcurrency sets how many handlers run at once (default 1).
@@ -79,12 +92,24 @@ func WithErrorHandler(f func(err error, job *Job)) WorkerOption {
 	return func(c *workerConfig) { c.onError = f }
 }
 
+// WithLogger sets where the worker logs failures (default slog.Default()):
+// each handler that returns an error or panics (Warn, or Error when the job
+// is dead-lettered: ErrDeadLetter or its last attempt), and every other
+// failure WithErrorHandler hears of (Warn). WithLogger(nil) logs nothing;
+// the error handler is called either way.
+func WithLogger(l *slog.Logger) WorkerOption {
+	return func(c *workerConfig) { c.logger, c.loggerSet = l, true }
+}
+
 // Run consumes queue until ctx is cancelled, then shuts down gracefully: it
 // stops taking jobs, hands back jobs that had not started, waits up to the
 // shutdown timeout for running handlers and settles them, and returns nil.
 // Handlers still running then are cancelled and never acked. Run returns an
 // *Error early only for failures retrying cannot fix (NOT_FOUND,
-// INVALID_ARGUMENT, PERMISSION_DENIED, UNAUTHENTICATED, FAILED_PRECONDITION).
+// INVALID_ARGUMENT, PERMISSION_DENIED, UNAUTHENTICATED, FAILED_PRECONDITION);
+// handlers still running then have their context cancelled, and Run waits
+// up to the shutdown timeout for them to return before it does (their jobs
+// are not settled: their leases run out).
 //
 // A Work stream delivers jobs only from the shards its broker leads, so Run
 // keeps one stream per shard leader: the primary stream, to the preferred
@@ -99,6 +124,9 @@ func (w *Worker) Run(ctx context.Context, queue string, handler Handler, opts ..
 	cfg := workerConfig{concurrency: 1, shutdownTimeout: 30 * time.Second}
 	for _, o := range opts {
 		o(&cfg)
+	}
+	if !cfg.loggerSet {
+		cfg.logger = slog.Default()
 	}
 	cfg.concurrency = max(cfg.concurrency, 1)
 	if cfg.prefetch <= 0 {
@@ -118,6 +146,7 @@ func (w *Worker) Run(ctx context.Context, queue string, handler Handler, opts ..
 		sessions: map[string]*session{},
 		inbox:    make(chan inboxMsg),
 		opens:    make(chan openResult),
+		beats:    make(chan beatResult),
 		quit:     make(chan struct{}),
 		leaders:  map[uint32]string{},
 		failures: map[string]int{},
@@ -135,9 +164,13 @@ func toJob(c *casqv1.ClaimedMessage) *Job {
 		Headers: m.GetHeaders(), Key: m.GetKey(), Priority: m.GetPriority(),
 		Attempt: c.GetAttempt(), MaxAttempts: c.GetMaxAttempts(), Receipt: c.GetReceipt(),
 		TraceParent: m.GetTraceContext().GetTraceparent(), TraceState: m.GetTraceContext().GetTracestate(),
+		Shard: m.GetShard(), Offset: m.GetOffset(), DedupID: m.GetDedupId(),
 	}
 	if m.GetEnqueuedAt() != nil {
 		j.EnqueuedAt = m.GetEnqueuedAt().AsTime()
+	}
+	if c.GetLeaseDeadline() != nil {
+		j.LeaseDeadline = c.GetLeaseDeadline().AsTime()
 	}
 	return j
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -33,6 +34,11 @@ type held struct {
 	// adopts the job (see activate), so that the worker's holdings stay
 	// within prefetch per open stream across reconnects.
 	owner *session
+	// beating is set while a unary heartbeat of the job is in flight.
+	beating bool
+	// lost is set once the worker learned that it no longer holds the
+	// lease: the handler's context is cancelled and heartbeats stop.
+	lost bool
 }
 
 type result struct {
@@ -54,6 +60,12 @@ type pendingReq struct {
 	kind     reqKind
 	receipts []string
 	nack     *casqv1.WorkNack
+	// jobs are the jobs of receipts (same order), for the reports of what
+	// the broker answered; nil where unknown.
+	jobs []*Job
+	// sent is when it went on the stream: unanswered for Options.Timeout, it
+	// marks the stream as hung (see hungSessions).
+	sent time.Time
 }
 
 // session is one Work stream to one broker. A run keeps at most one session
@@ -77,12 +89,19 @@ type session struct {
 }
 
 // inboxMsg is what a session's receive goroutine hands the run loop: an
-// event, or (ev nil) the stream's end. s is nil for the lost leases a unary
-// heartbeat found.
+// event, or (ev nil) the stream's end.
 type inboxMsg struct {
 	s   *session
 	ev  *casqv1.WorkResponse
 	err error
+}
+
+// beatResult is the outcome of a unary heartbeat: the receipts it carried and
+// those the broker answered LOST.
+type beatResult struct {
+	receipts []string
+	lost     []string
+	err      error
 }
 
 type lookupResult struct {
@@ -114,6 +133,7 @@ type run struct {
 	primary  *session            // open or opening; nil while reconnecting
 	inbox    chan inboxMsg
 	opens    chan openResult
+	beats    chan beatResult
 	quit     chan struct{} // closed as the loop returns: goroutines stop handing it things
 
 	hb      *time.Ticker // made by the first Opened
@@ -139,10 +159,45 @@ type run struct {
 	tracer trace.Tracer
 }
 
+// report logs a failure that does not end Run (at Warn) and hands it to the
+// error handler.
 func (r *run) report(err error, job *Job) {
-	if r.cfg.onError != nil && err != nil {
+	if err == nil {
+		return
+	}
+	r.log(slog.LevelWarn, "casq worker: "+err.Error(), err, job)
+	if r.cfg.onError != nil {
 		r.cfg.onError(err, job)
 	}
+}
+
+// handlerFailed reports a handler's error or panic, saying what happens to
+// the job next: retried (Warn) or dead-lettered (Error).
+func (r *run) handlerFailed(err error, job *Job) {
+	dead := errors.Is(err, ErrDeadLetter) || (job.MaxAttempts > 0 && job.Attempt >= job.MaxAttempts)
+	attempts := fmt.Sprintf("attempt %d", job.Attempt)
+	if job.MaxAttempts > 0 {
+		attempts = fmt.Sprintf("attempt %d of %d", job.Attempt, job.MaxAttempts)
+	}
+	level, next := slog.LevelWarn, "it will be retried"
+	if dead {
+		level, next = slog.LevelError, "it is dead-lettered"
+	}
+	r.log(level, fmt.Sprintf("casq worker: job %s of queue %s failed (%s), %s: %v", job.ID, r.queue, attempts, next, err), err, job)
+	if r.cfg.onError != nil {
+		r.cfg.onError(err, job)
+	}
+}
+
+func (r *run) log(level slog.Level, msg string, err error, job *Job) {
+	if r.cfg.logger == nil {
+		return
+	}
+	attrs := []slog.Attr{slog.String("queue", r.queue), slog.String("error", err.Error())}
+	if job != nil {
+		attrs = append(attrs, slog.String("job_id", job.ID), slog.Int64("attempt", int64(job.Attempt)))
+	}
+	r.cfg.logger.LogAttrs(context.Background(), level, msg, attrs...)
 }
 
 func fatal(code codes.Code) bool {
@@ -166,7 +221,10 @@ func (r *run) loop() error {
 	var abandonAfter *time.Timer
 	var stopLookups context.CancelFunc
 	r.lookupCtx, stopLookups = context.WithCancel(context.WithoutCancel(r.ctx))
+	// Stream requests are checked for a late answer a few times per Timeout.
+	watchdog := time.NewTicker(min(max(r.c.opts.Timeout/4, 50*time.Millisecond), time.Second))
 	defer func() {
+		watchdog.Stop()
 		if abandonAfter != nil {
 			abandonAfter.Stop()
 		}
@@ -176,6 +234,7 @@ func (r *run) loop() error {
 		stopLookups()
 		close(r.quit)
 		r.closeAll()
+		r.stopHandlers()
 		r.unary.Wait()
 	}()
 	stopC := r.ctx.Done()
@@ -290,14 +349,12 @@ func (r *run) loop() error {
 		case m := <-r.inbox:
 			s := m.s
 			switch {
-			case s == nil:
-				r.event(nil, m.ev, stopping)
 			case s.gone:
 				// Sent before the session was dropped. A job still arrives
 				// leased to this worker: give it back rather than let its
 				// lease run out.
 				if job := m.ev.GetJob(); job != nil {
-					r.unarySettle(giveBack([]string{job.GetReceipt()}))
+					r.unarySettle(giveBack(toJob(job)))
 				}
 			case m.ev != nil:
 				r.event(s, m.ev, stopping)
@@ -322,6 +379,26 @@ func (r *run) loop() error {
 				}
 				retry(e, draining)
 			}
+		case now := <-watchdog.C:
+			for _, s := range r.hungSessions(now) {
+				// Given up like a broken stream; the unary resends and the
+				// reconnect start at the next broker.
+				err := &StreamTimeoutError{Broker: s.addr, Timeout: r.c.opts.Timeout}
+				r.report(err, nil)
+				if r.c.current() == s.addr {
+					r.c.next(s.addr)
+				}
+				r.dropSession(s)
+				switch {
+				case stopping:
+				case !s.primary:
+					r.secondaryLost(s.addr, toError(err, nil), nil)
+				default:
+					addr = r.c.current()
+					reconnect.Reset(r.c.backoff(failures))
+					failures++
+				}
+			}
 		case <-reconcileC:
 			r.reconcileStreams()
 		case res := <-r.looked:
@@ -336,11 +413,48 @@ func (r *run) loop() error {
 			}
 		case <-hbC:
 			r.heartbeat()
+		case b := <-r.beats:
+			r.heartbeated(b)
 		case res := <-r.done:
 			r.finished(res, stopping)
 		}
 		if !stopping {
 			r.startWaiting()
+		}
+	}
+}
+
+// stopHandlers cancels the handlers still running as Run returns early (a
+// fatal error; a graceful stop has none left) and waits for them to return,
+// at most the shutdown timeout. Their jobs are not settled (the broker
+// refused the stream for good): their leases run out.
+func (r *run) stopHandlers() {
+	running := 0
+	for _, h := range r.jobs {
+		if h.started {
+			h.cancel()
+			running++
+		}
+	}
+	if running == 0 {
+		return
+	}
+	t := time.NewTimer(r.cfg.shutdownTimeout)
+	defer t.Stop()
+	for running > 0 {
+		select {
+		case res := <-r.done:
+			if _, ok := r.jobs[res.receipt]; ok {
+				delete(r.jobs, res.receipt)
+				running--
+			}
+		case <-t.C:
+			for _, h := range r.jobs {
+				if h.started {
+					r.report(errors.New("casq: handler still running as Run returned; job abandoned without ack"), h.job)
+				}
+			}
+			return
 		}
 	}
 }
@@ -356,34 +470,49 @@ func (r *run) quiet() bool {
 	return true
 }
 
-// event handles one message of session s (nil: a unary heartbeat's lost
-// leases).
+// hungSessions returns the open sessions with a request unanswered for
+// longer than Options.Timeout. (The handshake has a deadline of its own.)
+func (r *run) hungSessions(now time.Time) []*session {
+	var out []*session
+	for _, s := range r.sessions {
+		if !s.open || s.gone {
+			continue
+		}
+		for _, p := range s.pending {
+			if now.Sub(p.sent) > r.c.opts.Timeout {
+				out = append(out, s)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// event handles one message of session s.
 func (r *run) event(s *session, ev *casqv1.WorkResponse, stopping bool) {
 	switch e := ev.GetEvent().(type) {
 	case *casqv1.WorkResponse_Job:
 		job := toJob(e.Job)
 		if stopping {
-			r.settle(s, giveBack([]string{job.Receipt}))
+			r.settle(s, giveBack(job))
 			return
 		}
 		r.jobs[job.Receipt] = &held{job: job, from: s, owner: s}
 		r.waiting = append(r.waiting, job.Receipt)
 	case *casqv1.WorkResponse_LeasesLost:
-		for _, receipt := range e.LeasesLost.GetReceipts() {
-			if h, ok := r.jobs[receipt]; ok {
-				if h.cancel != nil {
-					h.cancel()
-				}
-				r.report(fmt.Errorf("casq: lease lost: %s", e.LeasesLost.GetReason()), h.job)
-			}
-		}
+		r.leasesLost(e.LeasesLost.GetReceipts(), e.LeasesLost.GetReason())
 	case *casqv1.WorkResponse_Acked, *casqv1.WorkResponse_Nacked, *casqv1.WorkResponse_Heartbeated:
+		if p, ok := s.pending[ev.GetRequestId()]; ok && p.kind != reqHeartbeat {
+			r.checkSettled(p, ev.GetAcked().GetResults(), ev.GetNacked().GetResults())
+		}
 		delete(s.pending, ev.GetRequestId())
-		for _, a := range ev.GetAcked().GetResults() {
-			if a.GetOutcome() == casqv1.AckOutcome_ACK_OUTCOME_LEASE_LOST {
-				r.report(fmt.Errorf("casq: ack of %s: lease lost", a.GetReceipt()), nil)
+		var lost []string
+		for _, x := range ev.GetHeartbeated().GetResults() {
+			if x.GetOutcome() == casqv1.HeartbeatOutcome_HEARTBEAT_OUTCOME_LOST {
+				lost = append(lost, x.GetReceipt())
 			}
 		}
+		r.leasesLost(lost, "lease lost (found by a heartbeat)")
 	case *casqv1.WorkResponse_RequestFailed:
 		p, ok := s.pending[ev.GetRequestId()]
 		delete(s.pending, ev.GetRequestId())
@@ -391,7 +520,7 @@ func (r *run) event(s *session, ev *casqv1.WorkResponse, stopping bool) {
 		if ok && (err.LeaderAddress != "" || err.Code == codes.Unavailable) {
 			r.unarySettle(p)
 		} else {
-			r.report(err, nil)
+			r.reportFailed(p, err)
 		}
 	case *casqv1.WorkResponse_Draining:
 		s.draining = true
@@ -400,6 +529,23 @@ func (r *run) event(s *session, ev *casqv1.WorkResponse, stopping bool) {
 		if !stopping {
 			r.reconcileStreams()
 		}
+	}
+}
+
+// leasesLost cancels the handlers of jobs whose lease the worker no longer
+// holds, and reports each loss once. Receipts of jobs already settled are
+// ignored: a heartbeat answered after the job's ack finds its lease gone.
+func (r *run) leasesLost(receipts []string, reason string) {
+	for _, receipt := range receipts {
+		h, ok := r.jobs[receipt]
+		if !ok || h.lost {
+			continue
+		}
+		h.lost = true
+		if h.cancel != nil {
+			h.cancel()
+		}
+		r.report(&LeaseLostError{Op: "heartbeat", JobID: h.job.ID, Queue: r.queue, Attempt: h.job.Attempt, Receipt: receipt, Reason: reason}, h.job)
 	}
 }
 
@@ -474,10 +620,14 @@ func (r *run) finished(res result, stopping bool) {
 	h.cancel()
 	delete(r.jobs, res.receipt)
 	if res.err == nil {
-		r.settle(h.from, pendingReq{kind: reqAck, receipts: []string{res.receipt}})
+		r.settle(h.from, pendingReq{kind: reqAck, receipts: []string{res.receipt}, jobs: []*Job{h.job}})
 	} else {
-		r.report(res.err, h.job)
-		r.settle(h.from, pendingReq{kind: reqNack, receipts: []string{res.receipt}, nack: &casqv1.WorkNack{
+		if !h.lost || !errors.Is(res.err, context.Canceled) {
+			// (A handler that stopped because its lease was lost: that
+			// loss was reported.)
+			r.handlerFailed(res.err, h.job)
+		}
+		r.settle(h.from, pendingReq{kind: reqNack, receipts: []string{res.receipt}, jobs: []*Job{h.job}, nack: &casqv1.WorkNack{
 			DeadLetter: errors.Is(res.err, ErrDeadLetter), Reason: reason(res.err)}})
 	}
 	if !stopping {
@@ -488,19 +638,19 @@ func (r *run) finished(res result, stopping bool) {
 // handBack nacks the jobs that arrived but had not started, each on the
 // stream it came from.
 func (r *run) handBack() {
-	bySession := map[*session][]string{}
+	bySession := map[*session][]*Job{}
 	for _, receipt := range r.waiting {
 		if h, ok := r.jobs[receipt]; ok && !h.started {
-			bySession[h.from] = append(bySession[h.from], receipt)
+			bySession[h.from] = append(bySession[h.from], h.job)
 			delete(r.jobs, receipt)
 		}
 	}
 	r.waiting = nil
-	for s, receipts := range bySession {
-		for len(receipts) > 0 {
-			n := min(len(receipts), 100)
-			r.settle(s, giveBack(receipts[:n]))
-			receipts = receipts[n:]
+	for s, jobs := range bySession {
+		for len(jobs) > 0 {
+			n := min(len(jobs), 100)
+			r.settle(s, giveBack(jobs[:n]...))
+			jobs = jobs[n:]
 		}
 	}
 }
@@ -510,7 +660,9 @@ func (r *run) handBack() {
 func (r *run) heartbeat() {
 	bySession := map[*session][]string{}
 	for receipt, h := range r.jobs {
-		bySession[h.from] = append(bySession[h.from], receipt)
+		if !h.lost {
+			bySession[h.from] = append(bySession[h.from], receipt)
+		}
 	}
 	for s, receipts := range bySession {
 		for len(receipts) > 0 {

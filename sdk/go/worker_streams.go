@@ -3,6 +3,7 @@ package casq
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"time"
 
@@ -292,9 +293,9 @@ func (r *run) finishAll() {
 		case m := <-r.inbox:
 			if job := m.ev.GetJob(); job != nil {
 				// Not expected after a half-close: give it back.
-				r.unarySettle(giveBack([]string{job.GetReceipt()}))
+				r.unarySettle(giveBack(toJob(job)))
 			}
-			if m.s == nil || m.s.gone || m.ev != nil {
+			if m.s.gone || m.ev != nil {
 				continue
 			}
 			m.s.gone = true
@@ -307,9 +308,13 @@ func (r *run) finishAll() {
 	}
 }
 
-func giveBack(receipts []string) pendingReq {
+func giveBack(jobs ...*Job) pendingReq {
+	receipts := make([]string, len(jobs))
+	for i, j := range jobs {
+		receipts[i] = j.Receipt
+	}
 	// A release: claimable again at once, and the delivery does not count as an attempt.
-	return pendingReq{kind: reqNack, receipts: receipts, nack: &casqv1.WorkNack{Release: true, Reason: "worker stopping"}}
+	return pendingReq{kind: reqNack, receipts: receipts, jobs: jobs, nack: &casqv1.WorkNack{Release: true, Reason: "worker stopping"}}
 }
 
 // send sends req on s, or (p given) re-sends it as a unary call when s can
@@ -324,6 +329,7 @@ func (r *run) send(s *session, req *casqv1.WorkRequest, p *pendingReq) {
 	if p != nil {
 		r.nextID++
 		req.RequestId = r.nextID
+		p.sent = time.Now()
 		s.pending[req.RequestId] = *p
 	}
 	if err := s.stream.Send(req); err != nil {
@@ -353,10 +359,119 @@ func (r *run) settle(s *session, p pendingReq) {
 }
 
 // unarySettle re-sends an ack, nack or heartbeat as the unary RPC (with
-// redirects and failover). Leases a heartbeat finds lost go back to the loop
-// as a leases_lost event.
+// redirects and failover). An ack whose delivery was no longer current is
+// reported, as on a stream.
 func (r *run) unarySettle(p pendingReq) {
 	if len(p.receipts) == 0 {
+		return
+	}
+	if p.kind == reqHeartbeat {
+		r.unaryHeartbeat(p.receipts)
+		return
+	}
+	r.unary.Add(1)
+	go func() {
+		defer r.unary.Done()
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), 30*time.Second)
+		defer cancel()
+		var acks []*casqv1.AckResult
+		var nacks []*casqv1.NackResult
+		err := r.c.call(ctx, func(ctx context.Context, qs casqv1.QueueServiceClient, _ casqv1.AdminServiceClient, o ...grpc.CallOption) error {
+			if p.kind == reqAck {
+				res, err := qs.Ack(ctx, &casqv1.AckRequest{Queue: r.queue, Subscription: r.cfg.subscription, Receipts: p.receipts}, o...)
+				acks = res.GetResults()
+				return err
+			}
+			res, err := qs.Nack(ctx, &casqv1.NackRequest{Queue: r.queue, Subscription: r.cfg.subscription, Receipts: p.receipts,
+				Delay: p.nack.GetDelay(), DeadLetter: p.nack.GetDeadLetter(), Reason: p.nack.GetReason(), Release: p.nack.GetRelease()}, o...)
+			nacks = res.GetResults()
+			return err
+		})
+		if err != nil {
+			r.reportFailed(p, err)
+			return
+		}
+		r.checkSettled(p, acks, nacks)
+	}()
+}
+
+// reportFailed reports an ack or nack that failed as a whole, once per job
+// it carried (once with no job when none is known): not settled, the jobs'
+// leases run out and they are delivered again.
+func (r *run) reportFailed(p pendingReq, err error) {
+	reported := false
+	for _, j := range p.jobs {
+		if j != nil {
+			r.report(err, j)
+			reported = true
+		}
+	}
+	if !reported {
+		r.report(err, nil)
+	}
+}
+
+// checkSettled reports each receipt of an ack or nack that did not do what
+// the worker asked: a *LeaseLostError for LEASE_LOST, an UNKNOWN *Error for
+// a receipt the broker gave no known outcome for. ALREADY_ACKED (an ack
+// retried after a lost answer) is a success.
+func (r *run) checkSettled(p pendingReq, acks []*casqv1.AckResult, nacks []*casqv1.NackResult) {
+	op := "ack"
+	if p.kind == reqNack {
+		op = "nack"
+	}
+	type outcome struct{ ok, lost bool }
+	got := map[string]outcome{}
+	for _, a := range acks {
+		o := a.GetOutcome()
+		got[a.GetReceipt()] = outcome{
+			ok:   o == casqv1.AckOutcome_ACK_OUTCOME_ACKED || o == casqv1.AckOutcome_ACK_OUTCOME_ALREADY_ACKED,
+			lost: o == casqv1.AckOutcome_ACK_OUTCOME_LEASE_LOST,
+		}
+	}
+	for _, n := range nacks {
+		o := n.GetOutcome()
+		got[n.GetReceipt()] = outcome{
+			ok:   o == casqv1.NackOutcome_NACK_OUTCOME_RETRY_SCHEDULED || o == casqv1.NackOutcome_NACK_OUTCOME_DEAD_LETTERED,
+			lost: o == casqv1.NackOutcome_NACK_OUTCOME_LEASE_LOST,
+		}
+	}
+	for i, receipt := range p.receipts {
+		var job *Job
+		if i < len(p.jobs) {
+			job = p.jobs[i]
+		}
+		o, found := got[receipt]
+		switch {
+		case o.ok:
+		case o.lost:
+			e := &LeaseLostError{Op: op, Queue: r.queue, Receipt: receipt,
+				Reason: "its lease was lost (the message was delivered again or dead-lettered meanwhile)"}
+			if job != nil {
+				e.JobID, e.Attempt = job.ID, job.Attempt
+			}
+			r.report(e, job)
+		case found:
+			r.report(&Error{Code: codes.Unknown, Message: fmt.Sprintf("%s of receipt %s got an unknown outcome", op, receipt)}, job)
+		default:
+			r.report(&Error{Code: codes.Unknown, Message: fmt.Sprintf("%s of receipt %s got no outcome", op, receipt)}, job)
+		}
+	}
+}
+
+// unaryHeartbeat heartbeats, by the unary RPC, the jobs whose stream is
+// gone. At most one call per job is in flight, so that a broker that does
+// not answer does not pile them up; the outcome goes back to the loop (see
+// heartbeated), which cancels the handlers of the leases found lost.
+func (r *run) unaryHeartbeat(receipts []string) {
+	var send []string
+	for _, receipt := range receipts {
+		if h, ok := r.jobs[receipt]; ok && !h.beating && !h.lost {
+			h.beating = true
+			send = append(send, receipt)
+		}
+	}
+	if len(send) == 0 {
 		return
 	}
 	r.unary.Add(1)
@@ -366,16 +481,9 @@ func (r *run) unarySettle(p pendingReq) {
 		defer cancel()
 		var lost []string
 		err := r.c.call(ctx, func(ctx context.Context, qs casqv1.QueueServiceClient, _ casqv1.AdminServiceClient, o ...grpc.CallOption) error {
-			switch p.kind {
-			case reqAck:
-				_, err := qs.Ack(ctx, &casqv1.AckRequest{Queue: r.queue, Subscription: r.cfg.subscription, Receipts: p.receipts}, o...)
-				return err
-			case reqNack:
-				_, err := qs.Nack(ctx, &casqv1.NackRequest{Queue: r.queue, Subscription: r.cfg.subscription, Receipts: p.receipts,
-					Delay: p.nack.GetDelay(), DeadLetter: p.nack.GetDeadLetter(), Reason: p.nack.GetReason(), Release: p.nack.GetRelease()}, o...)
-				return err
-			}
-			res, err := qs.Heartbeat(ctx, &casqv1.HeartbeatRequest{Queue: r.queue, Subscription: r.cfg.subscription, Receipts: p.receipts}, o...)
+			res, err := qs.Heartbeat(ctx, &casqv1.HeartbeatRequest{
+				Queue: r.queue, Subscription: r.cfg.subscription, WorkerId: r.cfg.workerID, Receipts: send,
+			}, o...)
 			lost = lost[:0]
 			for _, x := range res.GetResults() {
 				if x.GetOutcome() == casqv1.HeartbeatOutcome_HEARTBEAT_OUTCOME_LOST {
@@ -384,13 +492,27 @@ func (r *run) unarySettle(p pendingReq) {
 			}
 			return err
 		})
-		r.report(err, nil)
-		if err == nil && len(lost) > 0 {
-			ev := &casqv1.WorkResponse{Event: &casqv1.WorkResponse_LeasesLost{LeasesLost: &casqv1.WorkLeasesLost{Receipts: lost, Reason: "heartbeat: lease lost"}}}
-			select {
-			case r.inbox <- inboxMsg{ev: ev}:
-			case <-r.quit:
-			}
+		select {
+		case r.beats <- beatResult{receipts: send, lost: lost, err: err}:
+		case <-r.quit:
 		}
 	}()
+}
+
+// heartbeated handles the outcome of a unary heartbeat. A missing queue or
+// subscription (NOT_FOUND) means every lease of the call is gone.
+func (r *run) heartbeated(b beatResult) {
+	for _, receipt := range b.receipts {
+		if h, ok := r.jobs[receipt]; ok {
+			h.beating = false
+		}
+	}
+	switch {
+	case b.err == nil:
+		r.leasesLost(b.lost, "lease lost (found by a heartbeat)")
+	case Code(b.err) == codes.NotFound:
+		r.leasesLost(b.receipts, "heartbeat: "+toError(b.err, nil).Message)
+	default:
+		r.report(b.err, nil)
+	}
 }

@@ -48,6 +48,8 @@ type fakeLeader struct {
 	streamAcks  []string
 	unaryAcks   []string
 	unaryBeats  int
+	beatWorkers []string // worker_id of each unary heartbeat
+	beatErr     error    // when set, unary heartbeats fail with it
 	violation   string
 	kill        chan struct{} // closing it ends the open streams with UNAVAILABLE
 	streamsOpen int
@@ -201,7 +203,15 @@ func (f *fakeLeader) Heartbeat(_ context.Context, req *casqv1.HeartbeatRequest) 
 	for _, r := range req.GetReceipts() {
 		res.Results = append(res.Results, &casqv1.HeartbeatResult{Receipt: r, Outcome: casqv1.HeartbeatOutcome_HEARTBEAT_OUTCOME_EXTENDED})
 	}
-	f.snapshot(func(f *fakeLeader) { f.unaryBeats++ })
+	var fail error
+	f.snapshot(func(f *fakeLeader) {
+		f.unaryBeats++
+		f.beatWorkers = append(f.beatWorkers, req.GetWorkerId())
+		fail = f.beatErr
+	})
+	if fail != nil {
+		return nil, fail
+	}
 	return res, nil
 }
 
@@ -390,6 +400,43 @@ func TestWorkerFindsLeaderNoRoutingNamed(t *testing.T) {
 	fa.snapshot(func(f *fakeLeader) {
 		if f.lookups == 0 {
 			t.Error("C was found without LookupShards")
+		}
+	})
+}
+
+func TestWorkerUnaryHeartbeatNotFoundCancelsHandler(t *testing.T) {
+	fa, fb := twoLeaders(t, 1, nil, []string{"b0"})
+	// The queue is gone by the time the job is heartbeated by a unary call.
+	fa.snapshot(func(f *fakeLeader) { f.beatErr = status.Error(codes.NotFound, "queue q not found") })
+	c, err := casq.Dial(context.Background(), casq.Options{
+		Brokers: []string{fa.addr}, BackoffInitial: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	started := make(chan struct{})
+	cancelled := make(chan struct{})
+	lost := make(chan string, 1)
+	runWorker(t, c, "q", func(ctx context.Context, _ *casq.Job) error {
+		close(started)
+		<-ctx.Done()
+		close(cancelled)
+		return ctx.Err()
+	}, casq.WithWorkerID("w-1"), casq.WithErrorHandler(func(err error, job *casq.Job) {
+		if job != nil {
+			lost <- err.Error()
+		}
+	}))
+	wait(t, started)
+	fb.killStreams()
+	wait(t, cancelled)
+	if msg := wait(t, lost); msg != "casq: lease lost: heartbeat: queue q not found" {
+		t.Errorf("reported %q", msg)
+	}
+	fa.snapshot(func(f *fakeLeader) {
+		if len(f.beatWorkers) == 0 || f.beatWorkers[0] != "w-1" {
+			t.Errorf("unary heartbeats carried worker ids %q, want w-1", f.beatWorkers)
 		}
 	})
 }

@@ -78,3 +78,23 @@ export class CasqError extends Error {
 export function isCasqError(error: unknown, code?: CasqErrorCode): error is CasqError {
   return error instanceof CasqError && (code === undefined || error.code === code);
 }
+
+/** Most characters of a client's value that an error message quotes (see {@link quoteValue}). */
+export const MAX_QUOTED_CHARS = 64;
+
+/**
+ * Quotes a value a client sent, for an error message: JSON-quoted and cut to
+ * `max` characters, with the full length noted when cut. Every message that
+ * echoes client input goes through this, so a 70,000-character name yields a
+ * short message (a status message travels in an HTTP/2 trailer, which has a
+ * size limit).
+ */
+export function quoteValue(value: unknown, max = MAX_QUOTED_CHARS): string {
+  const text = typeof value === "string" ? value : (JSON.stringify(value) ?? String(value));
+  if (text.length <= max) return typeof value === "string" ? JSON.stringify(text) : text;
+  let cut = text.slice(0, max);
+  // Do not split a surrogate pair: a lone half would print as an escape.
+  if (/[\uD800-\uDBFF]$/.test(cut)) cut = cut.slice(0, -1);
+  const quoted = typeof value === "string" ? JSON.stringify(cut) : cut;
+  return `${quoted}... (${text.length} characters)`;
+}

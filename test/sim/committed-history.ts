@@ -101,9 +101,12 @@ export class CommittedHistory {
       return;
     }
     try {
-      ShardState.decode(bytes, (ref) => {
-        const stored = this.segments.get(ref.name);
-        return stored && parseSegmentDocument(stored, { queue: queueOf(key), shard: shardOf(key), ref });
+      ShardState.decode(bytes, {
+        expected: { queue: queueOf(key), shard: shardOf(key) },
+        segments: (ref) => {
+          const stored = this.segments.get(ref.name);
+          return stored && parseSegmentDocument(stored, { queue: queueOf(key), shard: shardOf(key), ref });
+        },
       });
     } catch (error) {
       this.violation("decodable", `${key}: committed document does not load: ${String(error)}`);

@@ -77,6 +77,11 @@ describe("docs/grafana-dashboard.json", () => {
       "casq_queue_oldest_message_age_seconds",
       "casq_shard_leader",
       "casq_shard_epoch",
+      "casq_consumer_lag_messages",
+      "casq_lease_expiries_total",
+      "casq_nacks_total",
+      "casq_repeat_deliveries_total",
+      "casq_claim_to_ack_seconds",
     ])
       expect(used.has(name), name).toBe(true);
   });

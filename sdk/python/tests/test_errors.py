@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import grpc
 import pytest
 from google.protobuf.any_pb2 import Any
 
 import casq
+import casq.aio
 from casq.errors import error_from_rpc, error_from_status
 from casq.v1 import errors_pb2
 
@@ -67,3 +70,47 @@ def test_call_follows_redirects_and_fails_over() -> None:
     limited = casq.Client(brokers=["a:1"], max_attempts=2, backoff_initial=0.001, backoff_max=0.002)
     with pytest.raises(casq.UnavailableError):
         limited.call(lambda address: (_ for _ in ()).throw(FakeRpcError(grpc.StatusCode.UNAVAILABLE, "down")))
+
+
+def test_call_moves_on_from_a_hung_broker_and_does_not_go_back() -> None:
+    """DEADLINE_EXCEEDED (an attempt ran out of its own timeout) is an outage: the call fails over,
+    and a redirect back to the broker that timed out is not followed (its lease has to run out first)."""
+    client = casq.Client(brokers=["hung:1", "b:1"], backoff_initial=0.001, backoff_max=0.002)
+    trailers = (("grpc-status-details-bin", redirect_status("hung:1").SerializeToString()),)
+    seen: list[str] = []
+
+    def attempt(address: str) -> str:
+        seen.append(address)
+        if address == "hung:1":
+            raise FakeRpcError(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
+        if len(seen) < 4:
+            raise FakeRpcError(grpc.StatusCode.UNAVAILABLE, "led by hung:1", trailers)
+        return address
+
+    assert client.call(attempt) == "b:1"
+    assert seen == ["hung:1", "b:1", "b:1", "b:1"]
+    assert client.current_broker == "b:1"
+
+    # Out of budget, the last failure is what the caller sees.
+    with pytest.raises(casq.CasqError) as raised:
+        casq.Client(brokers=["hung:1"], max_attempts=2, backoff_initial=0.001).call(
+            lambda address: (_ for _ in ()).throw(FakeRpcError(grpc.StatusCode.DEADLINE_EXCEEDED, "late"))
+        )
+    assert raised.value.code == grpc.StatusCode.DEADLINE_EXCEEDED
+
+
+def test_aio_call_moves_on_from_a_hung_broker() -> None:
+    seen: list[str] = []
+
+    async def attempt(address: str) -> str:
+        seen.append(address)
+        if address == "hung:1":
+            raise FakeRpcError(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
+        return address
+
+    async def main() -> str:
+        async with casq.aio.Client(brokers=["hung:1", "b:1"], backoff_initial=0.001, backoff_max=0.002) as client:
+            return await client.call(attempt)
+
+    assert asyncio.run(main()) == "b:1"
+    assert seen == ["hung:1", "b:1"]

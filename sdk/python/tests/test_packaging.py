@@ -24,7 +24,7 @@ def build_wheel(out: Path) -> Path:
         [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w", str(out), str(source)],
         check=True,
     )
-    (wheel,) = out.glob("casq-*.whl")
+    (wheel,) = out.glob("casq_sdk-*.whl")
     return wheel
 
 

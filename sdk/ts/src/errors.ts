@@ -115,6 +115,42 @@ export class InvalidArgumentError extends CasqError {
   }
 }
 
+/** What a worker asked the broker to do with a job. */
+export type SettleOperation = "ack" | "nack";
+
+/**
+ * A worker's ack or nack of a job changed nothing: the worker no longer held
+ * the job's delivery (its lease ran out and the message was delivered again,
+ * or it was dead-lettered). Reported to `onError` with the job; the job's
+ * result counts only through that later delivery.
+ */
+export class LeaseLostError extends CasqError {
+  /** Id of the message. */
+  readonly jobId: string;
+  /** Queue of the message. */
+  readonly queue: string;
+  /** Attempt number of the delivery that was settled too late. */
+  readonly attempt: number;
+  /** What the worker sent. */
+  readonly operation: SettleOperation;
+
+  constructor(
+    job: { readonly id: string; readonly queue: string; readonly attempt: number },
+    operation: SettleOperation,
+  ) {
+    super(
+      Code.Aborted,
+      `casq: ${operation} of job ${job.id} (queue ${job.queue}, attempt ${job.attempt}) changed nothing: ` +
+        "its lease was lost (the message was delivered again or dead-lettered meanwhile)",
+    );
+    this.name = "LeaseLostError";
+    this.jobId = job.id;
+    this.queue = job.queue;
+    this.attempt = job.attempt;
+    this.operation = operation;
+  }
+}
+
 /**
  * Throw this from a worker handler to dead-letter the job at once instead of
  * retrying it (a "poison" message). `message` becomes the dead letter's reason.

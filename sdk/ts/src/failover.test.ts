@@ -7,7 +7,7 @@
 import { create } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
 import { resolveClientOptions } from "./client-options.ts";
-import { RedirectError, UnavailableError } from "./errors.ts";
+import { CasqError, Code, RedirectError, UnavailableError } from "./errors.ts";
 import { callWithFailover } from "./failover.ts";
 import { LeaderRedirectSchema } from "./gen/casq/v1/errors_pb.ts";
 import { BrokerPool } from "./transport.ts";
@@ -80,5 +80,88 @@ describe("callWithFailover", () => {
     const { calls, attempt } = deadLeaderCluster(100);
     await expect(callWithFailover(pool, attempt)).rejects.toBeInstanceOf(RedirectError);
     expect(calls).toHaveLength(4);
+  });
+
+  it("leaves a broker whose attempt ran into its own timeout (a hung broker) for the next one", async () => {
+    const pool = new BrokerPool(
+      resolveClientOptions({
+        brokers: [DEAD, SURVIVOR],
+        timeoutMs: 50,
+        backoffInitialMs: 1,
+        backoffMaxMs: 2,
+      }),
+    );
+    const calls: string[] = [];
+    const result = await callWithFailover(pool, async ({ address, timeoutMs }) => {
+      calls.push(address);
+      expect(timeoutMs).toBe(50);
+      if (address === DEAD) throw new CasqError(Code.DeadlineExceeded, "the operation timed out");
+      return "stored";
+    });
+    expect(result).toBe("stored");
+    expect(calls).toEqual([DEAD, SURVIVOR]);
+    expect(pool.preferred()).toBe(SURVIVOR);
+  });
+
+  it("does not retry a DEADLINE_EXCEEDED of the caller's own deadline", async () => {
+    const pool = new BrokerPool(
+      resolveClientOptions({ brokers: [DEAD, SURVIVOR], timeoutMs: 60_000, backoffInitialMs: 1 }),
+    );
+    const calls: string[] = [];
+    const call = callWithFailover(
+      pool,
+      async ({ address, timeoutMs }) => {
+        calls.push(address);
+        // The attempt got the caller's remaining time, not the pool's 60 s.
+        expect(timeoutMs).toBeLessThanOrEqual(10_000);
+        throw new CasqError(Code.DeadlineExceeded, "the operation timed out");
+      },
+      { deadline: Date.now() + 10_000 },
+    );
+    await expect(call).rejects.toMatchObject({ code: Code.DeadlineExceeded });
+    expect(calls).toEqual([DEAD]);
+  });
+
+  it("does not retry after the caller aborted", async () => {
+    const pool = new BrokerPool(resolveClientOptions({ brokers: [DEAD, SURVIVOR], backoffInitialMs: 1 }));
+    const controller = new AbortController();
+    const calls: string[] = [];
+    const call = callWithFailover(
+      pool,
+      async ({ address }) => {
+        calls.push(address);
+        controller.abort();
+        throw new CasqError(Code.DeadlineExceeded, "the operation timed out");
+      },
+      { signal: controller.signal },
+    );
+    await expect(call).rejects.toMatchObject({ code: Code.Canceled });
+    expect(calls).toEqual([DEAD]);
+  });
+
+  it("retryOutages: false fails at once at the first broker, but waits out a dead leader it was redirected to", async () => {
+    const options = { brokers: [SURVIVOR], backoffInitialMs: 1, backoffMaxMs: 2 };
+    const down = new BrokerPool(resolveClientOptions(options));
+    const calls: string[] = [];
+    const outage = callWithFailover(
+      down,
+      async ({ address }) => {
+        calls.push(address);
+        throw new UnavailableError("connect ECONNREFUSED");
+      },
+      { retryOutages: false },
+    );
+    await expect(outage).rejects.toBeInstanceOf(UnavailableError);
+    expect(calls).toEqual([SURVIVOR]);
+
+    const waits: string[] = [];
+    const { calls: cluster, attempt } = deadLeaderCluster(3);
+    const result = await callWithFailover(new BrokerPool(resolveClientOptions(options)), attempt, {
+      retryOutages: false,
+      onLeaderWait: (redirect) => waits.push(redirect.leaderAddress),
+    });
+    expect(result).toBe("stored");
+    expect(cluster).toEqual([SURVIVOR, DEAD, SURVIVOR, SURVIVOR, SURVIVOR]);
+    expect(waits).toEqual([DEAD, DEAD]);
   });
 });

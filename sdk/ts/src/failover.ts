@@ -1,9 +1,15 @@
 /**
  * The call wrapper behind every unary call of the SDK: follows redirects to
  * the leading broker at once, moves on to the next broker with exponential
- * backoff and full jitter on outages and connection errors, and gives up
- * when the retry budget (`retryTimeoutMs`, optionally `maxAttempts`) is
- * spent, on an abort, or at the caller's deadline.
+ * backoff and full jitter on outages, connection errors and attempts that
+ * timed out (a hung broker), and gives up when the retry budget
+ * (`retryTimeoutMs`, optionally `maxAttempts`) is spent, on an abort, or at
+ * the caller's deadline.
+ *
+ * Two deadlines, two meanings: `timeoutMs` bounds one attempt at one broker
+ * (its DEADLINE_EXCEEDED means "this broker did not answer in time, try
+ * another"), the caller's `deadline` bounds the whole call (its
+ * DEADLINE_EXCEEDED ends the call, never retried).
  */
 import { Code } from "@connectrpc/connect";
 import { CasqError, isRetryable, RedirectError, toCasqError } from "./errors.ts";
@@ -19,6 +25,21 @@ export interface FailoverCallOptions {
   readonly address?: string;
   /** Override of the pool's attempt limit. */
   readonly maxAttempts?: number;
+  /**
+   * `false`: an outage (or hung attempt) at a broker the call was not
+   * redirected to ends the call at once, with that error. For a client that
+   * knows a single broker and should say so quickly (the `casq` CLI). An
+   * outage at a redirect's leader still sends the call back to wait at the
+   * redirecting broker. Default `true`: the next broker, after a backoff.
+   */
+  readonly retryOutages?: boolean;
+  /**
+   * Called before each wait at a broker that redirects to a leader which
+   * already failed in this call: the leader is probably dead, and the call
+   * waits for its leader lease to run out (the redirecting broker then takes
+   * the shard over). `delayMs` is the wait about to start.
+   */
+  readonly onLeaderWait?: (redirect: RedirectError, delayMs: number) => void;
 }
 
 /** What one attempt gets: the broker to call, and the per-attempt signal and timeout. */
@@ -65,7 +86,8 @@ export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
  *   unless that leader already failed to answer in this call: then it is dead, the
  *   redirecting broker takes its shards over once the leader's lease runs out, so the
  *   call stays with the redirecting broker and backs off;
- * - outage / connection error (see {@link isRetryable}): the next broker, after a backoff;
+ * - outage / connection error (see {@link isRetryable}), or an attempt that ran into its own
+ *   `timeoutMs` (not the caller's deadline): the next broker, after a backoff;
  * - anything else: thrown as a {@link CasqError}.
  * Throws the last error after `maxAttempts` attempts or when a backoff would pass the
  * caller's deadline or the retry budget (`retryTimeoutMs` from the first attempt).
@@ -87,18 +109,31 @@ export async function callWithFailover<T>(
     const delay = backoffDelay(++failures, backoffInitialMs, backoffMaxMs);
     const end = Date.now() + delay;
     if (end >= giveUpAt || (options.deadline !== undefined && end >= options.deadline)) throw error;
+    if (error instanceof RedirectError && failed.has(error.leaderAddress))
+      options.onLeaderWait?.(error, delay);
     await sleep(delay, options.signal);
   };
+  // Brokers this call reached by following a redirect, and the broker that redirected there.
+  const redirectedFrom = new Map<string, string>();
   for (let n = 1; ; n++) {
     if (options.signal?.aborted)
       throw new CasqError(Code.Canceled, "casq: call aborted", { cause: options.signal.reason });
-    const remaining =
-      options.deadline === undefined ? timeoutMs : Math.min(timeoutMs, options.deadline - Date.now());
-    if (remaining <= 0) throw new CasqError(Code.DeadlineExceeded, "casq: deadline exceeded");
+    const left = options.deadline === undefined ? Number.POSITIVE_INFINITY : options.deadline - Date.now();
+    if (left <= 0) throw new CasqError(Code.DeadlineExceeded, "casq: deadline exceeded");
+    // When the caller's deadline is the nearer one, a timeout of this attempt is the caller's.
+    const callerBound = left <= timeoutMs;
     try {
-      return await attempt({ address, signal: options.signal, timeoutMs: remaining, attempt: n });
+      return await attempt({
+        address,
+        signal: options.signal,
+        timeoutMs: Math.min(timeoutMs, left),
+        attempt: n,
+      });
     } catch (thrown) {
       const error = toCasqError(thrown);
+      if (options.signal?.aborted) {
+        throw new CasqError(Code.Canceled, "casq: call aborted", { cause: options.signal.reason });
+      }
       if (n >= maxAttempts) throw error;
       if (error instanceof RedirectError) {
         if (failed.has(error.leaderAddress)) {
@@ -111,13 +146,18 @@ export async function callWithFailover<T>(
         pool.prefer(error.leaderAddress);
         // A redirect back to the broker we just asked means its view is stale: back off a little.
         if (error.leaderAddress === address) await backOff(error);
+        else redirectedFrom.set(error.leaderAddress, address);
         address = error.leaderAddress;
         continue;
       }
-      if (!isRetryable(error)) throw error;
+      // This attempt's own timeout: the broker is hung (or too slow); another may answer.
+      const hung = error.code === Code.DeadlineExceeded && !callerBound;
+      if (!hung && !isRetryable(error)) throw error;
+      const from = redirectedFrom.get(address);
+      if (options.retryOutages === false && from === undefined) throw error;
       failed.add(address);
       await backOff(error);
-      address = pool.rotate(address);
+      address = options.retryOutages === false && from !== undefined ? from : pool.rotate(address);
     }
   }
 }

@@ -12,8 +12,10 @@ export {
   Code,
   DeadLetterError,
   InvalidArgumentError,
+  LeaseLostError,
   NotFoundError,
   RedirectError,
+  type SettleOperation,
   toCasqError,
   UnavailableError,
 } from "./errors.ts";
@@ -25,7 +27,16 @@ export {
   type OutgoingMessage,
   type Payload,
   Producer,
+  type ProducerOptions,
 } from "./producer.ts";
 export { spanContextFromTraceContext } from "./tracing.ts";
 export { activeTraceHeaders } from "./transport.ts";
-export { type JobHandler, type RunOptions, type StopOptions, Worker, type WorkerOptions } from "./worker.ts";
+export {
+  consoleLogger,
+  type JobHandler,
+  type RunOptions,
+  type StopOptions,
+  Worker,
+  type WorkerLogger,
+  type WorkerOptions,
+} from "./worker.ts";

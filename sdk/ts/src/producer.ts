@@ -2,6 +2,7 @@
  * The producer: enqueue one message or a batch and get back ids once the
  * messages are durable in the object store.
  */
+import { randomUUID } from "node:crypto";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { durationFromMs, timestampFromMs } from "@bufbuild/protobuf/wkt";
 import { Code } from "@connectrpc/connect";
@@ -36,10 +37,26 @@ export interface EnqueueOptions {
   /**
    * Deduplication id: a second enqueue with the same id within the queue's
    * dedup window stores nothing and returns the original id with
-   * `duplicate: true`. Set it to make retries (yours and the SDK's failover)
-   * exactly-once.
+   * `duplicate: true`. Set it to make your own retries exactly-once. Without
+   * one the producer makes up a random id per message (see
+   * {@link ProducerOptions.defaultDedupIds}), so that the SDK's own retries
+   * of this call store the message once.
    */
   readonly dedupId?: string;
+}
+
+/** Options of a {@link Producer}. */
+export interface ProducerOptions extends ClientOptions {
+  /**
+   * Give every message without a `dedupId` a random one (generated once per
+   * call, so the SDK's retries of that call reuse it). An attempt that timed
+   * out may still have been stored; with a dedup id, its retry at another
+   * broker returns the stored message instead of storing it twice. Each id
+   * costs about 100 bytes of the shard document for the queue's dedup window
+   * (5 minutes by default); set `false` to save that at the price of possible
+   * duplicates after an ambiguous failure. Default `true`.
+   */
+  readonly defaultDedupIds?: boolean;
 }
 
 /** One message of {@link Producer.enqueueBatch}: a payload plus its options. */
@@ -93,7 +110,7 @@ export function encodePayload(payload: Payload): { bytes: Uint8Array; json: bool
   return { bytes: encoder.encode(text), json: true };
 }
 
-function toNewMessage(message: OutgoingMessage): NewMessageInit {
+function toNewMessage(message: OutgoingMessage, defaultDedupIds: boolean): NewMessageInit {
   const { bytes, json } = encodePayload(message.payload);
   const headers = { ...(message.headers ?? {}) };
   if (json && !Object.keys(headers).some((h) => h.toLowerCase() === "content-type")) {
@@ -108,7 +125,8 @@ function toNewMessage(message: OutgoingMessage): NewMessageInit {
     key: message.key ?? "",
     priority: message.priority ?? 0,
     maxAttempts: message.maxAttempts ?? 0,
-    dedupId: message.dedupId ?? "",
+    // Generated here, once per call: every retry and split part resends this same id.
+    dedupId: message.dedupId ?? (defaultDedupIds ? randomUUID() : ""),
     schedule:
       message.delayMs !== undefined
         ? { case: "delay", value: durationFromMs(Math.max(0, Math.round(message.delayMs))) }
@@ -181,9 +199,11 @@ function childSignal(parent: AbortSignal | undefined): {
  */
 export class Producer {
   private readonly pool: BrokerPool;
+  private readonly defaultDedupIds: boolean;
 
-  constructor(options: ClientOptions) {
+  constructor(options: ProducerOptions) {
     this.pool = new BrokerPool(resolveClientOptions(options));
+    this.defaultDedupIds = options.defaultDedupIds ?? true;
   }
 
   /** Enqueues one message; resolves once it is durable. */
@@ -200,7 +220,8 @@ export class Producer {
    * Enqueues 1..1000 messages in one request; resolves once all are durable,
    * with one result per message in order. On a multi-shard queue a redirect
    * or outage can leave part of a batch stored: the SDK resends the whole
-   * batch, so give messages dedup ids when duplicates matter.
+   * batch, whose dedup ids (yours or the default ones) keep the stored part
+   * from being stored twice.
    *
    * A batch whose shards are led by several brokers is answered with a
    * BatchRedirect (nothing stored): the SDK splits it into one request per
@@ -219,7 +240,8 @@ export class Producer {
       signal: options.signal,
       deadline: options.timeoutMs === undefined ? undefined : Date.now() + options.timeoutMs,
     };
-    return this.send(queue, messages.map(toNewMessage), ctx, undefined, 0);
+    const encoded = messages.map((m) => toNewMessage(m, this.defaultDedupIds));
+    return this.send(queue, encoded, ctx, undefined, 0);
   }
 
   /**

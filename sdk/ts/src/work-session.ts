@@ -4,13 +4,19 @@
  * matched to requests by request id, the stream's routing and its state.
  */
 import type { MessageInitShape } from "@bufbuild/protobuf";
-import { fromRpcStatus } from "./errors.ts";
+import { fromRpcStatus, UnavailableError } from "./errors.ts";
 import type { WorkRequestSchema, WorkResponse, WorkRouting } from "./gen/casq/v1/work_pb.ts";
 
 /** A request on the stream, as built by the SDK. */
 export type WorkRequestInit = MessageInitShape<typeof WorkRequestSchema>;
 /** The command of a {@link WorkRequestInit}. */
 export type Command = WorkRequestInit["command"];
+
+/**
+ * The stream ended or broke before a request on it was answered: the request
+ * may go again by unary call (see the worker's settle and heartbeat).
+ */
+export class StreamClosedError extends UnavailableError {}
 
 /** An async iterable fed by push(); end() finishes it. */
 class Pushable<T> implements AsyncIterable<T> {
@@ -49,14 +55,21 @@ class Pushable<T> implements AsyncIterable<T> {
   }
 }
 
-/** One Work stream, to one broker. */
+/**
+ * One Work stream, to one broker. A request unanswered after
+ * `requestTimeoutMs` breaks the stream: the broker is hung or cut off, and
+ * holding the request until TCP notices could take forever (a frozen process
+ * keeps its connections open).
+ */
 export class Session {
   readonly requests = new Pushable<WorkRequestInit>();
   readonly abort = new AbortController();
   private readonly pending = new Map<
     bigint,
-    { resolve: (r: WorkResponse) => void; reject: (e: unknown) => void }
+    { resolve: (r: WorkResponse) => void; reject: (e: unknown) => void; timer: NodeJS.Timeout }
   >();
+  /** Why the SDK broke the stream (an unanswered request), if it did. */
+  brokenBy: StreamClosedError | undefined;
   private nextId = 0n;
   closed = false;
   draining = false;
@@ -71,7 +84,10 @@ export class Session {
   /** Settles when the stream has ended: resolves on a clean end, rejects with what broke it. */
   ended: Promise<void> = Promise.resolve();
 
-  constructor(readonly address: string) {}
+  constructor(
+    readonly address: string,
+    private readonly requestTimeoutMs: number,
+  ) {}
 
   get usable(): boolean {
     return !this.closed && !this.requests.ended && !this.draining;
@@ -84,14 +100,28 @@ export class Session {
   request(command: Command): Promise<WorkResponse> {
     const requestId = ++this.nextId;
     return new Promise((resolve, reject) => {
-      this.pending.set(requestId, { resolve, reject });
+      const timer = setTimeout(() => this.timedOut(), this.requestTimeoutMs);
+      timer.unref();
+      this.pending.set(requestId, { resolve, reject, timer });
       this.requests.push({ requestId, command });
     });
+  }
+
+  /** A request went unanswered: fail every open request and end the stream. */
+  private timedOut(): void {
+    if (this.closed) return;
+    this.brokenBy = new StreamClosedError(
+      `casq: no answer on the work stream to ${this.address} within ${this.requestTimeoutMs} ms; ` +
+        "the broker seems hung, leaving it",
+    );
+    this.close(this.brokenBy);
+    this.abort.abort(this.brokenBy);
   }
 
   reply(response: WorkResponse): void {
     const waiter = this.pending.get(response.requestId);
     if (!waiter) return;
+    clearTimeout(waiter.timer);
     this.pending.delete(response.requestId);
     if (response.event.case === "requestFailed") waiter.reject(fromRpcStatus(response.event.value.status));
     else waiter.resolve(response);
@@ -100,7 +130,10 @@ export class Session {
   close(error: unknown): void {
     this.closed = true;
     this.requests.end();
-    for (const waiter of this.pending.values()) waiter.reject(error);
+    for (const waiter of this.pending.values()) {
+      clearTimeout(waiter.timer);
+      waiter.reject(error);
+    }
     this.pending.clear();
   }
 }

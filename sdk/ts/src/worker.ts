@@ -15,24 +15,57 @@ import {
   CasqError,
   DeadLetterError,
   isRetryable,
+  LeaseLostError,
   RedirectError,
+  type SettleOperation,
   toCasqError,
-  UnavailableError,
 } from "./errors.ts";
 import { backoffDelay, callWithFailover, sleep } from "./failover.ts";
-import { HeartbeatOutcome, type HeartbeatResult } from "./gen/casq/v1/message_pb.ts";
+import {
+  AckOutcome,
+  type AckResult,
+  HeartbeatOutcome,
+  type HeartbeatResult,
+  NackOutcome,
+  type NackResult,
+} from "./gen/casq/v1/message_pb.ts";
 import { QueueService } from "./gen/casq/v1/queue_service_pb.ts";
 import type { WorkResponse } from "./gen/casq/v1/work_pb.ts";
 import { type Job, jobFromClaim } from "./job.ts";
 import { casqTracer, runInProcessSpan } from "./tracing.ts";
 import { BrokerPool } from "./transport.ts";
-import { type Command, Session } from "./work-session.ts";
+import { type Command, Session, StreamClosedError } from "./work-session.ts";
 
 /** Handles one job. Resolve: ack. Throw: nack (retry with the queue's backoff). Throw {@link DeadLetterError}: dead-letter. */
 export type JobHandler = (job: Job) => Promise<void> | void;
 
+/**
+ * Where a {@link Worker} logs failures: any object with `warn` and `error`
+ * (the `console`, or an adapter to your logger). `details` carries the job's
+ * id, queue, attempt and the error, for structured loggers.
+ */
+export interface WorkerLogger {
+  /** A failure casq retries: a handler that threw (the job comes again), a broken stream, a lost lease. */
+  warn(message: string, details?: Record<string, unknown>): void;
+  /** A failure that loses work: a job dead-lettered by its handler's failure, a result that could not be stored. */
+  error(message: string, details?: Record<string, unknown>): void;
+}
+
+/** The default {@link WorkerLogger}: one line per failure on stderr (`console.warn` / `console.error`). */
+export const consoleLogger: WorkerLogger = {
+  warn: (message) => console.warn(message),
+  error: (message) => console.error(message),
+};
+
 /** Options of a {@link Worker}: where casq is, plus the worker's identity. */
 export interface WorkerOptions extends ClientOptions {
+  /**
+   * Where failures are logged: each handler that throws (warn, or error when
+   * the job is dead-lettered), each failed or lease-lost ack / nack and each
+   * broken stream (warn). Default {@link consoleLogger}; `null` logs nothing
+   * (`onError` still hears of everything).
+   */
+  readonly logger?: WorkerLogger | null;
   /** Worker identity recorded in leases and logs. Default `<hostname>/<pid>`. */
   readonly workerId?: string;
   /**
@@ -84,8 +117,6 @@ interface Held {
   abandoned: boolean;
 }
 
-class StreamClosedError extends UnavailableError {}
-
 const FATAL = new Set<Code>([
   Code.NotFound,
   Code.InvalidArgument,
@@ -93,6 +124,10 @@ const FATAL = new Set<Code>([
   Code.Unauthenticated,
   Code.FailedPrecondition,
 ]);
+
+function messageOf(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}
 
 /**
  * One `run()`: its Work streams, held jobs and handlers.
@@ -148,6 +183,7 @@ class Run {
     private readonly queue: string,
     private readonly handler: JobHandler,
     private readonly options: RunOptions,
+    private readonly logger: WorkerLogger | null,
   ) {
     this.subscription = options.subscription ?? "";
     this.concurrency = Math.max(1, Math.floor(options.concurrency ?? 1));
@@ -163,12 +199,50 @@ class Run {
     });
   }
 
-  private report(error: unknown, job?: Job): void {
+  private report(error: unknown, job?: Job, level: "warn" | "error" = "warn"): void {
+    this.log(
+      level,
+      `casq: ${job ? `job ${job.id} of queue ${this.queue}: ` : ""}${messageOf(error)}`,
+      error,
+      job,
+    );
+    this.notify(error, job);
+  }
+
+  /** Calls `onError`; its own failure is not ours to handle. */
+  private notify(error: unknown, job?: Job): void {
     try {
       this.options.onError?.(error, job);
     } catch {
       // the callback's own failure is not ours to handle
     }
+  }
+
+  private log(level: "warn" | "error", message: string, error: unknown, job?: Job): void {
+    try {
+      this.logger?.[level](message, {
+        queue: this.queue,
+        ...(job ? { jobId: job.id, attempt: job.attempt } : {}),
+        error,
+      });
+    } catch {
+      // a failing logger must not fail the job
+    }
+  }
+
+  /** Logs a handler's failure: what happens to the job next. */
+  private logHandlerFailure(error: unknown, job: Job): void {
+    const deadLetter =
+      error instanceof DeadLetterError || (job.maxAttempts > 0 && job.attempt >= job.maxAttempts);
+    const attempts =
+      job.maxAttempts > 0 ? `attempt ${job.attempt} of ${job.maxAttempts}` : `attempt ${job.attempt}`;
+    this.log(
+      deadLetter ? "error" : "warn",
+      `casq: job ${job.id} of queue ${this.queue} failed (${attempts}), ` +
+        `${deadLetter ? "dead-lettered" : "will be retried"}: ${messageOf(error)}`,
+      error,
+      job,
+    );
   }
 
   /** The open (or opening) stream to `address`, if any. */
@@ -181,7 +255,8 @@ class Run {
 
   /** Opens a Work stream to `address`; {@link sessionEnded} runs when it ends. */
   private startSession(address: string): Session {
-    const session = new Session(address);
+    // Stream requests get the deadline of a unary attempt.
+    const session = new Session(address, this.pool.options.timeoutMs);
     // Jobs of streams that ended give their credit to this one, so the worker
     // holds no more than before the other stream ended.
     let adopted = 0;
@@ -217,7 +292,13 @@ class Run {
           : { leaseTtl: durationFromMs(this.options.leaseTtlMs) }),
       },
     });
-    for await (const response of responses) this.onResponse(session, response);
+    try {
+      for await (const response of responses) this.onResponse(session, response);
+    } catch (thrown) {
+      // Broken by us (an unanswered request): say that, not "aborted".
+      throw session.brokenBy ?? thrown;
+    }
+    if (session.brokenBy) throw session.brokenBy;
   }
 
   /** A stream ended: fails its open requests; a secondary is dropped and its broker retried later if still needed. */
@@ -455,7 +536,10 @@ class Run {
         deadLetter: error instanceof DeadLetterError,
         reason: error instanceof Error ? error.message : String(error),
       };
-      if (!held.abandoned) this.report(error, held.job);
+      if (!held.abandoned) {
+        this.logHandlerFailure(error, held.job);
+        this.notify(error, held.job);
+      }
     }
     this.running--;
     if (held.abandoned) return; // stopped hard: the lease expires and the job is redelivered
@@ -505,7 +589,13 @@ class Run {
       const session = held.session;
       if (session.usable) {
         try {
-          await session.request(command);
+          const reply = await session.request(command);
+          const event = reply.event;
+          this.checkSettled(
+            held,
+            command.case,
+            event.case === "acked" || event.case === "nacked" ? event.value.results : [],
+          );
           return;
         } catch (thrown) {
           const error = toCasqError(thrown);
@@ -514,7 +604,7 @@ class Run {
         }
       }
       const client = (address: string) => this.pool.client(QueueService, address);
-      await callWithFailover<unknown>(
+      const response = await callWithFailover<{ results: (AckResult | NackResult)[] }>(
         this.pool,
         ({ address, timeoutMs }) =>
           command.case === "ack"
@@ -540,12 +630,42 @@ class Run {
               ),
         leader ? { address: leader } : {},
       );
+      this.checkSettled(held, command.case, response.results);
     } catch (error) {
       // Not settled: the lease expires and the job is redelivered (at-least-once).
-      this.report(error, held.job);
+      this.report(error, held.job, "error");
     } finally {
       this.forget(held);
     }
+  }
+
+  /**
+   * Reports a settle that did not do what the worker asked: the lease was
+   * lost (a {@link LeaseLostError}), or the broker gave no known outcome.
+   */
+  private checkSettled(
+    held: Held,
+    operation: SettleOperation,
+    results: readonly (AckResult | NackResult)[],
+  ): void {
+    const result = results.find((r) => r.receipt === held.job.receipt) ?? results[0];
+    const ok =
+      operation === "ack"
+        ? result?.outcome === AckOutcome.ACKED || result?.outcome === AckOutcome.ALREADY_ACKED
+        : result?.outcome === NackOutcome.RETRY_SCHEDULED || result?.outcome === NackOutcome.DEAD_LETTERED;
+    if (ok) return;
+    const lost =
+      operation === "ack"
+        ? result?.outcome === AckOutcome.LEASE_LOST
+        : result?.outcome === NackOutcome.LEASE_LOST;
+    const error = lost
+      ? new LeaseLostError(held.job, operation)
+      : new CasqError(
+          Code.Unknown,
+          `casq: ${operation} of job ${held.job.id} (queue ${held.job.queue}) got no known outcome ` +
+            `(${result === undefined ? "no result" : `outcome ${result.outcome}`})`,
+        );
+    this.report(error, held.job);
   }
 
   /** Drops a job from the held set and grants its credit back to its stream (unless stopping). */
@@ -679,9 +799,11 @@ export class Worker {
   private readonly pool: BrokerPool;
   private readonly workerId: string;
   private readonly tracer: Tracer;
+  private readonly logger: WorkerLogger | null;
   private readonly runs = new Set<Run>();
 
   constructor(options: WorkerOptions) {
+    this.logger = options.logger === undefined ? consoleLogger : options.logger;
     this.pool = new BrokerPool(resolveClientOptions(options));
     this.workerId = options.workerId ?? `${hostname()}/${process.pid}`;
     this.tracer = casqTracer(options.tracerProvider);
@@ -694,7 +816,7 @@ export class Worker {
    * UNAUTHENTICATED. Outages, redirects and broken streams are retried.
    */
   async run(queue: string, handler: JobHandler, options: RunOptions = {}): Promise<void> {
-    const run = new Run(this.pool, this.workerId, this.tracer, queue, handler, options);
+    const run = new Run(this.pool, this.workerId, this.tracer, queue, handler, options, this.logger);
     this.runs.add(run);
     const onAbort = () => void run.stop(options.stopTimeoutMs ?? 30_000);
     options.signal?.addEventListener("abort", onAbort, { once: true });

@@ -18,6 +18,7 @@ import type { Random } from "../util/random.ts";
 import type { BrokerIdentity } from "./leadership.ts";
 import { newMessageId } from "./message-ids.ts";
 import { expectKind } from "./operation-effects.ts";
+import { shardDocumentExpected } from "./queue-catalog.ts";
 import { ShardClaimer } from "./shard-claims.ts";
 import { type CommitOptions, ShardLeader } from "./shard-leader.ts";
 import type { ShardObserver } from "./shard-observer.ts";
@@ -37,6 +38,12 @@ export interface BrokerParams {
   /** Config of documents this broker creates. */
   readonly initialConfig?: Partial<QueueConfig>;
   readonly observer?: ShardObserver;
+  /**
+   * Whether a shard whose document is missing should have one (then it is
+   * refused with `data_loss`, not recreated empty). Default: the queue's
+   * manifest in the store says so ({@link shardDocumentExpected}).
+   */
+  readonly documentExpected?: (queue: string, shard: number) => Promise<boolean>;
 }
 
 /** A message to enqueue; the broker assigns the id. */
@@ -123,6 +130,9 @@ export class Broker {
         ...(this.params.commit ? { options: this.params.commit } : {}),
         ...(this.params.initialConfig ? { initialConfig: this.params.initialConfig } : {}),
         ...(this.params.observer ? { observer: this.params.observer } : {}),
+        documentExpected: () =>
+          this.params.documentExpected?.(queue, shard) ??
+          shardDocumentExpected(this.params.store, queue, shard),
       });
       this.leaders.set(id, leader);
     }

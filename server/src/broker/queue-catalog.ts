@@ -16,7 +16,10 @@
  * - `creating`: CreateQueue wrote the manifest and is creating the shard
  *   documents. A CreateQueue that finds it with the same shard count and
  *   config completes it; requests for the queue get `not_found` until then.
- * - `ready`: the queue is in service.
+ * - `ready`: the queue is in service, and every shard document exists. A
+ *   shard document missing under a `ready` manifest was lost (deleted by
+ *   hand, a store lifecycle rule...): the shard is refused with `data_loss`
+ *   rather than silently recreated empty ({@link shardDocumentExpected}).
  * - `deleting`: DeleteQueue is removing the shard documents; requests get
  *   `not_found`, and a DeleteQueue that finds it finishes the job.
  *
@@ -28,13 +31,18 @@
  * cached: a missing queue is looked up again on every request, so a queue
  * created through one broker is usable through all of them at once. `config` is the config the queue
  * was created with (the config in force lives in every shard document).
+ *
+ * Enqueue's auto-creation goes the same way as CreateQueue: manifest
+ * `creating`, the shard document, then `ready`; an auto-creation interrupted
+ * half-way is completed by the next Enqueue.
  */
-import { CasqError } from "../errors.ts";
-import { configProblem, DEFAULT_QUEUE_CONFIG, type QueueConfig } from "../model/queue-config.ts";
-import { validateName } from "../model/shard-state.ts";
+import { CasqError, isCasqError } from "../errors.ts";
+import { configProblem, DEFAULT_QUEUE_CONFIG, type QueueConfig, sameConfig } from "../model/queue-config.ts";
+import { ShardState, validateName } from "../model/shard-state.ts";
 import type { ObjectStore } from "../store/object-store.ts";
 import { isStoreError } from "../store/store-errors.ts";
 import type { Clock } from "../util/clock.ts";
+import { shardKey } from "./shard-key.ts";
 
 /** The manifest format this casq reads and writes. */
 export const QUEUE_MANIFEST_FORMAT = "casq.queue.v1";
@@ -79,9 +87,17 @@ interface CacheEntry {
   loading?: Promise<QueueManifest | undefined>;
 }
 
+/** A queue whose manifest exists but cannot be read (listed, not served). */
+export interface UnreadableQueue {
+  readonly queue: string;
+  /** Why the manifest cannot be read (the `data_loss` message). */
+  readonly problem: string;
+}
+
 /** One page of queue names. */
 export interface QueuePage {
-  readonly queues: readonly QueueManifest[];
+  /** Queues in service, and queues whose manifest cannot be read, sorted by name. */
+  readonly queues: readonly (QueueManifest | UnreadableQueue)[];
   /** Name of the last queue of the page when more may follow; undefined on the last page. */
   readonly nextAfter: string | undefined;
 }
@@ -151,16 +167,36 @@ export class QueueCatalog {
   /**
    * Like {@link require}, but when the queue does not exist at all and
    * `autoCreate` is set, creates it with one shard and the default config
-   * (Enqueue's auto-creation).
+   * (Enqueue's auto-creation; see the module header), or completes such a
+   * creation that was interrupted.
    */
   async ensure(queue: string, autoCreate: boolean): Promise<QueueManifest> {
     try {
       return await this.require(queue);
     } catch (error) {
-      if (!autoCreate || !isCasqError404(error) || this.cached(queue) !== undefined) throw error;
-      const { manifest } = await this.create(queue, 1, DEFAULT_QUEUE_CONFIG, "ready");
-      if (manifest.state !== "ready") return this.require(queue);
-      return manifest;
+      if (!autoCreate || !isCasqError404(error)) throw error;
+      const known = this.cached(queue);
+      if (known !== undefined && !isAutoCreation(known)) throw error;
+      const manifest = known ?? (await this.create(queue, 1, DEFAULT_QUEUE_CONFIG, "creating")).manifest;
+      if (!isAutoCreation(manifest)) return this.require(queue);
+      await this.createShardDocument(queue, 0, manifest.config);
+      try {
+        return await this.setState(manifest, "ready");
+      } catch (raced) {
+        // Another broker completing the same creation marked it ready first.
+        if (!isCasqError(raced, "unavailable")) throw raced;
+        return this.require(queue);
+      }
+    }
+  }
+
+  /** Writes an empty shard document with `config` unless one exists (put-if-absent). */
+  private async createShardDocument(queue: string, shard: number, config: QueueConfig): Promise<void> {
+    const state = ShardState.create({ queue, shard, config, now: Math.floor(this.clock.now()) });
+    try {
+      await this.store.put(shardKey(queue, shard), state.encode(), { ifAbsent: true });
+    } catch (error) {
+      if (!isStoreError(error, "precondition_failed")) throw storeFailure(error, queue);
     }
   }
 
@@ -256,7 +292,9 @@ export class QueueCatalog {
 
   /**
    * Queues in service (`ready`), sorted by name, starting after the queue
-   * named `after`: at most `pageSize` of them.
+   * named `after`: at most `pageSize` of them. A queue whose manifest cannot
+   * be read (`data_loss`) is listed as an {@link UnreadableQueue} instead of
+   * failing the whole listing.
    */
   async list(pageSize: number, after?: string): Promise<QueuePage> {
     let keys: { key: string }[];
@@ -269,14 +307,22 @@ export class QueueCatalog {
       .map((entry) => /^queues\/([^/]+)\/queue\.json$/.exec(entry.key)?.[1])
       .filter((name): name is string => name !== undefined && (after === undefined || name > after))
       .sort();
-    const queues: QueueManifest[] = [];
+    const queues: (QueueManifest | UnreadableQueue)[] = [];
     let index = 0;
     // Read manifests a few at a time until the page is full (skipping queues not in service).
     while (queues.length < pageSize && index < names.length) {
       const batch = names.slice(index, index + Math.min(16, pageSize - queues.length));
       index += batch.length;
-      const loaded = await Promise.all(batch.map((name) => this.freshOrLoad(name)));
-      for (const manifest of loaded) if (manifest?.state === "ready") queues.push(manifest);
+      const loaded = await Promise.all(
+        batch.map((name) =>
+          this.freshOrLoad(name).catch((error: unknown): UnreadableQueue => {
+            if (!isCasqError(error, "data_loss")) throw error;
+            return { queue: name, problem: error.message };
+          }),
+        ),
+      );
+      for (const entry of loaded)
+        if (entry !== undefined && (!("state" in entry) || entry.state === "ready")) queues.push(entry);
     }
     const last = queues.at(-1);
     return { queues, nextAfter: index < names.length && last ? last.queue : undefined };
@@ -310,7 +356,45 @@ export class QueueCatalog {
 }
 
 function isCasqError404(error: unknown): boolean {
-  return error instanceof CasqError && error.code === "not_found";
+  return isCasqError(error, "not_found");
+}
+
+/** A manifest as Enqueue's auto-creation writes it, not yet ready. */
+function isAutoCreation(manifest: QueueManifest): boolean {
+  return (
+    manifest.state === "creating" &&
+    manifest.shardCount === 1 &&
+    sameConfig(manifest.config, DEFAULT_QUEUE_CONFIG)
+  );
+}
+
+/**
+ * True when the queue's manifest says shard `shard` has a document: the
+ * queue is `ready` (so every shard document was created) and has that shard.
+ * A shard whose document is then missing lost its data and must not be
+ * recreated empty. A manifest that cannot be read counts as saying so (never
+ * create under what cannot be read); no manifest, or one still `creating`
+ * or `deleting`, does not. Store failures are thrown (`unavailable`).
+ */
+export async function shardDocumentExpected(
+  store: ObjectStore,
+  queue: string,
+  shard: number,
+): Promise<boolean> {
+  let stored: Awaited<ReturnType<ObjectStore["get"]>>;
+  try {
+    stored = await store.get(manifestKey(queue));
+  } catch (error) {
+    throw storeFailure(error, queue);
+  }
+  if (stored === undefined) return false;
+  let manifest: ManifestFields;
+  try {
+    manifest = decodeManifest(queue, stored.body);
+  } catch {
+    return true;
+  }
+  return manifest.state === "ready" && shard < manifest.shardCount;
 }
 
 function notFound(queue: string): CasqError {

@@ -5,9 +5,13 @@
  * The protocol in plain words:
  *
  * 1. **Load.** Read the head and its etag (or, if it does not exist, plan to
- *    create it with put-if-absent). A head that does not parse or has an
- *    unknown format is refused: every commit gets `data_loss` and nothing is
- *    ever written over it.
+ *    create it with put-if-absent). A head that does not parse, has an
+ *    unknown format, names another queue or shard than its key, or
+ *    references a segment that is missing or fails its checksum is refused:
+ *    every commit gets `data_loss` and nothing is ever written over it. So
+ *    is a missing head that `documentExpected` says must exist (its data was
+ *    lost): it is not recreated empty behind the operator's back. Observers
+ *    hear of a refusal once per reason.
  * 2. **Fence.** A head whose broker record is someone else's live lease is
  *    not ours to write: the commit fails with a redirect to that broker. A
  *    broker takes a shard over (expired or released lease, or a new shard)
@@ -43,7 +47,7 @@ import {
 } from "../model/segment-codec.ts";
 import { sealCandidates, sealSegment } from "../model/segment-mechanics.ts";
 import type { MessageRecord } from "../model/shard-records.ts";
-import { type BrokerRecord, ShardState } from "../model/shard-state.ts";
+import { type BrokerRecord, checkDocumentPlace, ShardState } from "../model/shard-state.ts";
 import type { ObjectStore, PutCondition, StoredObject } from "../store/object-store.ts";
 import { backoffDelay, type RetryPolicy } from "../store/retrying-store.ts";
 import { isStoreError } from "../store/store-errors.ts";
@@ -84,6 +88,12 @@ export interface ShardHeadStoreParams {
   /** Config of the head when this broker creates it. */
   readonly initialConfig?: Partial<QueueConfig> | undefined;
   readonly observer?: ShardObserver | undefined;
+  /**
+   * Asked when the head does not exist: true when it should (the queue's
+   * manifest says the shard was created), which refuses the shard instead of
+   * creating it empty. Default: a missing head is a new shard.
+   */
+  readonly documentExpected?: (() => Promise<boolean>) | undefined;
 }
 
 /** What `apply` made of the working copy: the value to hand back, and whether it needs writing. */
@@ -115,8 +125,11 @@ export class ShardHeadStore {
   private readonly options: HeadStoreOptions;
   private readonly initialConfig: Partial<QueueConfig> | undefined;
   private readonly observer: ShardObserver | undefined;
+  private readonly documentExpected: (() => Promise<boolean>) | undefined;
 
   private headMode: HeadMode = "unloaded";
+  /** The refusal message last reported to observers while refused (so a refusal is reported once per reason). */
+  private refusedFor: string | undefined;
   /** The committed head (mutated in place only inside {@link commit}). `undefined` = does not exist yet. */
   private committed: ShardState | undefined;
   private etag: string | undefined;
@@ -145,6 +158,7 @@ export class ShardHeadStore {
     this.options = params.options;
     this.initialConfig = params.initialConfig;
     this.observer = params.observer;
+    this.documentExpected = params.documentExpected;
   }
 
   /** Current mode. */
@@ -255,6 +269,9 @@ export class ShardHeadStore {
           return { kind: "failed", error: asCasqError(error, this.queue, this.shard) };
         }
         const fresh = await this.reload();
+        // No write of this commit may have landed, and the shard is now refused: say so.
+        if (isCasqError(fresh, "data_loss") && ![...attempts.values()].some((a) => a.ambiguous))
+          return { kind: "failed", error: fresh };
         if (fresh instanceof CasqError) {
           const unknown = new CasqError(
             "unavailable",
@@ -353,14 +370,32 @@ export class ShardHeadStore {
       this.committed = undefined;
       this.etag = undefined;
       this.committedBytes = undefined;
-      this.headMode = "unloaded";
-      return undefined;
+      let expected: boolean;
+      try {
+        expected = (await this.documentExpected?.()) ?? false;
+      } catch (error) {
+        this.headMode = "unloaded";
+        return asCasqError(error, this.queue, this.shard);
+      }
+      if (!expected) {
+        this.headMode = "unloaded";
+        return undefined;
+      }
+      return this.refuse(
+        new CasqError(
+          "data_loss",
+          `shard document ${this.key} is missing, but queue ${this.queue} was created with this shard: its messages were lost (deleted by hand, or by a store lifecycle rule?). It will not be recreated empty behind your back: restore it from a backup, or recreate it with \`casq repair ${this.queue} --shard ${this.shard}\`.`,
+          { queue: this.queue, shard: this.shard },
+        ),
+      );
     }
     try {
       const doc = parseShardDocument(stored.body);
+      const place = { queue: this.queue, shard: this.shard };
+      checkDocumentPlace(doc, place); // before its segments: a misplaced head names another shard's
       const loaded = await loadSegments(this.store, this.key, stored.etag, doc, this.segments);
       if (loaded === "moved") return this.reload(); // the head changed while its segments were read
-      this.committed = ShardState.fromDocument(doc, (ref) => this.segments.get(ref.name));
+      this.committed = ShardState.fromDocument(doc, { expected: place, segments: this.lookup });
       this.pruneSegments(doc.segments);
     } catch (error) {
       if (isCasqError(error, "unavailable")) {
@@ -368,16 +403,14 @@ export class ShardHeadStore {
         this.headMode = "unloaded";
         return error;
       }
-      this.committed = undefined;
-      this.headMode = "refused";
-      const refusal = new CasqError(
-        "data_loss",
-        `shard document ${this.key} cannot be read and will not be overwritten: ${error instanceof Error ? error.message : String(error)}. Inspect it with \`casq inspect\`, restore it from a backup, or move it away.`,
-        { queue: this.queue, shard: this.shard },
-        { cause: error },
+      return this.refuse(
+        new CasqError(
+          "data_loss",
+          `shard document ${this.key} cannot be read and will not be overwritten: ${error instanceof Error ? error.message : String(error)}. Inspect it with \`casq inspect ${this.queue} --shard ${this.shard}\`, restore it from a backup, or replace it with \`casq repair ${this.queue} --shard ${this.shard}\` (which keeps a copy).`,
+          { queue: this.queue, shard: this.shard },
+          { cause: error },
+        ),
       );
-      this.observer?.onLeadership?.({ queue: this.queue, shard: this.shard, event: "refused" });
-      return refusal;
     }
     this.etag = stored.etag;
     this.committedBytes = stored.body;
@@ -399,9 +432,36 @@ export class ShardHeadStore {
     return stored;
   }
 
+  /**
+   * Refuses the shard: every commit gets `refusal` until a reload finds a
+   * head it can use. Observers hear of it once per distinct reason, not on
+   * every request that meets the refused shard again.
+   */
+  private refuse(refusal: CasqError): CasqError {
+    this.committed = undefined;
+    this.etag = undefined;
+    this.committedBytes = undefined;
+    const repeated = this.headMode === "refused" && this.refusedFor === refusal.message;
+    this.headMode = "refused";
+    this.refusedFor = refusal.message;
+    if (!repeated) {
+      this.observer?.onLeadership?.({
+        queue: this.queue,
+        shard: this.shard,
+        event: "refused",
+        reason: refusal.message,
+      });
+    }
+    return refusal;
+  }
+
+  /** The cached contents of a segment the head references. */
+  private readonly lookup = (ref: SegmentRef): readonly MessageRecord[] | undefined =>
+    this.segments.get(ref.name);
+
   private restoreCommitted(): void {
     if (this.committedBytes) {
-      this.committed = ShardState.decode(this.committedBytes, (ref) => this.segments.get(ref.name));
+      this.committed = ShardState.decode(this.committedBytes, { segments: this.lookup });
     } else {
       this.committed = undefined;
       this.headMode = "unloaded";

@@ -11,8 +11,9 @@
  *    change nothing (a heartbeat inside the persisted lease, a claim that found
  *    nothing) are answered without a write, unless the leadership lease needs
  *    renewing anyway.
- * 2. **The CAS loop** — loading the head, refusing one that cannot be read,
- *    fencing by epoch, taking over, resolving lost races and ambiguous writes
+ * 2. **The CAS loop** — loading the head, refusing one that cannot be read
+ *    (or is missing although the queue's manifest says it exists, see
+ *    `documentExpected`), fencing by epoch, taking over, resolving lost races and ambiguous writes
  *    — is `shard-head-store.ts`. This class hands it one batch at a time and
  *    answers the batch's callers with what the write that landed carried.
  * 3. **Timers.** After each batch one timer is armed for the next thing due
@@ -25,7 +26,7 @@
  */
 import { CasqError } from "../errors.ts";
 import { applyOperation } from "../model/apply-operation.ts";
-import type { Operation, OperationResult } from "../model/operations.ts";
+import type { ExpireResult, Operation, OperationResult } from "../model/operations.ts";
 import type { QueueConfig } from "../model/queue-config.ts";
 import type { BrokerRecord, ShardState } from "../model/shard-state.ts";
 import { nextHousekeepingAt, nextWakeAt } from "../model/shard-stats.ts";
@@ -87,6 +88,12 @@ export interface ShardLeaderParams {
   /** Config of the document when this broker creates it. */
   readonly initialConfig?: Partial<QueueConfig>;
   readonly observer?: ShardObserver;
+  /**
+   * Asked when the document does not exist: true when it should (the queue's
+   * manifest says the shard was created), which refuses the shard instead of
+   * creating it empty. Default: a missing document is a new shard.
+   */
+  readonly documentExpected?: () => Promise<boolean>;
 }
 
 // Telemetry: tracing — an optional hook the shard leader calls so that a tracer can
@@ -123,6 +130,9 @@ type BatchItem =
   | ({ kind: "read"; read(state: ShardState): unknown } & Settle<unknown>);
 
 type Outcome = { ok: true; result: OperationResult } | { ok: false; error: unknown };
+
+/** What one attempt at a batch did: the `now` it saw, each operation's outcome, its expiry sweep. */
+type AppliedBatch = { now: number; outcomes: Outcome[]; expire: ExpireResult };
 
 /**
  * Group-commits every operation on one queue shard into CAS writes of its
@@ -168,6 +178,7 @@ export class ShardLeader {
       options: this.options,
       initialConfig: params.initialConfig,
       observer: params.observer,
+      documentExpected: params.documentExpected,
     });
     this.tracing = (params.observer as ShardObserverWithTracing | undefined)?.commitTracing; // Telemetry: tracing
   }
@@ -329,7 +340,7 @@ export class ShardLeader {
   /** Applies one batch and writes it through the head store; settles every item. */
   private async commitBatch(batch: BatchItem[], release: boolean): Promise<void> {
     const started = this.now();
-    const result = await this.head.commit<Outcome[]>(
+    const result = await this.head.commit<AppliedBatch>(
       (working, now) => {
         const expire = applyOperation(working, { kind: "expire" }, now);
         let changed = operationChangesState(expire);
@@ -344,16 +355,17 @@ export class ShardLeader {
             outcomes.push({ ok: false, error });
           }
         }
-        return { value: outcomes, changed };
+        return { value: { now, outcomes, expire }, changed };
       },
       { release },
     );
     if (result.kind === "failed") return this.failBatch(batch, result.error);
-    this.settle(batch, result.value);
+    const applied = result.value;
+    this.settle(batch, applied.outcomes);
     this.observer?.onCommit?.(
       result.kind === "written"
-        ? this.commitInfo(batch, started, result.casAttempts, "ok", result.bytes)
-        : this.commitInfo(batch, started, 0, "no_write", 0),
+        ? this.commitInfo(batch, started, result.casAttempts, "ok", result.bytes, applied)
+        : this.commitInfo(batch, started, 0, "no_write", 0, applied),
     );
   }
 
@@ -424,6 +436,7 @@ export class ShardLeader {
     casAttempts: number,
     outcome: "ok" | "no_write",
     bytes: number,
+    applied: { now: number; outcomes: readonly Outcome[]; expire?: ExpireResult },
   ): CommitInfo {
     const opsByKind: Record<string, number> = {};
     for (const item of batch) {
@@ -440,6 +453,9 @@ export class ShardLeader {
       outcome,
       documentBytes: bytes,
       durationMs: this.now() - started,
+      appliedAt: applied.now,
+      applied: appliedOperations(batch, applied.outcomes),
+      ...(applied.expire && { expired: applied.expire }),
     };
   }
 }
@@ -461,4 +477,16 @@ function shuttingDown(queue: string, shard: number): CasqError {
     `this broker is shutting down and no longer serves shard ${queue}/${shard}; retry, another broker takes over`,
     { queue, shard },
   );
+}
+
+/** The batch's operations that succeeded, each with its result (outcomes are in the order of the batch's operations). */
+function appliedOperations(
+  batch: readonly BatchItem[],
+  outcomes: readonly Outcome[],
+): { op: Operation; result: OperationResult }[] {
+  const ops = batch.flatMap((item) => (item.kind === "op" ? [item.op] : []));
+  return ops.flatMap((op, i) => {
+    const outcome = outcomes[i];
+    return outcome?.ok ? [{ op, result: outcome.result }] : [];
+  });
 }

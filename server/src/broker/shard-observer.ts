@@ -3,6 +3,7 @@
  * and telemetry (metrics, traces, logs) attaches to it without the engine
  * knowing about any of them.
  */
+import type { ExpireResult, Operation, OperationResult } from "../model/operations.ts";
 import type { BrokerRecord } from "../model/shard-state.ts";
 
 /** One finished batch. */
@@ -18,6 +19,12 @@ export interface CommitInfo {
   readonly outcome: "ok" | "no_write";
   readonly documentBytes: number;
   readonly durationMs: number;
+  /** When the batch was applied (the `now` its operations saw, epoch ms). */
+  readonly appliedAt?: number;
+  /** The batch's operations that succeeded with their results, in batch order (what the commit did). */
+  readonly applied?: readonly { readonly op: Operation; readonly result: OperationResult }[];
+  /** The housekeeping sweep the commit included (for a write recognised only after a re-read, the sweep of the attempt that landed). */
+  readonly expired?: ExpireResult;
 }
 
 /** One failed CAS attempt. */
@@ -35,6 +42,8 @@ export interface LeadershipEvent {
   readonly shard: number;
   readonly event: "acquired" | "lost" | "refused";
   readonly record?: BrokerRecord | undefined;
+  /** Why the shard was refused (`refused` only): the message its requests get. */
+  readonly reason?: string | undefined;
 }
 
 /** Callbacks a shard leader invokes; all optional. */

@@ -6,7 +6,7 @@
  */
 import { parseShardDocument } from "../model/document-codec.ts";
 import type { MessageRecord } from "../model/shard-records.ts";
-import { ShardState } from "../model/shard-state.ts";
+import { checkDocumentPlace, ShardState } from "../model/shard-state.ts";
 import type { ObjectStore, StoredObject } from "../store/object-store.ts";
 import { loadSegments } from "./segment-loader.ts";
 import { shardKey } from "./shard-key.ts";
@@ -15,7 +15,8 @@ import { shardKey } from "./shard-key.ts";
  * Decodes `stored` (the head of `queue`/`shard` as just read) with its
  * segments. If the head moved while its segments were read, reads it again
  * (a few times). Rejects with `data_loss` for a head or segment that cannot
- * be read, `unavailable` when the store fails.
+ * be read or a head that names another queue or shard, `unavailable` when
+ * the store fails.
  */
 export async function readShardSnapshot(
   store: ObjectStore,
@@ -26,11 +27,13 @@ export async function readShardSnapshot(
   const key = shardKey(queue, shard);
   let current: StoredObject | undefined = stored;
   const cache = new Map<string, readonly MessageRecord[]>();
+  const options = { expected: { queue, shard }, segments: (ref: { name: string }) => cache.get(ref.name) };
   for (let attempt = 0; ; attempt++) {
     const doc = parseShardDocument(current.body);
+    checkDocumentPlace(doc, options.expected);
     const loaded = await loadSegments(store, key, current.etag, doc, cache);
-    if (loaded === "ok" || attempt >= 3) return ShardState.fromDocument(doc, (ref) => cache.get(ref.name));
+    if (loaded === "ok" || attempt >= 3) return ShardState.fromDocument(doc, options);
     current = await store.get(key);
-    if (current === undefined) return ShardState.fromDocument(doc, (ref) => cache.get(ref.name)); // fails: names what is missing
+    if (current === undefined) return ShardState.fromDocument(doc, options); // fails: names what is missing
   }
 }

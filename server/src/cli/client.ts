@@ -2,11 +2,17 @@
  * How CLI commands talk to a casq broker: gRPC over HTTP/2 (connect-node's
  * gRPC transport), plaintext or TLS, with an optional bearer token.
  *
- * Redirects: a broker that does not lead the shard a request needs answers
- * UNAVAILABLE with the trailer `casq-leader-address` (and a
- * casq.v1.LeaderRedirect detail). {@link CasqClient.call} resends such a
- * request once to that address; every request the CLI sends is safe to resend
- * (see the redirect convention in proto/casq/v1/errors.proto).
+ * Redirects and failover: {@link CasqClient.call} runs every request through
+ * the SDK's `callWithFailover` (sdk/ts/src/failover.ts), so the CLI follows
+ * redirects as the SDKs do. A broker that does not lead the shard a request
+ * needs answers UNAVAILABLE with the trailer `casq-leader-address` (and a
+ * casq.v1.LeaderRedirect detail); the request goes to that leader. When the
+ * leader cannot be reached (killed), the broker that redirected keeps
+ * redirecting to it until the leader's lease runs out and then takes the
+ * shard over: the request waits there with backoff, at most `--retry-timeout`,
+ * saying so on stderr. Unlike the SDKs the CLI knows one broker, so an outage
+ * of `--server` itself fails at once. Every request the CLI sends is safe to
+ * resend (see the redirect convention in proto/casq/v1/errors.proto).
  *
  * Errors: {@link describeRpcError} turns a failed call into a {@link CliError}
  * a human understands, with the exit code of its kind (connection failed,
@@ -14,6 +20,10 @@
  */
 import { readFileSync } from "node:fs";
 import type * as http2 from "node:http2";
+import { CasqError, type RedirectError } from "@casq/sdk";
+import { resolveClientOptions } from "@casq/sdk/client-options.ts";
+import { callWithFailover } from "@casq/sdk/failover.ts";
+import { BrokerPool } from "@casq/sdk/transport.ts";
 import { type Client, Code, ConnectError, createClient, type Interceptor } from "@connectrpc/connect";
 import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import { type Command, Option } from "commander";
@@ -43,6 +53,10 @@ export interface ClientOptions {
   readonly clientKey?: string;
   /** Deadline of each unary call, in milliseconds. */
   readonly timeout?: number;
+  /** How long one request may wait for a dead leader's lease to run out, in milliseconds (default 30 s). */
+  readonly retryTimeout?: number;
+  /** Where notes such as "waiting for the leader lease…" go (default: stderr). */
+  readonly notice?: (line: string) => void;
 }
 
 /** The two casq services on one broker. */
@@ -86,6 +100,14 @@ export function addConnectionOptions(command: Command): Command {
       new Option("--timeout <duration>", "deadline of each request, e.g. 10s")
         .default(30_000, "30s")
         .argParser(parseDurationMs),
+    )
+    .addOption(
+      new Option(
+        "--retry-timeout <duration>",
+        "how long a request waits for a dead leader's lease to run out (0s: not at all)",
+      )
+        .default(30_000, "30s")
+        .argParser(parseDurationMs),
     );
 }
 
@@ -99,6 +121,8 @@ export class CasqClient {
   readonly #options: ClientOptions;
   readonly #sessions = new Map<string, Http2SessionManager>();
   readonly #clients = new Map<string, CasqClients>();
+  /** Which broker to try (the SDK's preference and retry settings); its own transports are not used. */
+  readonly #pool: BrokerPool;
   #nodeOptions: http2.SecureClientSessionOptions | undefined;
 
   constructor(options: ClientOptions) {
@@ -110,6 +134,15 @@ export class CasqClient {
     if (options.clientCert !== undefined && options.clientKey === undefined) {
       throw usageError("--client-cert needs --client-key (the private key of the client certificate).");
     }
+    this.#pool = new BrokerPool(
+      resolveClientOptions({
+        brokers: [options.server],
+        timeoutMs: this.timeoutMs,
+        retryTimeoutMs: options.retryTimeout ?? 30_000,
+        // A person is waiting: look again at least every second.
+        backoffMaxMs: 1_000,
+      }),
+    );
   }
 
   /** True when calls use TLS. */
@@ -148,25 +181,55 @@ export class CasqClient {
   }
 
   /**
-   * Runs one request against `--server`; when it is redirected (UNAVAILABLE
-   * with `casq-leader-address`), runs it once more against the leader. Any
-   * failure becomes a {@link CliError}.
+   * Runs one request through the SDK's failover: from `--server` (or the
+   * leader a previous request was redirected to) it follows redirects, and
+   * waits out the lease of a leader that cannot be reached, at most
+   * `--retry-timeout`, with a note on stderr. Any failure becomes a
+   * {@link CliError}.
    */
   async call<T>(request: (clients: CasqClients, options: UnaryCallOptions) => Promise<T>): Promise<T> {
-    const options = { timeoutMs: this.timeoutMs };
-    let address = this.server;
+    const first = this.#pool.preferred();
+    let address = first;
+    let waitedFor: RedirectError | undefined;
+    const announced = new Set<string>();
     try {
-      return await request(this.clients(address), options);
+      return await callWithFailover(
+        this.#pool,
+        (attempt) => {
+          address = attempt.address;
+          return request(this.clients(attempt.address), { timeoutMs: attempt.timeoutMs });
+        },
+        {
+          retryOutages: false,
+          onLeaderWait: (redirect) => {
+            waitedFor = redirect;
+            const key = `${redirect.queue}/${redirect.shard}/${redirect.leaderAddress}`;
+            if (announced.has(key)) return;
+            announced.add(key);
+            const queue = redirect.queue === "" ? "" : ` of queue ${redirect.queue} shard ${redirect.shard}`;
+            this.#notice(
+              `waiting for the leader lease${queue} to expire (broker ${redirect.leaderAddress} unreachable)…`,
+            );
+          },
+        },
+      );
     } catch (error) {
-      const leader = leaderAddressOf(error);
-      if (leader === undefined || leader === address) throw describeRpcError(error, address, this.tls);
-      address = leader;
+      const connect = connectErrorOf(error);
+      if (waitedFor !== undefined && leaderAddressOf(connect) === waitedFor.leaderAddress) {
+        throw new CliError(
+          ExitCode.connectionFailed,
+          `${address} still redirects to ${waitedFor.leaderAddress}, which is unreachable; its leader lease ` +
+            "did not run out within --retry-timeout. Retry later, or raise --retry-timeout.",
+          { cause: error },
+        );
+      }
+      throw describeRpcError(connect, address, this.tls, address === first ? {} : { redirectedFrom: first });
     }
-    try {
-      return await request(this.clients(address), options);
-    } catch (error) {
-      throw describeRpcError(error, address, this.tls, { redirectedFrom: this.server });
-    }
+  }
+
+  #notice(line: string): void {
+    if (this.#options.notice) this.#options.notice(line);
+    else process.stderr.write(`casq: ${line}\n`);
   }
 
   /** Closes every HTTP/2 session. */
@@ -194,6 +257,18 @@ function readPem(path: string, flag: string): Buffer {
   } catch (error) {
     throw usageError(`${flag} ${path}: cannot read the file (${(error as Error).message}).`);
   }
+}
+
+/**
+ * The transport's error behind what the SDK's failover threw (its CasqError
+ * keeps the ConnectError as `cause`), so that {@link describeRpcError} sees
+ * trailers and system error codes; errors of the failover itself (abort,
+ * deadline) become a ConnectError of their code.
+ */
+function connectErrorOf(error: unknown): unknown {
+  if (!(error instanceof CasqError)) return error;
+  if (error.cause instanceof ConnectError) return error.cause;
+  return new ConnectError(error.message, error.code, undefined, undefined, error.cause);
 }
 
 /** Builds a {@link CasqClient} from the parsed connection flags of a command. */

@@ -102,7 +102,8 @@ export class CommandWorker {
     this.#client = client;
     this.#config = config;
     this.#log = config.log ?? ((line) => process.stderr.write(`casq work: ${line}\n`));
-    this.#worker = new Worker({ ...sdkClientOptions(connection), workerId: config.workerId });
+    // The command logs failures itself (see #onError and the command's verdicts).
+    this.#worker = new Worker({ ...sdkClientOptions(connection), workerId: config.workerId, logger: null });
   }
 
   /** True once a graceful stop was requested. */

@@ -7,9 +7,11 @@ import { readFileSync } from "node:fs";
 import { Command } from "commander";
 import { registerDead } from "./commands/dead.ts";
 import { registerEnqueue } from "./commands/enqueue.ts";
+import { registerHealth } from "./commands/health.ts";
 import { registerInspect } from "./commands/inspect.ts";
 import { registerPurge } from "./commands/purge.ts";
 import { registerQueue } from "./commands/queue.ts";
+import { registerRepair } from "./commands/repair.ts";
 import { registerServe } from "./commands/serve.ts";
 import { registerStats } from "./commands/stats.ts";
 import { registerSubscription } from "./commands/subscription.ts";
@@ -60,5 +62,7 @@ Client commands reach the broker at --server (env CASQ_SERVER, default 127.0.0.1
   registerPurge(program);
   registerQueue(program);
   registerSubscription(program);
+  registerRepair(program);
+  registerHealth(program);
   return program;
 }

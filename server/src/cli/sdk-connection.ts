@@ -17,6 +17,7 @@ export function sdkClientOptions(options: ClientOptions): SdkClientOptions {
     brokers: [options.server],
     ...(options.token !== undefined && options.token !== "" && { token: options.token }),
     ...(options.timeout !== undefined && { timeoutMs: options.timeout }),
+    ...(options.retryTimeout !== undefined && { retryTimeoutMs: options.retryTimeout }),
     tls: sdkTls(options),
   };
 }

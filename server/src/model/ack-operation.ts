@@ -34,11 +34,12 @@ export function applyAck(state: ShardState, op: AckOperation, now: number): AckR
     const receipt = { offset: r.offset, attempt: r.attempt };
     const current = currentDelivery(state, sub, r.offset, r.attempt);
     if (current !== undefined) {
+      const claimedAt = current.d.lease?.claimedAt;
       settle(state, current.m, sub, now);
       sub.counters.acked += 1;
       state.counters.acked += 1;
       changed = true;
-      results.push({ receipt, outcome: "acked" });
+      results.push({ receipt, outcome: "acked", ...(claimedAt === undefined ? {} : { claimedAt }) });
       continue;
     }
     const m = state.messages.get(r.offset);

@@ -147,12 +147,19 @@ describe("enqueue", () => {
     expect(ids(claim(s, T0, { subscription: "audit" }))).toEqual(["a"]);
   });
 
-  it("drops messages at once when the queue has no subscription", () => {
+  it("refuses an enqueue when no subscription and no retention would keep the message", () => {
     const s = newShard();
     applyOperation(s, { kind: "deleteSubscription", name: "default" }, T0);
+    const m = expectRejected(s, { kind: "enqueue", messages: [msg("a")] }, T0, "failed_precondition");
+    expect(m).toContain("create a subscription");
+    expect(s.nextOffset).toBe(0);
+  });
+
+  it("keeps messages by retention when the queue has no subscription", () => {
+    const s = newShard({ retentionMs: 60_000 });
+    applyOperation(s, { kind: "deleteSubscription", name: "default" }, T0);
     expect(enqueue(s, T0, msg("a"))).toEqual([{ id: "a", offset: 0, duplicate: false }]);
-    expect(docJson(s).messages).toEqual([]);
-    expect(s.nextOffset).toBe(1);
+    expect(docJson(s).messages.map((x: { id: string }) => x.id)).toEqual(["a"]);
   });
 
   describe("rejections leave the state unchanged", () => {

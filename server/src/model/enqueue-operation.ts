@@ -18,6 +18,12 @@
  * `maxDocumentBytes` -> `resource_exhausted` ("queue shard is full"), while
  * claims, acks and nacks keep working so consumers can drain it.
  *
+ * Nobody to keep it: a shard with no subscription and `retentionMs` 0 would
+ * drop every message the moment it is stored, so an enqueue there is refused
+ * (`failed_precondition`, nothing stored) instead of answered with ids of
+ * messages that are already gone. Creating a subscription or setting a
+ * retention makes enqueues work again.
+ *
  * Cost: O(batch x subscriptions x log n).
  */
 import { CasqError } from "../errors.ts";
@@ -35,6 +41,13 @@ export function applyEnqueue(state: ShardState, op: EnqueueOperation, now: numbe
   const inputs = op.messages;
   if (!Array.isArray(inputs) || inputs.length === 0) {
     throw new CasqError("invalid_argument", "enqueue needs at least one message");
+  }
+  if (state.subs.size === 0 && config.retentionMs === 0) {
+    throw new CasqError(
+      "failed_precondition",
+      `queue ${state.queue} has no subscription and no retention, so an enqueued message would be dropped at once; nothing was stored — create a subscription (e.g. \`casq subscription create ${state.queue} default\`) or set retention_ms above 0`,
+      { queue: state.queue, shard: state.shard },
+    );
   }
   if (inputs.length > config.maxBatch) {
     throw new CasqError(

@@ -251,6 +251,8 @@ export type AckOutcome = "acked" | "already_acked" | "lease_lost";
 export interface AckItemResult {
   readonly receipt: Receipt;
   readonly outcome: AckOutcome;
+  /** For `acked` while the delivery was still leased: when it was claimed (for claim-to-ack metrics). */
+  readonly claimedAt?: number;
 }
 
 /** Result of {@link AckOperation}, one entry per receipt in order. */

@@ -19,7 +19,7 @@
  * outside `server/src/model` reads a shard only through this class's public
  * members, `shard-stats.ts` and operation results.
  */
-import { CasqError } from "../errors.ts";
+import { CasqError, quoteValue } from "../errors.ts";
 import { DOCUMENT_BASE_BYTES, deadLetterBytes, messageBytes, SETTLED_SLOT_BYTES } from "./approx-size.ts";
 import { BinaryHeap } from "./binary-heap.ts";
 import { encodeShardV1, parseShardDocument, type SegmentRef, type ShardDocument } from "./document-codec.ts";
@@ -62,6 +62,32 @@ export type SegmentLookup = (ref: SegmentRef) => readonly MessageRecord[] | unde
 
 const NO_SEGMENTS: SegmentLookup = () => undefined;
 
+/** What {@link ShardState.decode} checks and where it finds a v2 head's segments. */
+export interface DecodeOptions {
+  /** The key the document was read from: a document naming another queue or shard is refused. */
+  readonly expected?: { readonly queue: string; readonly shard: number } | undefined;
+  /** The contents of the segments a v2 head references (default: none). */
+  readonly segments?: SegmentLookup | undefined;
+}
+
+/**
+ * Throws `CasqError("data_loss")` when `doc`, read from the key of
+ * `expected`, names another queue or shard (a copy put in the wrong place).
+ * Loaders call it before reading a head's segments, so that a misplaced head
+ * is refused for what it is, not for segments under another shard's prefix.
+ */
+export function checkDocumentPlace(
+  doc: Pick<ShardDocument, "queue" | "shard">,
+  expected: { readonly queue: string; readonly shard: number },
+): void {
+  if (doc.queue === expected.queue && doc.shard === expected.shard) return;
+  throw new CasqError(
+    "data_loss",
+    `shard document stored as queue ${expected.queue} shard ${expected.shard} says it is queue ${doc.queue} shard ${doc.shard} (copied or moved to the wrong key?); refusing to load or overwrite it — put the right document back, or replace it with \`casq repair ${expected.queue} --shard ${expected.shard}\``,
+    { queue: expected.queue, shard: expected.shard },
+  );
+}
+
 /** Queue (and subscription) names: `[a-z0-9][a-z0-9._-]{0,127}`. */
 export const NAME_PATTERN = /^[a-z0-9][a-z0-9._-]{0,127}$/;
 
@@ -76,7 +102,7 @@ export function validateName(what: "queue" | "subscription", name: unknown): ass
   if (typeof name !== "string" || !NAME_PATTERN.test(name)) {
     throw new CasqError(
       "invalid_argument",
-      `${what} name ${JSON.stringify(name)} is invalid: use 1-128 characters of a-z 0-9 . _ - starting with a letter or digit`,
+      `${what} name ${quoteValue(name)} is invalid: use 1-128 characters of a-z 0-9 . _ - starting with a letter or digit`,
     );
   }
 }
@@ -181,17 +207,20 @@ export class ShardState {
 
   /**
    * Rebuilds a shard from its document bytes (v1, or a v2 head whose
-   * segments `segments` provides). Throws `CasqError("data_loss")` when the
-   * bytes are not a valid casq shard document of a known format version, or
-   * a segment the head references is not provided; such a document must
-   * never be overwritten.
+   * segments `options.segments` provides). Throws `CasqError("data_loss")`
+   * when the bytes are not a valid casq shard document of a known format
+   * version, a segment the head references is not provided, or (with
+   * `options.expected`) the document names another queue or shard than the
+   * key it was read from; such a document must never be overwritten.
    */
-  static decode(bytes: Uint8Array, segments: SegmentLookup = NO_SEGMENTS): ShardState {
-    return ShardState.fromDocument(parseShardDocument(bytes), segments);
+  static decode(bytes: Uint8Array, options: DecodeOptions = {}): ShardState {
+    return ShardState.fromDocument(parseShardDocument(bytes), options);
   }
 
   /** Rebuilds a shard from a parsed document (see {@link decode}); the broker parses first to learn which segments to fetch. */
-  static fromDocument(doc: ShardDocument, segments: SegmentLookup = NO_SEGMENTS): ShardState {
+  static fromDocument(doc: ShardDocument, options: DecodeOptions = {}): ShardState {
+    if (options.expected !== undefined) checkDocumentPlace(doc, options.expected);
+    const segments = options.segments ?? NO_SEGMENTS;
     const fail = (what: string): never => {
       throw new CasqError(
         "data_loss",
@@ -360,7 +389,7 @@ export class ShardState {
 
   /** A deep, independent copy (decode of the encoding); for tests and simulation. */
   clone(): ShardState {
-    return ShardState.decode(this.encode(), (ref) => this.segments.get(ref.name)?.records);
+    return ShardState.decode(this.encode(), { segments: (ref) => this.segments.get(ref.name)?.records });
   }
 
   /** The contents of every segment the head indexes, by name (shared, immutable). */

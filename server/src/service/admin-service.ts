@@ -51,6 +51,7 @@ import {
 } from "./conversions.ts";
 import type { ServiceContext } from "./service-context.ts";
 import { readShard } from "./shard-reader.ts";
+import { repairShard } from "./shard-repair.ts";
 import { checkPageSize, checkQueueName, checkSubscriptionName } from "./validation.ts";
 
 /** Largest chunk of a GetDocument stream. */
@@ -64,7 +65,11 @@ export function createAdminService(ctx: ServiceContext): ServiceImpl<typeof Admi
       const after = req.pageToken === "" ? undefined : decodeToken(req.pageToken, "queues").after;
       const page = await ctx.catalog.list(pageSize, typeof after === "string" ? after : undefined);
       return {
-        queues: page.queues.map((m) => ({ name: m.queue, shardCount: m.shardCount })),
+        queues: page.queues.map((m) =>
+          "problem" in m
+            ? { name: m.queue, problem: m.problem }
+            : { name: m.queue, shardCount: m.shardCount },
+        ),
         nextPageToken: page.nextAfter === undefined ? "" : encodeToken("queues", { after: page.nextAfter }),
       };
     },
@@ -92,7 +97,8 @@ export function createAdminService(ctx: ServiceContext): ServiceImpl<typeof Admi
           servedHere: r.servedHere,
           documentBytes: r.documentBytes || listed?.size || 0,
           etag: r.etag || listed?.etag || "",
-          problem: r.problem,
+          // Under a ready manifest every shard has a document: a missing one was lost.
+          problem: r.missing ? missingShardProblem(queue, r.shard) : r.problem,
           leader: r.record,
         };
       });
@@ -248,6 +254,8 @@ export function createAdminService(ctx: ServiceContext): ServiceImpl<typeof Admi
       };
     },
 
+    repairShard: (req) => repairShard(ctx, req),
+
     async listDeadLetters(req) {
       const queue = checkQueueName(req.queue);
       const subscription = checkSubscriptionName(req.subscription);
@@ -376,6 +384,11 @@ export function createAdminService(ctx: ServiceContext): ServiceImpl<typeof Admi
       }
     },
   };
+}
+
+/** What GetQueue says about a shard whose document is missing although the queue is ready. */
+function missingShardProblem(queue: string, shard: number): string {
+  return `shard document ${shardKey(queue, shard)} is missing though the queue was created with this shard: its messages were lost; restore it from a backup or recreate it with \`casq repair ${queue} --shard ${shard}\``;
 }
 
 function invalid(message: string): CasqError {

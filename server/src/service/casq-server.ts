@@ -14,7 +14,8 @@
  *    on open connections get UNAVAILABLE "broker shutting down";
  * 2. Work streams are drained: no more jobs, `draining` sent, the worker's
  *    acks/nacks/heartbeats still answered for a grace period, then the stream
- *    ends with UNAVAILABLE "broker shutting down";
+ *    ends with UNAVAILABLE "broker shutting down" (a stream whose worker does
+ *    not read is reset, and the jobs it holds are released: work-stream.ts);
  * 3. calls in flight finish (their commits land);
  * 4. the broker stops with `release`: buffered operations are committed and
  *    every shard lease is handed back, so another broker takes over at once;
@@ -63,12 +64,19 @@ import { createErrorInterceptor } from "./grpc-errors.ts";
 import { createHealthService, HealthMonitor } from "./health-service.ts";
 import { loggingShardObserver } from "./lifecycle-log.ts";
 import {
+  type ConnectionTimeouts,
+  callContextValues,
   type DualHandler,
   formatAddress,
   type RunningListener,
   startListener,
   type TlsFiles,
 } from "./listener.ts";
+import {
+  MalformedRequestLog,
+  malformedRequestInterceptor,
+  withMalformedRequestStatus,
+} from "./malformed-requests.ts";
 import { createQueueService } from "./queue-service.ts";
 import { createReflectionService, DescriptorIndex, REFLECTION_SERVICES } from "./reflection-service.ts";
 import type { ServiceContext } from "./service-context.ts";
@@ -111,6 +119,8 @@ export interface CasqServerOptions {
   readonly catalogRefreshMs?: number;
   /** Probe the store for health this often (ms). Default 5000. */
   readonly healthProbeIntervalMs?: number;
+  /** Header, request and idle timeouts of client connections (see listener.ts); defaults as there. */
+  readonly connectionTimeouts?: ConnectionTimeouts;
   /** Largest request message accepted (bytes); larger is RESOURCE_EXHAUSTED. Default 64 MiB. */
   readonly maxRequestBytes?: number;
   /** Extra observer of the shard leaders (metrics, traces). */
@@ -236,6 +246,7 @@ export async function startCasqServer(options: CasqServerOptions): Promise<Runni
       ...(options.tls ? { tls: options.tls } : {}),
       handler: (req, res) => handler(req, res),
       logger,
+      ...(options.connectionTimeouts ? { timeouts: options.connectionTimeouts } : {}),
     });
   } catch (error) {
     await metricsServer?.close();
@@ -300,7 +311,9 @@ export async function startCasqServer(options: CasqServerOptions): Promise<Runni
     ],
     SERVED_SERVICES,
   );
-  const interceptors: Interceptor[] = [calls.interceptor()];
+  // First: it marks the calls that reached the interceptors, which tells a malformed unary request from a bug.
+  const malformed = new MalformedRequestLog(logger, clock);
+  const interceptors: Interceptor[] = [malformedRequestInterceptor(malformed), calls.interceptor()];
   if (tracing) interceptors.push(tracing.interceptor()); // Telemetry: tracing, outside the error mapping
   if (metrics) interceptors.push(rpcMetricsInterceptor(metrics)); // telemetry: RPC latency and codes
   if (tokens) interceptors.push(createAuthInterceptor(tokens, logger));
@@ -311,7 +324,13 @@ export async function startCasqServer(options: CasqServerOptions): Promise<Runni
       router.service(AdminService, createAdminService(ctx));
       router.service(Health, createHealthService(health, [QueueService.typeName, AdminService.typeName]));
       for (const service of REFLECTION_SERVICES) router.service(service, createReflectionService(index));
+      router.handlers.forEach((h, i) => {
+        router.handlers[i] = withMalformedRequestStatus(h, malformed);
+      });
     },
+    // A fresh set per request, shared by the handler and its wrapper (see malformed-requests.ts),
+    // with the means to reset the call's stream (see listener.ts).
+    contextValues: (req) => callContextValues(req),
     interceptors,
     shutdownSignal: shutdown.signal,
     readMaxBytes: options.maxRequestBytes ?? 64 * 1024 * 1024,

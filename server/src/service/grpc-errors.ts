@@ -23,6 +23,12 @@
  * trailer `casq-leader-address: <host:port>`, and a LeaderRedirect in the
  * status details (`grpc-status-details-bin`), so SDKs can tell a redirect from
  * an outage by the detail and generic gRPC clients still retry.
+ *
+ * Every status message is cut to {@link MAX_STATUS_MESSAGE_BYTES} here, as a
+ * last resort: it travels percent-encoded in the `grpc-message` trailer, and
+ * a trailer larger than the peer's frame limit turns the answer into a reset
+ * stream (INTERNAL at the client) instead of the status meant. Messages that
+ * quote client input cut the quote themselves (`quoteValue` in errors.ts).
  */
 import { create } from "@bufbuild/protobuf";
 import { anyPack } from "@bufbuild/protobuf/wkt";
@@ -56,6 +62,27 @@ export const GRPC_CODE_OF: Readonly<Record<CasqErrorCode, Code>> = Object.freeze
   internal: Code.Internal,
 });
 
+/**
+ * Longest status message sent (UTF-8 bytes). Percent-encoded, even a message
+ * of non-ASCII text stays under 8 KiB of trailer, well inside the 16 KiB
+ * HTTP/2 frame every peer accepts.
+ */
+export const MAX_STATUS_MESSAGE_BYTES = 2048;
+
+/** Cuts a status message to {@link MAX_STATUS_MESSAGE_BYTES}, saying so at the end. */
+export function capStatusMessage(message: string): string {
+  if (message.length <= MAX_STATUS_MESSAGE_BYTES / 3) return message; // fast path: 3 bytes per UTF-16 unit at most
+  const encoded = Buffer.from(message, "utf8");
+  if (encoded.length <= MAX_STATUS_MESSAGE_BYTES) return message;
+  const suffix = ` ... (message cut, ${encoded.length} bytes)`;
+  // Decoding a prefix cut inside a character yields U+FFFD; drop it.
+  const head = encoded
+    .subarray(0, MAX_STATUS_MESSAGE_BYTES - suffix.length)
+    .toString("utf8")
+    .replace(/\uFFFD$/, "");
+  return head + suffix;
+}
+
 /** What an error becomes on the wire, before it is shaped as a ConnectError or an RpcStatus. */
 interface MappedError {
   readonly code: Code;
@@ -73,20 +100,27 @@ interface MappedError {
  * DEADLINE_EXCEEDED instead of CANCELLED.
  */
 export function toConnectError(error: unknown, signal?: AbortSignal): ConnectError {
-  if (error instanceof ConnectError) return error;
+  if (error instanceof ConnectError) {
+    const message = capStatusMessage(error.rawMessage);
+    if (message === error.rawMessage) return error;
+    const cut = new ConnectError(message, error.code, error.metadata, undefined, error.cause ?? error);
+    cut.details = error.details;
+    return cut;
+  }
   const mapped = mapError(error, signal);
+  const message = capStatusMessage(mapped.message);
   if (mapped.batchRedirect !== undefined)
     return new ConnectError(
-      mapped.message,
+      message,
       mapped.code,
       undefined,
       [{ desc: BatchRedirectSchema, value: mapped.batchRedirect }],
       error,
     );
   if (mapped.redirect === undefined)
-    return new ConnectError(mapped.message, mapped.code, undefined, undefined, error);
+    return new ConnectError(message, mapped.code, undefined, undefined, error);
   return new ConnectError(
-    mapped.message,
+    message,
     mapped.code,
     mapped.redirect.leaderAddress ? { [LEADER_ADDRESS_TRAILER]: mapped.redirect.leaderAddress } : undefined,
     [{ desc: LeaderRedirectSchema, value: mapped.redirect }],
@@ -104,14 +138,14 @@ export function toRpcStatus(error: unknown, signal?: AbortSignal): RpcStatus {
     const redirect = error.findDetails(LeaderRedirectSchema)[0];
     return create(RpcStatusSchema, {
       code: error.code,
-      message: error.rawMessage,
+      message: capStatusMessage(error.rawMessage),
       details: redirect ? [anyPack(LeaderRedirectSchema, redirect)] : [],
     });
   }
   const mapped = mapError(error, signal);
   return create(RpcStatusSchema, {
     code: mapped.code,
-    message: mapped.message,
+    message: capStatusMessage(mapped.message),
     details: mapped.redirect ? [anyPack(LeaderRedirectSchema, mapped.redirect)] : [],
   });
 }

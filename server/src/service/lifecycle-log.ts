@@ -1,7 +1,8 @@
 /**
  * Lifecycle log lines of the broker's shards: one structured line when this
  * broker acquires a shard's leadership, loses it to another broker, or
- * refuses a document it cannot read. Commits and CAS attempts are left to
+ * refuses a shard document (unreadable, misplaced, or missing while its
+ * queue's manifest says it exists), with the reason, once per reason. Commits and CAS attempts are left to
  * metrics (they are far too frequent for logs). Never logs payloads.
  */
 import type { Logger } from "pino";
@@ -22,7 +23,11 @@ export function loggingShardObserver(logger: Logger, next?: ShardObserver): Shar
       };
       if (event.event === "acquired") logger.info(fields, "shard leadership acquired");
       else if (event.event === "lost") logger.warn(fields, "shard leadership lost to another broker");
-      else logger.error(fields, "shard document refused: it cannot be read and will not be overwritten");
+      else
+        logger.error(
+          { ...fields, reason: event.reason },
+          "shard document refused: it cannot be used and will not be overwritten",
+        );
       next?.onLeadership?.(event);
     },
   };

@@ -13,6 +13,18 @@
  *   otherwise to an HTTP/1.1 server. The bytes read are put back
  *   (`unshift`); the HTTP/2 session picks buffered data up when it starts.
  *
+ * Timeouts ({@link ConnectionTimeouts}), as a production HTTP server has, so
+ * that connections which never get to a request do not pile up:
+ * - **headers**: a new connection must finish its first request's headers
+ *   (HTTP/1.1), or open its first stream (HTTP/2), within `headersMs`; a
+ *   connection that sends nothing, only the HTTP/2 preface, or dribbles its
+ *   headers is closed. The TLS handshake has the same bound.
+ * - **request**: an HTTP/1.1 request must be received whole within `requestMs`.
+ * - **idle**: a connection with no request or stream in progress is closed
+ *   after `idleMs` (HTTP/2: GOAWAY; HTTP/1.1: the keep-alive timeout). A
+ *   session with an open stream is never cut by a timeout, however quiet:
+ *   Work streams and long polls are legitimately silent for a long time.
+ *
  * Shutdown is two steps: {@link RunningListener.stopAccepting} closes the
  * port (connections stay up, calls in flight continue), and
  * {@link RunningListener.closeConnections} ends them: gracefully (HTTP/2
@@ -23,6 +35,7 @@ import { readFile } from "node:fs/promises";
 import http, { type IncomingMessage, type ServerResponse } from "node:http";
 import http2, { type Http2ServerRequest, type Http2ServerResponse, type Http2Session } from "node:http2";
 import net from "node:net";
+import { type ContextValues, createContextKey, createContextValues } from "@connectrpc/connect";
 import type { Logger } from "pino";
 
 /** TLS files of a server. */
@@ -48,9 +61,26 @@ export interface ListenerOptions {
   readonly tls?: TlsFiles;
   readonly handler: DualHandler;
   readonly logger: Logger;
-  /** A connection that sends nothing for this long before its first request is closed. Default 10 s. */
-  readonly prefaceTimeoutMs?: number;
+  /** Header, request and idle timeouts of connections (see the module header). */
+  readonly timeouts?: ConnectionTimeouts;
 }
+
+/** Timeouts of the connections of a listener (see the module header). */
+export interface ConnectionTimeouts {
+  /** First request's headers (HTTP/1.1) or first stream (HTTP/2) of a new connection, in ms. Default 30 s. */
+  readonly headersMs?: number;
+  /** One whole HTTP/1.1 request, in ms; at least `headersMs`. Default 5 min. */
+  readonly requestMs?: number;
+  /** A connection with no request or stream in progress, in ms. Default 5 min. */
+  readonly idleMs?: number;
+}
+
+/** The default {@link ConnectionTimeouts}. */
+export const DEFAULT_CONNECTION_TIMEOUTS: Required<ConnectionTimeouts> = Object.freeze({
+  headersMs: 30_000,
+  requestMs: 300_000,
+  idleMs: 300_000,
+});
 
 /** A bound listener. */
 export interface RunningListener {
@@ -64,6 +94,34 @@ export interface RunningListener {
   stopAccepting(): Promise<void>;
   /** Ends every open connection (see the module header). */
   closeConnections(options: { graceful: boolean; timeoutMs: number }): Promise<void>;
+}
+
+/**
+ * Context value of every call (see {@link callContextValues}): resets the
+ * call's HTTP/2 stream with CANCEL (HTTP/1.1: closes the connection). For a
+ * response stream whose client stopped reading: it cannot end otherwise,
+ * since its last messages wait for flow-control credit that never comes.
+ */
+export const RESET_CALL = createContextKey<(() => void) | undefined>(undefined, {
+  description: "casq: reset the call's transport stream",
+});
+
+/** The context values of one call: a fresh set holding its {@link RESET_CALL}. */
+export function callContextValues(req: IncomingMessage | Http2ServerRequest): ContextValues {
+  const values = createContextValues();
+  values.set(RESET_CALL, () => {
+    if (!("stream" in req)) {
+      req.socket.destroy();
+      return;
+    }
+    if (req.stream.closed) return;
+    req.stream.close(http2.constants.NGHTTP2_CANCEL);
+    // A write that waits for flow-control credit gets neither 'drain' nor 'error' when its stream
+    // is reset, and @connectrpc/connect-node waits for one of them forever. 'drain' lets it go
+    // on: its next write fails, and the call's response stream is ended.
+    req.stream.emit("drain");
+  });
+  return values;
 }
 
 /** The HTTP/2 connection preface every prior-knowledge h2c client sends first. */
@@ -89,11 +147,13 @@ export function formatAddress(host: string, port: number): string {
 /** Binds the port and starts serving (see the module header). Rejects with the system error (EADDRINUSE, ...). */
 export async function startListener(options: ListenerOptions): Promise<RunningListener> {
   const { host, port } = parseListenAddress(options.listen);
+  const timeouts = { ...DEFAULT_CONNECTION_TIMEOUTS, ...options.timeouts };
   const sessions = new Set<Http2Session>();
   const trackSession = (session: Http2Session) => {
     sessions.add(session);
     session.on("close", () => sessions.delete(session));
     session.on("error", (error) => options.logger.debug({ err: error }, "HTTP/2 session error"));
+    watchSession(session, timeouts);
   };
 
   let server: net.Server;
@@ -111,19 +171,25 @@ export async function startListener(options: ListenerOptions): Promise<RunningLi
         cert,
         key,
         allowHTTP1: true,
+        handshakeTimeout: timeouts.headersMs,
         ...(ca ? { ca, requestCert: true, rejectUnauthorized: true } : {}),
       },
       options.handler,
     );
     secure.on("session", trackSession);
     secure.on("tlsClientError", (error) => options.logger.debug({ err: error }, "TLS handshake failed"));
+    // HTTP/1.1 over TLS: the same timeouts as the cleartext HTTP/1.1 server (set before listen).
+    Object.assign(secure, http1Timeouts(timeouts));
     server = secure;
   } else {
     const h2 = http2.createServer({}, options.handler);
     h2.on("session", trackSession);
-    h1 = http.createServer(options.handler);
+    h1 = http.createServer(http1Timeouts(timeouts), options.handler);
+    // This server never listens itself (the sniffing server hands it sockets), but Node only
+    // enforces headersTimeout and requestTimeout once "listening" set up its connection checks.
+    h1.emit("listening");
     const plainH1 = h1;
-    const timeoutMs = options.prefaceTimeoutMs ?? 10_000;
+    const timeoutMs = timeouts.headersMs;
     server = net.createServer((socket) => {
       undecided.add(socket);
       let head: Buffer = Buffer.alloc(0);
@@ -200,6 +266,54 @@ export async function startListener(options: ListenerOptions): Promise<RunningLi
       }
       for (const session of sessions) session.destroy();
       for (const socket of sockets) socket.destroy();
+      h1?.close(); // stops its connection checks
     },
   };
+}
+
+/** Node's HTTP/1.1 server settings for `timeouts`. */
+function http1Timeouts(timeouts: Required<ConnectionTimeouts>) {
+  return {
+    headersTimeout: timeouts.headersMs,
+    requestTimeout: Math.max(timeouts.requestMs, timeouts.headersMs),
+    keepAliveTimeout: timeouts.idleMs,
+    // Node checks the header and request deadlines this often (default 30 s).
+    connectionsCheckingInterval: Math.max(50, Math.min(30_000, Math.floor(timeouts.headersMs / 4))),
+  };
+}
+
+/**
+ * The HTTP/2 timeouts of one session: closed when no stream was opened
+ * within `headersMs`, and when no stream is open for `idleMs`. Open streams
+ * keep it alive whatever their pace.
+ */
+function watchSession(session: Http2Session, timeouts: Required<ConnectionTimeouts>): void {
+  let open = 0;
+  let everOpened = false;
+  const end = () => {
+    if (session.closed || session.destroyed) return;
+    session.close();
+    // A peer that does not read cannot stall the close.
+    setTimeout(() => session.destroy(), 1_000).unref();
+  };
+  const firstStream = setTimeout(() => {
+    if (!everOpened) end();
+  }, timeouts.headersMs);
+  firstStream.unref();
+  const idle = () => {
+    if (open === 0) end();
+  };
+  // The session timer fires after idleMs without any frame; it is restarted when the last stream closes.
+  session.on("timeout", idle);
+  session.setTimeout(timeouts.idleMs);
+  session.on("stream", (stream) => {
+    open += 1;
+    everOpened = true;
+    clearTimeout(firstStream);
+    stream.once("close", () => {
+      open -= 1;
+      if (open === 0 && !session.closed && !session.destroyed) session.setTimeout(timeouts.idleMs);
+    });
+  });
+  session.once("close", () => clearTimeout(firstStream));
 }

@@ -12,7 +12,7 @@
 import type { Duration } from "@bufbuild/protobuf/wkt";
 import type { NewMessage } from "@casq/sdk/gen/casq/v1/message_pb.ts";
 import type { EnqueueInput } from "../broker/broker.ts";
-import { CasqError } from "../errors.ts";
+import { CasqError, quoteValue } from "../errors.ts";
 import { utf8Bytes } from "../model/approx-size.ts";
 import {
   MAX_DELAY_MS,
@@ -46,7 +46,7 @@ export function checkQueueName(value: string, field = "queue"): string {
   if (value === "") invalid(`${field} is required: name the queue`);
   if (!NAME_PATTERN.test(value))
     invalid(
-      `${field} ${JSON.stringify(value)} is not a valid queue name: use 1-128 characters of a-z 0-9 . _ - starting with a letter or digit`,
+      `${field} ${quoteValue(value)} is not a valid queue name: use 1-128 characters of a-z 0-9 . _ - starting with a letter or digit`,
     );
   return value;
 }
@@ -59,7 +59,7 @@ export function checkSubscriptionName(value: string, field = "subscription", req
   }
   if (!NAME_PATTERN.test(value))
     invalid(
-      `${field} ${JSON.stringify(value)} is not a valid subscription name: use 1-128 characters of a-z 0-9 . _ - starting with a letter or digit`,
+      `${field} ${quoteValue(value)} is not a valid subscription name: use 1-128 characters of a-z 0-9 . _ - starting with a letter or digit`,
     );
   return value;
 }

@@ -29,7 +29,12 @@
  *    then status OK. Graceful server shutdown: no more jobs, `draining` with
  *    the grace period, requests answered until the worker holds nothing from
  *    this stream or the grace ends, then UNAVAILABLE "broker shutting down".
- *    Leases are never released by the end of a stream.
+ *    Leases are not released by the end of a stream (the worker may still
+ *    run its jobs and ack them at another broker), with one exception: a
+ *    worker that has not even taken the `draining` notice by the end of the
+ *    grace does not read its stream, so the jobs it holds from this stream
+ *    are handed back (a nack with release: no attempt is counted) and the
+ *    stream is reset, since its last messages can never be delivered.
  */
 import { randomUUID } from "node:crypto";
 import type { MessageInitShape } from "@bufbuild/protobuf";
@@ -46,6 +51,8 @@ import { AsyncQueue } from "./async-queue.ts";
 import { claimedToProto, leaderToProto, receiptText, toDuration } from "./conversions.ts";
 import { toRpcStatus } from "./grpc-errors.ts";
 import { ackReceipts, heartbeatReceipts, type LeaseTarget, nackReceipts } from "./lease-requests.ts";
+import { RESET_CALL } from "./listener.ts";
+import { MAX_RECEIPTS } from "./receipts.ts";
 import type { ServiceContext } from "./service-context.ts";
 import {
   checkLeaseTtl,
@@ -112,6 +119,9 @@ class WorkSession implements WorkSessionHandle {
   private changeWaiters: (() => void)[] = [];
   private readonly unsubscribers: (() => void)[] = [];
   private claimLoopDone: Promise<void> = Promise.resolve();
+  /** The `draining` notice once pushed, and whether the transport took it (the worker reads). */
+  private drainingNotice: WorkResponseInit | undefined;
+  private drainingTaken = false;
   private endedResolve!: () => void;
   private readonly ended = new Promise<void>((resolve) => {
     this.endedResolve = resolve;
@@ -226,7 +236,10 @@ class WorkSession implements WorkSessionHandle {
     this.readRequests(requests).catch((error: unknown) => this.finish(error));
     this.claimLoopDone = this.claimLoop().catch((error: unknown) => this.finish(error));
     try {
-      yield* this.outbox;
+      for await (const response of this.outbox) {
+        if (response === this.drainingNotice) this.drainingTaken = true;
+        yield response;
+      }
     } finally {
       this.call.signal.removeEventListener("abort", onCancel);
       this.stopClaims();
@@ -240,7 +253,8 @@ class WorkSession implements WorkSessionHandle {
     if (this.outbox.closed) return this.ended;
     this.stopClaims();
     await this.claimLoopDone;
-    this.outbox.push({ event: { case: "draining", value: { grace: toDuration(graceMs) } } });
+    this.drainingNotice = { event: { case: "draining", value: { grace: toDuration(graceMs) } } };
+    this.outbox.push(this.drainingNotice);
     const deadline = this.ctx.clock.now() + graceMs;
     while (!this.outbox.closed && (this.heldCount() > 0 || this.pending > 0)) {
       const remaining = deadline - this.ctx.clock.now();
@@ -249,8 +263,35 @@ class WorkSession implements WorkSessionHandle {
       await Promise.race([this.changed(), this.ctx.clock.sleep(remaining, timer.signal).catch(() => {})]);
       timer.abort();
     }
+    const reading = this.drainingTaken || this.outbox.closed;
+    if (!reading) await this.releaseHeld();
     this.finish(new CasqError("unavailable", "broker shutting down: reconnect to another broker"));
+    // A worker that does not read never lets the last messages out: reset the stream so the call ends.
+    if (!reading) this.call.values.get(RESET_CALL)?.();
     return this.ended;
+  }
+
+  /**
+   * Hands back every job this stream still holds (a nack with release: the
+   * delivery does not count as an attempt), for a worker that stopped reading.
+   */
+  private async releaseHeld(): Promise<void> {
+    const receipts = [...this.held.values()].flatMap((forShard) => [...forShard.keys()]);
+    this.held.clear();
+    if (receipts.length === 0) return;
+    try {
+      for (let i = 0; i < receipts.length; i += MAX_RECEIPTS)
+        await nackReceipts(this.target(), receipts.slice(i, i + MAX_RECEIPTS), { release: true });
+      this.ctx.logger.info(
+        { session: this.sessionId, worker: this.workerId, queue: this.queue, released: receipts.length },
+        "released the jobs of a Work stream that does not read, for other workers",
+      );
+    } catch (error) {
+      this.ctx.logger.warn(
+        { err: error, session: this.sessionId, worker: this.workerId, queue: this.queue },
+        "could not release the jobs of a Work stream that does not read; their leases expire instead",
+      );
+    }
   }
 
   abort(reason: string): void {

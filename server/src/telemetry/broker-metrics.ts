@@ -3,9 +3,11 @@
  *
  * 1. {@link brokerMetricsObserver}: a {@link ShardObserver} the commit loop
  *    calls after every batch, failed CAS attempt and leadership change. It
- *    feeds the commit histograms, the commit / conflict / operation counters
- *    and the leadership counters. It only increments and sets numbers: it
- *    never blocks the commit loop.
+ *    feeds the commit histograms, the commit / conflict / operation counters,
+ *    the leadership counters and, from the results of the committed
+ *    operations, lease expiries, nacks, repeated deliveries and claim-to-ack
+ *    times. It only increments and sets numbers: it never blocks the commit
+ *    loop.
  * 2. {@link createBrokerRefresher}: the scrape-time refresher. For every
  *    shard this broker has opened it samples the buffer (`pendingCount`),
  *    the leadership mode and epoch, and, for shards it leads, the committed
@@ -13,7 +15,10 @@
  *    A read joins the shard's next batch, so it can wait behind a slow write:
  *    each read is bounded by `readTimeoutMs`, and a shard whose read timed out
  *    keeps its last known stats for this scrape. Series of shards this broker
- *    no longer leads disappear (another broker reports them).
+ *    no longer leads disappear (another broker reports them). It also removes
+ *    the series the observer wrote: at once for shards this broker no longer
+ *    has open (their queue was deleted), after {@link DEFAULT_STALE_SERIES_MS}
+ *    for shards it stopped leading (see `removeGoneSeries`).
  *
  * Queue-state counters (`casq_enqueued_total`, `casq_redeliveries_total`,
  * `casq_dead_lettered_total`, ...) come from the monotonic counters stored in
@@ -21,38 +26,119 @@
  * leadership moves, the series moves to the new broker with the same values,
  * which Prometheus' `rate()` handles as a counter reset on this broker.
  */
-import type { ShardObserver } from "../broker/shard-observer.ts";
+import type { CommitInfo, ShardObserver } from "../broker/shard-observer.ts";
+import type { ExpireResult, Operation, OperationResult } from "../model/operations.ts";
 import type { BrokerRecord } from "../model/shard-records.ts";
 import type { ShardState } from "../model/shard-state.ts";
 import { computeStats, type ShardStats } from "../model/shard-stats.ts";
 import type { CasqMetrics } from "./metrics.ts";
 import { shardLabel } from "./metrics.ts";
 
-/** A ShardObserver that updates the commit, conflict, operation and leadership families of `metrics`. */
+/** A ShardObserver that updates the commit, conflict, operation, settlement and leadership families of `metrics`. */
 export function brokerMetricsObserver(metrics: CasqMetrics): ShardObserver {
+  const series = metrics.queueSeries;
   return {
     onCommit(info) {
       const labels = { queue: info.queue, shard: shardLabel(info.shard) };
-      metrics.commitDuration.observe(labels, Math.max(0, info.durationMs) / 1000);
-      metrics.commitBatchOperations.observe(labels, info.operations);
-      metrics.commits.inc({ ...labels, outcome: info.outcome });
+      metrics.commitDuration.observe(
+        series.track(metrics.commitDuration, labels),
+        Math.max(0, info.durationMs) / 1000,
+      );
+      metrics.commitBatchOperations.observe(
+        series.track(metrics.commitBatchOperations, labels),
+        info.operations,
+      );
+      metrics.commits.inc(series.track(metrics.commits, { ...labels, outcome: info.outcome }));
       for (const [kind, count] of Object.entries(info.opsByKind))
-        if (count > 0) metrics.operations.inc({ queue: info.queue, kind }, count);
+        if (count > 0)
+          metrics.operations.inc(series.track(metrics.operations, { queue: info.queue, kind }), count);
       if (info.outcome === "ok" && info.documentBytes > 0)
-        metrics.documentBytes.set(labels, info.documentBytes);
+        metrics.documentBytes.set(series.track(metrics.documentBytes, labels), info.documentBytes);
       if (info.epoch > 0) metrics.shardEpoch.set(labels, info.epoch);
+      if (info.expired) countExpiries(metrics, labels, info.expired);
+      for (const { op, result } of info.applied ?? []) countSettlement(metrics, info, op, result);
     },
     onCasAttempt(info) {
-      metrics.casConflicts.inc({ queue: info.queue, shard: shardLabel(info.shard), kind: info.outcome });
+      metrics.casConflicts.inc(
+        series.track(metrics.casConflicts, {
+          queue: info.queue,
+          shard: shardLabel(info.shard),
+          kind: info.outcome,
+        }),
+      );
     },
     onLeadership(event) {
       const labels = { queue: event.queue, shard: shardLabel(event.shard) };
-      metrics.leadershipChanges.inc({ ...labels, event: event.event });
+      metrics.leadershipChanges.inc(
+        series.track(metrics.leadershipChanges, { ...labels, event: event.event }),
+      );
       metrics.shardLeader.set(labels, event.event === "acquired" ? 1 : 0);
       if (event.record) metrics.shardEpoch.set(labels, event.record.epoch);
+      // The document's size is reported by the broker that leads it.
+      if (event.event !== "acquired") series.removeShard(event.queue, labels.shard, metrics.documentBytes);
     },
   };
 }
+
+/** Lease expiries of one commit's housekeeping sweep. */
+function countExpiries(
+  metrics: CasqMetrics,
+  labels: { queue: string; shard: string },
+  expired: ExpireResult,
+): void {
+  const series = metrics.queueSeries;
+  if (expired.redelivered > 0)
+    metrics.leaseExpiries.inc(
+      series.track(metrics.leaseExpiries, { ...labels, outcome: "redelivered" }),
+      expired.redelivered,
+    );
+  // Expired leases that were not redelivered ran out of attempts.
+  const dead = expired.leasesExpired - expired.redelivered;
+  if (dead > 0)
+    metrics.leaseExpiries.inc(
+      series.track(metrics.leaseExpiries, { ...labels, outcome: "dead_lettered" }),
+      dead,
+    );
+}
+
+/** Repeated deliveries, nacks and claim-to-ack times of one committed operation. */
+function countSettlement(
+  metrics: CasqMetrics,
+  info: CommitInfo,
+  op: Operation,
+  result: OperationResult,
+): void {
+  const series = metrics.queueSeries;
+  if (result.kind === "claim") {
+    for (const m of result.messages)
+      if (m.attempt > 1)
+        metrics.repeatDeliveries.inc(
+          series.track(metrics.repeatDeliveries, { queue: info.queue, subscription: m.subscription }),
+        );
+  } else if (result.kind === "nack" && op.kind === "nack") {
+    for (const r of result.results) {
+      const outcome = op.release && r.outcome === "retry_scheduled" ? "released" : r.outcome;
+      metrics.nacks.inc(
+        series.track(metrics.nacks, { queue: info.queue, subscription: op.subscription, outcome }),
+      );
+    }
+  } else if (result.kind === "ack" && op.kind === "ack" && info.appliedAt !== undefined) {
+    const labels = { queue: info.queue, subscription: op.subscription };
+    for (const r of result.results)
+      if (r.outcome === "acked" && r.claimedAt !== undefined)
+        metrics.claimToAck.observe(
+          series.track(metrics.claimToAck, labels),
+          Math.max(0, info.appliedAt - r.claimedAt) / 1000,
+        );
+  }
+}
+
+/**
+ * How long a broker keeps reporting the counters and histograms of a shard it
+ * no longer leads (5 minutes): long enough for any scrape interval to see
+ * their last increments, short enough that sums over queues soon drop them.
+ */
+export const DEFAULT_STALE_SERIES_MS = 5 * 60_000;
 
 /** What the refresher needs of a shard leader (a `ShardLeader` satisfies it). */
 export interface LeaderView {
@@ -83,6 +169,8 @@ export interface BrokerRefresherOptions {
   readonly now: () => number;
   /** Longest wait for one shard's stats. Default 1000 ms. */
   readonly readTimeoutMs?: number;
+  /** How long the counters of a shard this broker stopped leading stay. Default {@link DEFAULT_STALE_SERIES_MS}. */
+  readonly staleSeriesMs?: number;
 }
 
 /** Sums per (queue, subscription) across shards. */
@@ -92,6 +180,7 @@ interface SubscriptionTotals {
   delayed: number;
   dead: number;
   oldestAgeMs: number;
+  lag: number;
   enqueued: number;
   acked: number;
   delivered: number;
@@ -108,6 +197,9 @@ export function createBrokerRefresher(
   options: BrokerRefresherOptions,
 ): () => Promise<void> {
   const readTimeoutMs = options.readTimeoutMs ?? 1_000;
+  const staleSeriesMs = options.staleSeriesMs ?? DEFAULT_STALE_SERIES_MS;
+  /** Per open shard (`queue/shard`) not led here: since when. */
+  const notLeadingSince = new Map<string, number>();
   /** Last stats read per led shard (`queue/shard`), reused when a read times out. */
   const lastStats = new Map<string, ShardStats>();
 
@@ -132,6 +224,8 @@ export function createBrokerRefresher(
       if (stats !== undefined) lastStats.set(id, stats);
     }
     for (const id of [...lastStats.keys()]) if (!seen.has(id)) lastStats.delete(id);
+
+    removeGoneSeries(metrics, leaders, now, notLeadingSince, staleSeriesMs);
 
     // Per-shard gauges: every shard this broker knows about.
     metrics.pendingOperations.reset();
@@ -161,6 +255,7 @@ export function createBrokerRefresher(
               delayed: 0,
               dead: 0,
               oldestAgeMs: 0,
+              lag: 0,
               enqueued: 0,
               acked: 0,
               delivered: 0,
@@ -176,6 +271,7 @@ export function createBrokerRefresher(
         t.delayed += sub.delayed;
         t.dead += sub.dead;
         t.oldestAgeMs = Math.max(t.oldestAgeMs, sub.oldestUnackedAgeMs ?? 0);
+        t.lag += sub.lag;
         t.enqueued += sub.counters.enqueued;
         t.acked += sub.counters.acked;
         t.delivered += sub.counters.delivered;
@@ -189,6 +285,7 @@ export function createBrokerRefresher(
       metrics.queueDelayed,
       metrics.queueDead,
       metrics.queueOldestAge,
+      metrics.consumerLag,
       metrics.enqueued,
       metrics.acked,
       metrics.delivered,
@@ -203,6 +300,7 @@ export function createBrokerRefresher(
       metrics.queueDelayed.set(labels, t.delayed);
       metrics.queueDead.set(labels, t.dead);
       metrics.queueOldestAge.set(labels, t.oldestAgeMs / 1000);
+      metrics.consumerLag.set(labels, t.lag);
       metrics.enqueued.inc(labels, t.enqueued);
       metrics.acked.inc(labels, t.acked);
       metrics.delivered.inc(labels, t.delivered);
@@ -223,6 +321,52 @@ export function createBrokerRefresher(
       metrics.workersActive.set(options.work.activeWorkers);
     }
   };
+}
+
+/**
+ * Removes the per-queue series this broker should no longer report:
+ * - of shards it no longer has open (a shard is dropped only when its queue is
+ *   deleted through this broker), at once;
+ * - of shards it has not led for `staleMs` (another broker leads them, or the
+ *   queue was deleted through another broker): long enough for every scrape to
+ *   have seen their last increments;
+ * - of queues left with none of their shards open and recently led here;
+ * - the document size of every shard it does not lead, at once.
+ * `notLeadingSince` remembers, per open shard, since when it is not led here.
+ */
+function removeGoneSeries(
+  metrics: CasqMetrics,
+  leaders: readonly LeaderView[],
+  now: number,
+  notLeadingSince: Map<string, number>,
+  staleMs: number,
+): void {
+  const series = metrics.queueSeries;
+  const current = new Set<string>();
+  const currentQueues = new Set<string>();
+  const open = new Set<string>();
+  for (const leader of leaders) {
+    const id = `${leader.queue}/${shardLabel(leader.shard)}`;
+    open.add(id);
+    if (leader.currentMode === "leading") notLeadingSince.delete(id);
+    else {
+      series.removeShard(leader.queue, shardLabel(leader.shard), metrics.documentBytes);
+      if (!notLeadingSince.has(id)) notLeadingSince.set(id, now);
+    }
+    if (now - (notLeadingSince.get(id) ?? now) < staleMs) {
+      current.add(id);
+      currentQueues.add(leader.queue);
+    }
+  }
+  for (const id of [...notLeadingSince.keys()]) if (!open.has(id)) notLeadingSince.delete(id);
+  for (const queue of series.queues()) {
+    if (!currentQueues.has(queue)) {
+      series.removeQueue(queue);
+      continue;
+    }
+    for (const shard of series.shards(queue))
+      if (!current.has(`${queue}/${shard}`)) series.removeShard(queue, shard);
+  }
 }
 
 /** Resolves with the value, or undefined when it fails or takes longer than `ms`. */

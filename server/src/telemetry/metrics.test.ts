@@ -84,6 +84,7 @@ describe("brokerMetricsObserver", () => {
       durationMs: 0,
     });
     observer.onCasAttempt?.({ queue: "q", shard: 0, attempt: 1, outcome: "precondition_failed" });
+    expect(await value(metrics, "casq_document_bytes", { queue: "q", shard: "0" })).toBe(1234);
     observer.onLeadership?.({ queue: "q", shard: 1, event: "acquired" });
     observer.onLeadership?.({ queue: "q", shard: 0, event: "lost" });
 
@@ -92,7 +93,8 @@ describe("brokerMetricsObserver", () => {
     expect(await value(metrics, "casq_operations_total", { queue: "q", kind: "enqueue" })).toBe(3);
     expect(await value(metrics, "casq_operations_total", { kind: "ack" })).toBe(1);
     expect(await value(metrics, "casq_cas_conflicts_total", { kind: "precondition_failed" })).toBe(1);
-    expect(await value(metrics, "casq_document_bytes", { queue: "q", shard: "0" })).toBe(1234);
+    // The size of a document another broker now writes is that broker's to report.
+    expect(await value(metrics, "casq_document_bytes", { queue: "q", shard: "0" })).toBeUndefined();
     expect(await value(metrics, "casq_shard_epoch", { queue: "q", shard: "0" })).toBe(3);
     expect(await value(metrics, "casq_shard_leader", { shard: "1" })).toBe(1);
     expect(await value(metrics, "casq_shard_leader", { shard: "0" })).toBe(0);
@@ -178,6 +180,68 @@ describe("createBrokerRefresher", () => {
     expect(await value(metrics, "casq_pending_operations", { queue: "q", shard: "0" })).toBe(5);
     expect(await value(metrics, "casq_shard_epoch", { queue: "q", shard: "0" })).toBe(7);
     expect(await value(metrics, "casq_queue_depth")).toBeUndefined();
+  });
+
+  it("removes a shard's series: document size when it stops being led, the rest when stale or dropped", async () => {
+    const metrics = freshMetrics();
+    const observer = brokerMetricsObserver(metrics);
+    const shard = (queue: string, mode: string) => ({
+      queue,
+      shard: 0,
+      currentMode: mode,
+      brokerRecord: undefined,
+      pendingCount: 0,
+      read: <T>(): Promise<T> => Promise.reject(new Error("no stats here")),
+    });
+    const commit = (queue: string) =>
+      observer.onCommit?.({
+        queue,
+        shard: 0,
+        epoch: 1,
+        operations: 1,
+        opsByKind: { enqueue: 1 },
+        casAttempts: 1,
+        outcome: "ok",
+        documentBytes: 100,
+        durationMs: 1,
+      });
+    let open = [shard("moved", "leading"), shard("deleted", "leading")];
+    let now = 1_000;
+    metrics.setRefresher(
+      createBrokerRefresher(metrics, {
+        broker: { openShards: () => open },
+        now: () => now,
+        staleSeriesMs: 60_000,
+      }),
+    );
+    commit("moved");
+    commit("deleted");
+    await metrics.scrape();
+    expect(await value(metrics, "casq_document_bytes", { queue: "moved" })).toBe(100);
+
+    // Another broker took "moved"; "deleted" was deleted through this broker (its leader dropped).
+    open = [shard("moved", "following")];
+    await metrics.scrape();
+    expect(await value(metrics, "casq_document_bytes", { queue: "moved" })).toBeUndefined();
+    expect(await value(metrics, "casq_commits_total", { queue: "moved" })).toBe(1);
+    expect(await value(metrics, "casq_operations_total", { queue: "moved" })).toBe(1);
+    for (const name of ["casq_document_bytes", "casq_commits_total", "casq_operations_total"])
+      expect(await value(metrics, name, { queue: "deleted" }), name).toBeUndefined();
+
+    now += 59_999;
+    await metrics.scrape();
+    expect(await value(metrics, "casq_commits_total", { queue: "moved" })).toBe(1);
+    now += 1;
+    await metrics.scrape();
+    expect(await value(metrics, "casq_commits_total", { queue: "moved" })).toBeUndefined();
+    expect(await value(metrics, "casq_operations_total", { queue: "moved" })).toBeUndefined();
+    expect(await value(metrics, "casq_commit_duration_seconds", { queue: "moved" })).toBeUndefined();
+
+    // Led again: its series come back from zero.
+    open = [shard("moved", "leading")];
+    commit("moved");
+    await metrics.scrape();
+    expect(await value(metrics, "casq_commits_total", { queue: "moved" })).toBe(1);
   });
 
   it("counts scrapes whose refresh ran out of time", async () => {

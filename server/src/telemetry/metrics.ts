@@ -20,6 +20,7 @@
  * method names. Message ids, keys and store keys never become labels.
  */
 import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from "prom-client";
+import { QueueSeries } from "./queue-series.ts";
 
 /** Prefix of every casq metric name. */
 export const METRIC_PREFIX = "casq_";
@@ -27,6 +28,11 @@ export const METRIC_PREFIX = "casq_";
 /** Latency buckets (seconds) for store calls, commits and RPCs: 1 ms .. 10 s. */
 export const LATENCY_BUCKETS: readonly number[] = [
   0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
+];
+
+/** Buckets (seconds) for the time a job is held, claim to ack: 10 ms .. 1 h. */
+export const JOB_DURATION_BUCKETS: readonly number[] = [
+  0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600,
 ];
 
 /** Buckets for the number of operations in one group-commit batch. */
@@ -47,6 +53,8 @@ export type MetricsRefresher = () => Promise<void>;
 export class CasqMetrics {
   /** The registry all families below are registered in. */
   readonly registry: Registry;
+  /** The per-queue series written outside the scrape-time refresh, so they can be removed with their queue. */
+  readonly queueSeries = new QueueSeries();
 
   // --- object store (one sample per call the InstrumentedStore sees) ---
   /** Store calls by operation and outcome (`ok`, `not_found`, `precondition_failed`, ...). */
@@ -99,6 +107,18 @@ export class CasqMetrics {
   readonly redeliveries: Counter<"queue" | "subscription">;
   /** Monotonic document counter: messages moved to the dead-letter list. */
   readonly deadLettered: Counter<"queue" | "subscription">;
+  /** Offset lag: messages from the lowest unsettled offset to the end of the log, summed over led shards. */
+  readonly consumerLag: Gauge<"queue" | "subscription">;
+
+  // --- deliveries and settlements (from the results of committed batches) ---
+  /** Leases that ran out (timeouts), by what became of the message: `redelivered` or `dead_lettered`. */
+  readonly leaseExpiries: Counter<"queue" | "shard" | "outcome">;
+  /** Nacked receipts by outcome: `retry_scheduled`, `released`, `dead_lettered`, `lease_lost`. */
+  readonly nacks: Counter<"queue" | "subscription" | "outcome">;
+  /** Deliveries of a message that was delivered before (attempt > 1): repeated executions. */
+  readonly repeatDeliveries: Counter<"queue" | "subscription">;
+  /** Time from a claim to the ack that settled it. */
+  readonly claimToAck: Histogram<"queue" | "subscription">;
 
   // --- workers ---
   /** Open Work streams, per queue and subscription. */
@@ -244,6 +264,34 @@ export class CasqMetrics {
       "dead_lettered_total",
       "Messages moved to the dead-letter list (from the shard documents' counters)",
     );
+
+    this.consumerLag = gauge(
+      "consumer_lag_messages",
+      "Offset lag of a subscription: messages from the lowest offset it has not settled to the end of the log, summed over the shards this broker leads",
+    );
+    this.leaseExpiries = new Counter({
+      name: `${p}lease_expiries_total`,
+      help: "Leases that ran out without ack, nack or heartbeat (timeouts), by outcome: redelivered (claimable again) or dead_lettered (no attempts left); nacks are not counted here",
+      labelNames: [...qs, "outcome"],
+      registers,
+    });
+    this.nacks = new Counter({
+      name: `${p}nacks_total`,
+      help: "Nacked deliveries by outcome: retry_scheduled, released (handed back unprocessed), dead_lettered, lease_lost",
+      labelNames: [...qsub, "outcome"],
+      registers,
+    });
+    this.repeatDeliveries = counter(
+      "repeat_deliveries_total",
+      "Deliveries of a message that was delivered before (attempt > 1): repeated executions after a lease expiry, nack or release",
+    );
+    this.claimToAck = new Histogram({
+      name: `${p}claim_to_ack_seconds`,
+      help: "Time from a claim to the ack that settled that delivery (how long jobs take, including time in the worker's prefetch buffer)",
+      labelNames: qsub,
+      buckets: [...JOB_DURATION_BUCKETS],
+      registers,
+    });
 
     this.workerStreamsOpen = gauge("worker_streams_open", "Open Work streams, per queue and subscription");
     this.workersActive = new Gauge({

@@ -14,8 +14,10 @@ from casq.errors import (
     CasqError,
     DeadLetter,
     InvalidArgumentError,
+    LeaseLostError,
     NotFoundError,
     RedirectError,
+    StreamTimeoutError,
     UnavailableError,
 )
 from casq.job import Job
@@ -31,10 +33,12 @@ __all__ = [
     "EnqueueResult",
     "InvalidArgumentError",
     "Job",
+    "LeaseLostError",
     "NewMessage",
     "NotFoundError",
     "Producer",
     "RedirectError",
+    "StreamTimeoutError",
     "UnavailableError",
     "Worker",
 ]

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import datetime
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
 
 import grpc
 from google.protobuf.duration_pb2 import Duration
@@ -51,7 +52,8 @@ def to_duration(value: float | datetime.timedelta) -> Duration:
     return duration
 
 
-def build_message(message: NewMessage) -> message_pb2.NewMessage:
+def build_message(message: NewMessage, dedup_id: str | None = None) -> message_pb2.NewMessage:
+    """The proto of ``message``; ``dedup_id`` is used when the message has none of its own."""
     payload = message.payload.encode() if isinstance(message.payload, str) else bytes(message.payload)
     proto = message_pb2.NewMessage(
         payload=payload,
@@ -59,11 +61,42 @@ def build_message(message: NewMessage) -> message_pb2.NewMessage:
         key=message.key or "",
         priority=message.priority,
         max_attempts=message.max_attempts or 0,
-        dedup_id=message.dedup_id or "",
+        dedup_id=message.dedup_id or dedup_id or "",
     )
     if message.delay is not None:
         proto.delay.CopyFrom(to_duration(message.delay))
     return proto
+
+
+@dataclass(frozen=True)
+class Batch:
+    """The request of one ``enqueue_batch`` call and which of its dedup ids the producer chose."""
+
+    request: queue_service_pb2.EnqueueRequest
+    auto: list[bool]
+
+    def results(self, results: list[EnqueueResult]) -> list[EnqueueResult]:
+        """``results`` as the caller sees them: a message with a dedup id of the producer's own
+        was stored by this call, so it is never a duplicate (a retry of the call found it stored)."""
+        return [replace(r, duplicate=False) if auto else r for r, auto in zip(results, self.auto, strict=True)]
+
+
+def build_batch(queue: str, messages: Iterable[NewMessage], auto_dedup: bool) -> Batch:
+    """The Enqueue request for ``messages``; with ``auto_dedup``, one without a dedup id gets a random one.
+
+    The ids are chosen once per call, so every retry of the call (at another
+    broker, after a timeout whose attempt may have been stored) resends the
+    same ones, and the shard that stored the message answers with it instead
+    of storing it twice. A message without key is routed by its dedup id, so a
+    retry meets the original on the same shard.
+    """
+    protos: list[message_pb2.NewMessage] = []
+    auto: list[bool] = []
+    for message in messages:
+        generated = auto_dedup and not message.dedup_id
+        protos.append(build_message(message, uuid.uuid4().hex if generated else None))
+        auto.append(generated)
+    return Batch(queue_service_pb2.EnqueueRequest(queue=queue, messages=protos), auto)
 
 
 def to_results(response: queue_service_pb2.EnqueueResponse, count: int) -> list[EnqueueResult]:

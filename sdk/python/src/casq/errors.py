@@ -68,6 +68,22 @@ class BatchRedirectError(CasqError):
         self.redirect = redirect
 
 
+class LeaseLostError(CasqError):
+    """An ack or nack the broker did not apply: the job's lease was gone (delivered again or dead-lettered).
+
+    Reported to the worker's ``on_error`` (and logged) with the job; the
+    outcome of that delivery's handler was thrown away.
+    """
+
+    def __init__(self, message: str, receipt: str) -> None:
+        super().__init__(grpc.StatusCode.ABORTED, message)
+        self.receipt = receipt
+
+
+class StreamTimeoutError(UnavailableError):
+    """A Work stream whose broker did not answer in time (hung): the worker ends it and goes elsewhere."""
+
+
 class DeadLetter(Exception):
     """Raise from a worker handler to dead-letter the job at once (no retry)."""
 

@@ -2,27 +2,57 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 import threading
 from typing import Any
 
+from google.protobuf.timestamp_pb2 import Timestamp
+
 from casq.v1 import message_pb2
 
 
+def _datetime(stamp: Timestamp | None) -> datetime.datetime | None:
+    """A Timestamp as an aware UTC datetime; None when unset."""
+    return None if stamp is None else stamp.ToDatetime(tzinfo=datetime.timezone.utc)
+
+
 class Job:
-    """A claimed message. ``lost`` is set when the worker no longer holds it."""
+    """One delivery of one message to a worker handler.
+
+    The message: ``id``, ``queue``, ``shard``, ``offset`` (in its shard),
+    ``payload``, ``headers``, ``key`` ("" when none), ``priority``,
+    ``dedup_id`` ("" when none; the producers set a random one by default),
+    ``enqueued_at`` and ``trace_context``. The delivery: ``subscription``,
+    ``receipt``, ``attempt`` (from 1), ``max_attempts`` and
+    ``lease_deadline``, when the lease runs out as granted with the claim
+    (the worker's heartbeats move the broker's deadline later than this).
+    Times are aware UTC ``datetime`` objects (None when the broker sent
+    none), as the TypeScript SDK's are ``Date`` objects. ``lost`` is set when
+    the worker no longer holds the job.
+    """
 
     def __init__(self, claimed: message_pb2.ClaimedMessage) -> None:
         message = claimed.message
         self.id: str = message.id
+        self.queue: str = message.queue
+        self.shard: int = message.shard
+        self.offset: int = message.offset
         self.payload: bytes = message.payload
         self.headers: dict[str, str] = dict(message.headers)
         self.key: str = message.key
         self.priority: int = message.priority
+        self.dedup_id: str = message.dedup_id
+        self.enqueued_at: datetime.datetime | None = _datetime(
+            message.enqueued_at if message.HasField("enqueued_at") else None
+        )
         self.attempt: int = claimed.attempt
         self.max_attempts: int = claimed.max_attempts
         self.receipt: str = claimed.receipt
         self.subscription: str = claimed.subscription
+        self.lease_deadline: datetime.datetime | None = _datetime(
+            claimed.lease_deadline if claimed.HasField("lease_deadline") else None
+        )
         self.trace_context: dict[str, str] = {}
         if message.trace_context.traceparent:
             self.trace_context["traceparent"] = message.trace_context.traceparent
@@ -37,4 +67,7 @@ class Job:
         return json.loads(self.payload)
 
     def __repr__(self) -> str:
-        return f"Job(id={self.id!r}, receipt={self.receipt!r}, attempt={self.attempt})"
+        return (
+            f"Job(id={self.id!r}, queue={self.queue!r}, shard={self.shard}, "
+            f"offset={self.offset}, attempt={self.attempt})"
+        )

@@ -15,13 +15,17 @@ from dataclasses import dataclass, field
 import grpc
 
 from casq._backoff import backoff_delay
+from casq._log import log_handler_failure, log_worker_error
 from casq._messages import to_duration
+from casq._settle import ack_failures, nack_failures
 from casq._tracing import processing_span
 from casq.client import Client
 from casq.errors import (
     CasqError,
     DeadLetter,
+    LeaseLostError,
     RedirectError,
+    StreamTimeoutError,
     error_from_rpc,
     error_from_status,
 )
@@ -54,6 +58,17 @@ _CLOSE_GRACE = 5.0
 
 
 @dataclass(eq=False)
+class _Pending:
+    """A request sent on a stream and not answered yet."""
+
+    on_reply: Callable[[work_pb2.WorkResponse], object]
+    # Resends it as a unary call when the stream ends first (None: not resent;
+    # heartbeats are not, the next round covers them).
+    unary: Callable[[], object] | None
+    sent_at: float = field(default_factory=time.monotonic)
+
+
+@dataclass(eq=False)
 class _Session:
     """One Work stream: its lane, outbox (None half-closes) and unanswered requests.
 
@@ -65,9 +80,12 @@ class _Session:
     lane: str
     address: str
     outbox: queue_mod.Queue[work_pb2.WorkRequest | None] = field(default_factory=queue_mod.Queue)
-    pending: dict[int, Callable[[], object]] = field(default_factory=dict)
-    # Pending heartbeats are not resent when the stream ends: the next round covers them.
-    heartbeats: set[int] = field(default_factory=set)
+    pending: dict[int, _Pending] = field(default_factory=dict)
+    started_at: float = field(default_factory=time.monotonic)
+    opened: bool = False
+    # Set by the watchdog when the broker left the open or a request unanswered
+    # for the client's timeout (a hung broker): the stream is then cancelled.
+    hung: StreamTimeoutError | None = None
     open: bool = True
     draining: bool = False
     routing: work_pb2.WorkRouting | None = None
@@ -157,6 +175,7 @@ class Worker:
         self._recheck_failures.clear()
         executor = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="casq-worker")
         self._executor = executor
+        threading.Thread(target=self._watchdog, args=(self._run_over,), name="casq-watchdog", daemon=True).start()
         failures = 0
         try:
             while not self._stopping.is_set():
@@ -167,7 +186,7 @@ class Worker:
                     self._run_stream(session)
                     failures = 0
                 except grpc.RpcError as rpc_error:
-                    error = error_from_rpc(rpc_error)
+                    error = session.hung or error_from_rpc(rpc_error)
                     if error.code in FATAL_CODES:
                         raise error from None
                     if isinstance(error, RedirectError) and error.leader_address:
@@ -257,6 +276,7 @@ class Worker:
         if event == "opened":
             interval = response.opened.heartbeat_interval.ToTimedelta().total_seconds()
             with self._lock:
+                session.opened = True
                 self._heartbeat_interval = max(0.05, interval) if interval > 0 else 20.0
                 self._recheck_failures.pop(session.address, None)
                 if self._heartbeats is None:
@@ -279,17 +299,15 @@ class Worker:
             self._mark_lost(response.leases_lost.receipts)
         elif event in ("heartbeated", "acked", "nacked"):
             with self._lock:
-                session.pending.pop(response.request_id, None)
-                session.heartbeats.discard(response.request_id)
-            if event == "heartbeated":
-                self._lost_from_results(response.heartbeated.results)
+                pending = session.pending.pop(response.request_id, None)
+            if pending is not None:
+                pending.on_reply(response)
         elif event == "request_failed":
             with self._lock:
-                fallback = session.pending.pop(response.request_id, None)
-                session.heartbeats.discard(response.request_id)
+                pending = session.pending.pop(response.request_id, None)
             error = error_from_status(response.request_failed.status)
-            if isinstance(error, RedirectError) and fallback is not None:
-                self._unary(fallback)
+            if isinstance(error, RedirectError) and pending is not None and pending.unary is not None:
+                self._unary(pending.unary)
             else:
                 self._report(error, None)
         elif event == "routing":
@@ -329,7 +347,7 @@ class Worker:
         try:
             self._run_stream(session)
         except grpc.RpcError as rpc_error:
-            error = error_from_rpc(rpc_error)
+            error = session.hung or error_from_rpc(rpc_error)
         finally:
             self._close_session(session)
             with self._lock:
@@ -374,9 +392,8 @@ class Worker:
             session.open = False
             if self._sessions.get(session.lane) is session:
                 del self._sessions[session.lane]
-            leftovers = [f for rid, f in session.pending.items() if rid not in session.heartbeats]
+            leftovers = [p.unary for p in session.pending.values() if p.unary is not None]
             session.pending.clear()
-            session.heartbeats.clear()
         session.outbox.put(None)
         for fallback in leftovers:
             self._unary(fallback)
@@ -385,22 +402,52 @@ class Worker:
         self,
         session: _Session | None,
         build: Callable[[int], work_pb2.WorkRequest],
-        fallback: Callable[[], object] | None,
+        on_reply: Callable[[work_pb2.WorkResponse], object],
+        unary: Callable[[], object],
         *,
         heartbeat: bool = False,
     ) -> None:
-        """Send on ``session`` while it is open (remembering the unary fallback), else call unary at once."""
+        """Send on ``session`` while it is open (``on_reply`` gets the answer), else call ``unary`` at once.
+
+        Should the stream end first, ``unary`` is called then (heartbeats excepted).
+        """
         with self._lock:
             if session is not None and session.open:
                 request_id = next(self._ids)
-                if fallback is not None:
-                    session.pending[request_id] = fallback
-                if heartbeat:
-                    session.heartbeats.add(request_id)
+                session.pending[request_id] = _Pending(on_reply, None if heartbeat else unary)
                 session.outbox.put(build(request_id))
                 return
-        if fallback is not None:
-            self._unary(fallback)
+        self._unary(unary)
+
+    def _watchdog(self, run_over: threading.Event) -> None:
+        """Ends every stream whose broker left its open or a request unanswered for the client's timeout.
+
+        A hung broker (e.g. a stopped process) keeps the connection up and never
+        answers, so nothing else would end the stream: its jobs could not be
+        settled or heartbeated, and no other broker would be tried. Cancelling
+        it resends what was unanswered as unary calls (which move on from the
+        hung broker) and reconnects (the primary stream) at the next broker.
+        """
+        timeout = self.client.timeout
+        while not run_over.wait(max(0.05, min(1.0, timeout / 4))):
+            now = time.monotonic()
+            cancels: list[Callable[[], object]] = []
+            with self._lock:
+                for session in self._sessions.values():
+                    if session.hung is not None or session.cancel is None:
+                        continue
+                    waited = [] if session.opened else [now - session.started_at]
+                    waited += [now - p.sent_at for p in session.pending.values()]
+                    if waited and max(waited) > timeout:
+                        what = "a request" if session.opened else "the stream's open"
+                        session.hung = StreamTimeoutError(
+                            grpc.StatusCode.UNAVAILABLE,
+                            f"casq: broker {session.address} left {what} unanswered for {timeout:g}s "
+                            "(hung?): work stream ended, going elsewhere",
+                        )
+                        cancels.append(session.cancel)
+            for cancel in cancels:
+                cancel()
 
     def _unary(self, fallback: Callable[[], object]) -> None:
         try:
@@ -437,6 +484,7 @@ class Worker:
         self._send(
             session,
             lambda rid: work_pb2.WorkRequest(request_id=rid, heartbeat=work_pb2.WorkHeartbeat(receipts=receipts)),
+            lambda reply: self._lost_from_results(reply.heartbeated.results),
             unary,
             heartbeat=True,
         )
@@ -469,9 +517,10 @@ class Worker:
                 with processing_span(job, self._queue):
                     self._handler(job)
             except DeadLetter as dead:
+                log_handler_failure(job, dead)
                 self._settle(job, ok=False, dead_letter=True, reason=dead.reason or "dead-lettered by handler")
             except Exception as error:  # noqa: BLE001 - any handler failure means nack
-                self._report(error, job)
+                self._report(error, job, handler_failed=True)
                 self._settle(job, ok=False, dead_letter=False, reason=f"{type(error).__name__}: {error}")
             else:
                 self._settle(job, ok=True)
@@ -501,18 +550,33 @@ class Worker:
     ) -> None:
         with self._lock:
             held = self._held.get(job.receipt)
-            if held is None or held.settled or job.lost.is_set():
-                return  # the lease is gone: settling would answer LEASE_LOST
+            if held is None or held.settled:
+                return
+            # A lost lease does not skip the settle: the broker still applies it
+            # if nobody claimed the message since, which spares a redelivery;
+            # otherwise it answers LEASE_LOST, which is reported.
             held.settled = True
             session = held.session
         receipts = [job.receipt]
         queue, subscription, client = self._queue, self._subscription, self.client
+
+        def check(failures: list[LeaseLostError]) -> None:
+            for failure in failures:
+                self._report(failure, job)
+
         if ok:
             ack = queue_service_pb2.AckRequest(queue=queue, subscription=subscription, receipts=receipts)
             self._send(
                 session,
                 lambda rid: work_pb2.WorkRequest(request_id=rid, ack=work_pb2.WorkAck(receipts=receipts)),
-                lambda: client.call(lambda a: client.queue_stub(a).Ack(ack, timeout=client.timeout, metadata=client.metadata())),
+                lambda reply: check(ack_failures(reply.acked.results)),
+                lambda: check(
+                    ack_failures(
+                        client.call(
+                            lambda a: client.queue_stub(a).Ack(ack, timeout=client.timeout, metadata=client.metadata())
+                        ).results
+                    )
+                ),
             )
             return
         nack = work_pb2.WorkNack(receipts=receipts, dead_letter=dead_letter, reason=reason, release=release)
@@ -530,10 +594,22 @@ class Worker:
         self._send(
             session,
             lambda rid: work_pb2.WorkRequest(request_id=rid, nack=nack),
-            lambda: client.call(lambda a: client.queue_stub(a).Nack(unary, timeout=client.timeout, metadata=client.metadata())),
+            lambda reply: check(nack_failures(reply.nacked.results)),
+            lambda: check(
+                nack_failures(
+                    client.call(
+                        lambda a: client.queue_stub(a).Nack(unary, timeout=client.timeout, metadata=client.metadata())
+                    ).results
+                )
+            ),
         )
 
-    def _report(self, error: Exception, job: Job | None) -> None:
+    def _report(self, error: Exception, job: Job | None, *, handler_failed: bool = False) -> None:
+        """Logs a failure that does not end the run (see casq._log), then tells ``on_error``."""
+        if handler_failed and job is not None:
+            log_handler_failure(job, error)
+        else:
+            log_worker_error(error, job)
         if self._on_error is not None:
             try:
                 self._on_error(error, job)

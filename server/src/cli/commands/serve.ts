@@ -39,6 +39,9 @@ interface ServeOptions {
   autoCreateQueues: boolean;
   shutdownTimeout: number;
   leaderLease: number;
+  headerTimeout: number;
+  requestTimeout: number;
+  idleTimeout: number;
   /** Telemetry: where to serve Prometheus metrics. */
   metricsListen?: string;
 }
@@ -121,6 +124,30 @@ export function registerServe(program: Command): void {
         .default(10_000, "10s")
         .argParser(leaderLeaseMs),
     )
+    .addOption(
+      new Option(
+        "--header-timeout <duration>",
+        "a new connection must send its first request's headers (HTTP/1.1) or open its first stream (HTTP/2) within this",
+      )
+        .env("CASQ_HEADER_TIMEOUT")
+        .default(30_000, "30s")
+        .argParser(parseDurationMs),
+    )
+    .addOption(
+      new Option("--request-timeout <duration>", "an HTTP/1.1 request must be received whole within this")
+        .env("CASQ_REQUEST_TIMEOUT")
+        .default(300_000, "5m")
+        .argParser(parseDurationMs),
+    )
+    .addOption(
+      new Option(
+        "--idle-timeout <duration>",
+        "close a connection with no call in progress after this (open streams, e.g. Work, are never cut)",
+      )
+        .env("CASQ_IDLE_TIMEOUT")
+        .default(300_000, "5m")
+        .argParser(parseDurationMs),
+    )
     // Telemetry: Prometheus metrics on their own address (off unless given).
     .addOption(
       new Option(
@@ -192,6 +219,19 @@ async function serve(options: ServeOptions): Promise<void> {
   if ((options.tlsCert === undefined) !== (options.tlsKey === undefined)) {
     throw usageError("--tls-cert and --tls-key go together: give both to serve TLS");
   }
+  for (const [flag, ms] of [
+    ["--header-timeout", options.headerTimeout],
+    ["--request-timeout", options.requestTimeout],
+    ["--idle-timeout", options.idleTimeout],
+  ] as const) {
+    // Node timers take at most 2^31-1 ms (~24.8 days).
+    if (ms <= 0 || ms > 2_147_483_647) throw usageError(`${flag} must be between 1ms and 24d`);
+  }
+  if (options.requestTimeout < options.headerTimeout) {
+    throw usageError(
+      "--request-timeout must be at least --header-timeout (the headers are part of the request)",
+    );
+  }
   if (options.tlsClientCa !== undefined && options.tlsCert === undefined) {
     throw usageError("--tls-client-ca needs --tls-cert and --tls-key (mutual TLS is TLS first)");
   }
@@ -244,6 +284,11 @@ async function serve(options: ServeOptions): Promise<void> {
       ...(options.authTokens !== undefined && { authTokensFile: options.authTokens }),
       autoCreateQueues: options.autoCreateQueues,
       commit: { leaseMs: options.leaderLease },
+      connectionTimeouts: {
+        headersMs: options.headerTimeout,
+        requestMs: options.requestTimeout,
+        idleMs: options.idleTimeout,
+      },
       ...(options.metricsListen !== undefined && { metricsListen: options.metricsListen }),
       ...(tracing !== undefined && { tracing: { tracerProvider: tracing.tracerProvider } }), // Telemetry: tracing
     });

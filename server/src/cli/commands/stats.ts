@@ -1,11 +1,14 @@
 /**
  * `casq stats [QUEUE]`: how much work is waiting, running and dead. Without
- * QUEUE, one line per queue in the store; with QUEUE, its config, totals,
+ * QUEUE, one line per queue in the store (a queue whose manifest cannot be
+ * read gets a line with its problem, the others are still shown, and the
+ * command exits 1); with QUEUE, its config, totals,
  * per-subscription figures and per-shard leaders (AdminService.GetQueue,
  * answered by any broker: shards it does not lead are read from the store).
  */
 import type { Command } from "commander";
 import { type GetQueueResponse, GetQueueResponseSchema, type QueueConfig } from "../api.ts";
+import { CliError, ExitCode } from "../cli-error.ts";
 import { addConnectionOptions, type ClientOptions, clientFromOptions } from "../client.ts";
 import {
   formatBytes,
@@ -52,10 +55,14 @@ Examples:
         return;
       }
       const names: string[] = [];
+      const problems: { queue: string; problem: string }[] = [];
       let pageToken = "";
       do {
         const page = await client.call((c, o) => c.admin.listQueues({ pageSize: 1000, pageToken }, o));
-        names.push(...page.queues.map((q) => q.name));
+        for (const q of page.queues) {
+          if (q.problem === "") names.push(q.name);
+          else problems.push({ queue: q.name, problem: q.problem });
+        }
         pageToken = page.nextPageToken;
       } while (pageToken !== "");
       const queues: GetQueueResponse[] = [];
@@ -63,8 +70,8 @@ Examples:
         queues.push(await client.call((c, o) => c.admin.getQueue({ queue: name }, o)));
       }
       if (options.json) {
-        printJson({ queues: queues.map((q) => messageJson(GetQueueResponseSchema, q)) });
-      } else if (queues.length === 0) {
+        printJson({ queues: queues.map((q) => messageJson(GetQueueResponseSchema, q)), problems });
+      } else if (queues.length === 0 && problems.length === 0) {
         printLines("no queues yet; create one with: casq queue create NAME");
       } else {
         printLines(
@@ -86,6 +93,13 @@ Examples:
               ];
             }),
           ),
+          ...problems.map((p) => `${p.queue}: CANNOT BE READ: ${p.problem}`),
+        );
+      }
+      if (problems.length > 0) {
+        throw new CliError(
+          ExitCode.serverError,
+          `cannot read the manifest of ${problems.map((p) => p.queue).join(", ")} (left untouched; see "Repairing refused shards" in docs/operations.md); the other queues are shown`,
         );
       }
     } finally {

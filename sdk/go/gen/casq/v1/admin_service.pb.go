@@ -195,8 +195,12 @@ type QueueSummary struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Queue name.
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	// Number of shards of the queue.
-	ShardCount    uint32 `protobuf:"varint,2,opt,name=shard_count,json=shardCount,proto3" json:"shard_count,omitempty"`
+	// Number of shards of the queue (0 when problem is set).
+	ShardCount uint32 `protobuf:"varint,2,opt,name=shard_count,json=shardCount,proto3" json:"shard_count,omitempty"`
+	// Empty when the queue's manifest (queues/<queue>/queue.json) was read;
+	// otherwise why it could not be (corrupt, or written by a newer casq). The
+	// manifest is left untouched, and calls for this queue answer DATA_LOSS.
+	Problem       string `protobuf:"bytes,3,opt,name=problem,proto3" json:"problem,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -243,6 +247,13 @@ func (x *QueueSummary) GetShardCount() uint32 {
 		return x.ShardCount
 	}
 	return 0
+}
+
+func (x *QueueSummary) GetProblem() string {
+	if x != nil {
+		return x.Problem
+	}
+	return ""
 }
 
 // GetQueueRequest names the queue to describe.
@@ -895,7 +906,12 @@ type CreateQueueRequest struct {
 	// only per key.
 	ShardCount uint32 `protobuf:"varint,2,opt,name=shard_count,json=shardCount,proto3" json:"shard_count,omitempty"`
 	// Initial config; unset fields take their defaults.
-	Config        *QueueConfig `protobuf:"bytes,3,opt,name=config,proto3" json:"config,omitempty"`
+	Config *QueueConfig `protobuf:"bytes,3,opt,name=config,proto3" json:"config,omitempty"`
+	// When the queue exists already: false (the default) answers
+	// ALREADY_EXISTS; true answers OK with the existing queue as it is
+	// (shard_count and config of the request are not applied or compared) and
+	// `created` false. Makes "create if missing" idempotent.
+	IfNotExists   bool `protobuf:"varint,4,opt,name=if_not_exists,json=ifNotExists,proto3" json:"if_not_exists,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -951,7 +967,15 @@ func (x *CreateQueueRequest) GetConfig() *QueueConfig {
 	return nil
 }
 
-// CreateQueueResponse describes the created queue.
+func (x *CreateQueueRequest) GetIfNotExists() bool {
+	if x != nil {
+		return x.IfNotExists
+	}
+	return false
+}
+
+// CreateQueueResponse describes the created (or, with if_not_exists, the
+// existing) queue.
 type CreateQueueResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Queue name.
@@ -959,7 +983,10 @@ type CreateQueueResponse struct {
 	// Number of shards.
 	ShardCount uint32 `protobuf:"varint,2,opt,name=shard_count,json=shardCount,proto3" json:"shard_count,omitempty"`
 	// The config in force, every field set.
-	Config        *QueueConfig `protobuf:"bytes,3,opt,name=config,proto3" json:"config,omitempty"`
+	Config *QueueConfig `protobuf:"bytes,3,opt,name=config,proto3" json:"config,omitempty"`
+	// True when this call created the queue; false when if_not_exists found it
+	// already there.
+	Created       bool `protobuf:"varint,4,opt,name=created,proto3" json:"created,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1013,6 +1040,13 @@ func (x *CreateQueueResponse) GetConfig() *QueueConfig {
 		return x.Config
 	}
 	return nil
+}
+
+func (x *CreateQueueResponse) GetCreated() bool {
+	if x != nil {
+		return x.Created
+	}
+	return false
 }
 
 // UpdateQueueRequest changes a queue's config.
@@ -1953,6 +1987,185 @@ func (x *RedriveDeadLettersResponse) GetMissingIds() []string {
 	return nil
 }
 
+// RepairShardRequest names the refused shard to repair.
+type RepairShardRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Queue name.
+	Queue string `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	// Index of the shard (0-based).
+	Shard uint32 `protobuf:"varint,2,opt,name=shard,proto3" json:"shard,omitempty"`
+	// When set, repair only if the stored document still has this etag (the
+	// one the operator looked at, e.g. ShardStatus.etag); empty: whatever is
+	// stored now.
+	ExpectedEtag string `protobuf:"bytes,3,opt,name=expected_etag,json=expectedEtag,proto3" json:"expected_etag,omitempty"`
+	// When set, the repaired shard's next_offset, if it is above the salvaged
+	// one: use it when the refused bytes do not tell how far offsets went, so
+	// that receipts of lost deliveries cannot match new messages.
+	NextOffset    *uint64 `protobuf:"varint,4,opt,name=next_offset,json=nextOffset,proto3,oneof" json:"next_offset,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RepairShardRequest) Reset() {
+	*x = RepairShardRequest{}
+	mi := &file_casq_v1_admin_service_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RepairShardRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RepairShardRequest) ProtoMessage() {}
+
+func (x *RepairShardRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_casq_v1_admin_service_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RepairShardRequest.ProtoReflect.Descriptor instead.
+func (*RepairShardRequest) Descriptor() ([]byte, []int) {
+	return file_casq_v1_admin_service_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *RepairShardRequest) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *RepairShardRequest) GetShard() uint32 {
+	if x != nil {
+		return x.Shard
+	}
+	return 0
+}
+
+func (x *RepairShardRequest) GetExpectedEtag() string {
+	if x != nil {
+		return x.ExpectedEtag
+	}
+	return ""
+}
+
+func (x *RepairShardRequest) GetNextOffset() uint64 {
+	if x != nil && x.NextOffset != nil {
+		return *x.NextOffset
+	}
+	return 0
+}
+
+// RepairShardResponse says what the repair did.
+type RepairShardResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Why the shard was refused (the DATA_LOSS message).
+	Problem string `protobuf:"bytes,1,opt,name=problem,proto3" json:"problem,omitempty"`
+	// Store key holding an exact copy of the refused bytes; empty when the
+	// document was missing.
+	BackupKey string `protobuf:"bytes,2,opt,name=backup_key,json=backupKey,proto3" json:"backup_key,omitempty"`
+	// Etag of the new shard document.
+	Etag string `protobuf:"bytes,3,opt,name=etag,proto3" json:"etag,omitempty"`
+	// Messages salvaged into the new document (pending for every
+	// subscription).
+	MessagesSalvaged uint64 `protobuf:"varint,4,opt,name=messages_salvaged,json=messagesSalvaged,proto3" json:"messages_salvaged,omitempty"`
+	// Subscriptions of the new document, sorted.
+	Subscriptions []string `protobuf:"bytes,5,rep,name=subscriptions,proto3" json:"subscriptions,omitempty"`
+	// next_offset of the new document.
+	NextOffset uint64 `protobuf:"varint,6,opt,name=next_offset,json=nextOffset,proto3" json:"next_offset,omitempty"`
+	// Where the config came from: "document", "shard N" or "manifest".
+	ConfigSource  string `protobuf:"bytes,7,opt,name=config_source,json=configSource,proto3" json:"config_source,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RepairShardResponse) Reset() {
+	*x = RepairShardResponse{}
+	mi := &file_casq_v1_admin_service_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RepairShardResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RepairShardResponse) ProtoMessage() {}
+
+func (x *RepairShardResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_casq_v1_admin_service_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RepairShardResponse.ProtoReflect.Descriptor instead.
+func (*RepairShardResponse) Descriptor() ([]byte, []int) {
+	return file_casq_v1_admin_service_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *RepairShardResponse) GetProblem() string {
+	if x != nil {
+		return x.Problem
+	}
+	return ""
+}
+
+func (x *RepairShardResponse) GetBackupKey() string {
+	if x != nil {
+		return x.BackupKey
+	}
+	return ""
+}
+
+func (x *RepairShardResponse) GetEtag() string {
+	if x != nil {
+		return x.Etag
+	}
+	return ""
+}
+
+func (x *RepairShardResponse) GetMessagesSalvaged() uint64 {
+	if x != nil {
+		return x.MessagesSalvaged
+	}
+	return 0
+}
+
+func (x *RepairShardResponse) GetSubscriptions() []string {
+	if x != nil {
+		return x.Subscriptions
+	}
+	return nil
+}
+
+func (x *RepairShardResponse) GetNextOffset() uint64 {
+	if x != nil {
+		return x.NextOffset
+	}
+	return 0
+}
+
+func (x *RepairShardResponse) GetConfigSource() string {
+	if x != nil {
+		return x.ConfigSource
+	}
+	return ""
+}
+
 // GetDocumentRequest names one shard document.
 type GetDocumentRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1966,7 +2179,7 @@ type GetDocumentRequest struct {
 
 func (x *GetDocumentRequest) Reset() {
 	*x = GetDocumentRequest{}
-	mi := &file_casq_v1_admin_service_proto_msgTypes[26]
+	mi := &file_casq_v1_admin_service_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1978,7 +2191,7 @@ func (x *GetDocumentRequest) String() string {
 func (*GetDocumentRequest) ProtoMessage() {}
 
 func (x *GetDocumentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_casq_v1_admin_service_proto_msgTypes[26]
+	mi := &file_casq_v1_admin_service_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1991,7 +2204,7 @@ func (x *GetDocumentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetDocumentRequest.ProtoReflect.Descriptor instead.
 func (*GetDocumentRequest) Descriptor() ([]byte, []int) {
-	return file_casq_v1_admin_service_proto_rawDescGZIP(), []int{26}
+	return file_casq_v1_admin_service_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *GetDocumentRequest) GetQueue() string {
@@ -2024,7 +2237,7 @@ type GetDocumentResponse struct {
 
 func (x *GetDocumentResponse) Reset() {
 	*x = GetDocumentResponse{}
-	mi := &file_casq_v1_admin_service_proto_msgTypes[27]
+	mi := &file_casq_v1_admin_service_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2036,7 +2249,7 @@ func (x *GetDocumentResponse) String() string {
 func (*GetDocumentResponse) ProtoMessage() {}
 
 func (x *GetDocumentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_casq_v1_admin_service_proto_msgTypes[27]
+	mi := &file_casq_v1_admin_service_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2049,7 +2262,7 @@ func (x *GetDocumentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetDocumentResponse.ProtoReflect.Descriptor instead.
 func (*GetDocumentResponse) Descriptor() ([]byte, []int) {
-	return file_casq_v1_admin_service_proto_rawDescGZIP(), []int{27}
+	return file_casq_v1_admin_service_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *GetDocumentResponse) GetChunk() []byte {
@@ -2084,11 +2297,12 @@ const file_casq_v1_admin_service_proto_rawDesc = "" +
 	"page_token\x18\x02 \x01(\tR\tpageToken\"k\n" +
 	"\x12ListQueuesResponse\x12-\n" +
 	"\x06queues\x18\x01 \x03(\v2\x15.casq.v1.QueueSummaryR\x06queues\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"C\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"]\n" +
 	"\fQueueSummary\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1f\n" +
 	"\vshard_count\x18\x02 \x01(\rR\n" +
-	"shardCount\"'\n" +
+	"shardCount\x12\x18\n" +
+	"\aproblem\x18\x03 \x01(\tR\aproblem\"'\n" +
 	"\x0fGetQueueRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\"\xd1\x02\n" +
 	"\x10GetQueueResponse\x12\x14\n" +
@@ -2147,17 +2361,19 @@ const file_casq_v1_admin_service_proto_rawDesc = "" +
 	"\bmessages\x18\x06 \x01(\x04R\bmessages\x12\x12\n" +
 	"\x04etag\x18\a \x01(\tR\x04etag\x12@\n" +
 	"\rsubscriptions\x18\b \x03(\v2\x1a.casq.v1.SubscriptionStatsR\rsubscriptions\x12\x18\n" +
-	"\aproblem\x18\t \x01(\tR\aproblem\"y\n" +
+	"\aproblem\x18\t \x01(\tR\aproblem\"\x9d\x01\n" +
 	"\x12CreateQueueRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x1f\n" +
 	"\vshard_count\x18\x02 \x01(\rR\n" +
 	"shardCount\x12,\n" +
-	"\x06config\x18\x03 \x01(\v2\x14.casq.v1.QueueConfigR\x06config\"z\n" +
+	"\x06config\x18\x03 \x01(\v2\x14.casq.v1.QueueConfigR\x06config\x12\"\n" +
+	"\rif_not_exists\x18\x04 \x01(\bR\vifNotExists\"\x94\x01\n" +
 	"\x13CreateQueueResponse\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x1f\n" +
 	"\vshard_count\x18\x02 \x01(\rR\n" +
 	"shardCount\x12,\n" +
-	"\x06config\x18\x03 \x01(\v2\x14.casq.v1.QueueConfigR\x06config\"X\n" +
+	"\x06config\x18\x03 \x01(\v2\x14.casq.v1.QueueConfigR\x06config\x12\x18\n" +
+	"\acreated\x18\x04 \x01(\bR\acreated\"X\n" +
 	"\x12UpdateQueueRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12,\n" +
 	"\x06config\x18\x02 \x01(\v2\x14.casq.v1.QueueConfigR\x06config\"u\n" +
@@ -2217,7 +2433,24 @@ const file_casq_v1_admin_service_proto_rawDesc = "" +
 	"\x1aRedriveDeadLettersResponse\x12\x1a\n" +
 	"\bredriven\x18\x01 \x01(\x04R\bredriven\x12\x1f\n" +
 	"\vmissing_ids\x18\x02 \x03(\tR\n" +
-	"missingIds\"@\n" +
+	"missingIds\"\x9b\x01\n" +
+	"\x12RepairShardRequest\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x14\n" +
+	"\x05shard\x18\x02 \x01(\rR\x05shard\x12#\n" +
+	"\rexpected_etag\x18\x03 \x01(\tR\fexpectedEtag\x12$\n" +
+	"\vnext_offset\x18\x04 \x01(\x04H\x00R\n" +
+	"nextOffset\x88\x01\x01B\x0e\n" +
+	"\f_next_offset\"\xfb\x01\n" +
+	"\x13RepairShardResponse\x12\x18\n" +
+	"\aproblem\x18\x01 \x01(\tR\aproblem\x12\x1d\n" +
+	"\n" +
+	"backup_key\x18\x02 \x01(\tR\tbackupKey\x12\x12\n" +
+	"\x04etag\x18\x03 \x01(\tR\x04etag\x12+\n" +
+	"\x11messages_salvaged\x18\x04 \x01(\x04R\x10messagesSalvaged\x12$\n" +
+	"\rsubscriptions\x18\x05 \x03(\tR\rsubscriptions\x12\x1f\n" +
+	"\vnext_offset\x18\x06 \x01(\x04R\n" +
+	"nextOffset\x12#\n" +
+	"\rconfig_source\x18\a \x01(\tR\fconfigSource\"@\n" +
 	"\x12GetDocumentRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x14\n" +
 	"\x05shard\x18\x02 \x01(\rR\x05shard\"`\n" +
@@ -2229,7 +2462,7 @@ const file_casq_v1_admin_service_proto_rawDesc = "" +
 	"\x11SubscriptionStart\x12\"\n" +
 	"\x1eSUBSCRIPTION_START_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19SUBSCRIPTION_START_LATEST\x10\x01\x12\x1f\n" +
-	"\x1bSUBSCRIPTION_START_EARLIEST\x10\x022\xfa\x06\n" +
+	"\x1bSUBSCRIPTION_START_EARLIEST\x10\x022\xc4\a\n" +
 	"\fAdminService\x12E\n" +
 	"\n" +
 	"ListQueues\x12\x1a.casq.v1.ListQueuesRequest\x1a\x1b.casq.v1.ListQueuesResponse\x12?\n" +
@@ -2243,7 +2476,8 @@ const file_casq_v1_admin_service_proto_rawDesc = "" +
 	"PurgeQueue\x12\x1a.casq.v1.PurgeQueueRequest\x1a\x1b.casq.v1.PurgeQueueResponse\x12T\n" +
 	"\x0fListDeadLetters\x12\x1f.casq.v1.ListDeadLettersRequest\x1a .casq.v1.ListDeadLettersResponse\x12]\n" +
 	"\x12RedriveDeadLetters\x12\".casq.v1.RedriveDeadLettersRequest\x1a#.casq.v1.RedriveDeadLettersResponse\x12J\n" +
-	"\vGetDocument\x12\x1b.casq.v1.GetDocumentRequest\x1a\x1c.casq.v1.GetDocumentResponse0\x01B0Z.github.com/casq/casq/sdk/go/gen/casq/v1;casqv1b\x06proto3"
+	"\vGetDocument\x12\x1b.casq.v1.GetDocumentRequest\x1a\x1c.casq.v1.GetDocumentResponse0\x01\x12H\n" +
+	"\vRepairShard\x12\x1b.casq.v1.RepairShardRequest\x1a\x1c.casq.v1.RepairShardResponseB0Z.github.com/casq/casq/sdk/go/gen/casq/v1;casqv1b\x06proto3"
 
 var (
 	file_casq_v1_admin_service_proto_rawDescOnce sync.Once
@@ -2258,7 +2492,7 @@ func file_casq_v1_admin_service_proto_rawDescGZIP() []byte {
 }
 
 var file_casq_v1_admin_service_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_casq_v1_admin_service_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_casq_v1_admin_service_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_casq_v1_admin_service_proto_goTypes = []any{
 	(SubscriptionStart)(0),             // 0: casq.v1.SubscriptionStart
 	(*ListQueuesRequest)(nil),          // 1: casq.v1.ListQueuesRequest
@@ -2287,36 +2521,38 @@ var file_casq_v1_admin_service_proto_goTypes = []any{
 	(*DeadLetter)(nil),                 // 24: casq.v1.DeadLetter
 	(*RedriveDeadLettersRequest)(nil),  // 25: casq.v1.RedriveDeadLettersRequest
 	(*RedriveDeadLettersResponse)(nil), // 26: casq.v1.RedriveDeadLettersResponse
-	(*GetDocumentRequest)(nil),         // 27: casq.v1.GetDocumentRequest
-	(*GetDocumentResponse)(nil),        // 28: casq.v1.GetDocumentResponse
-	(*QueueConfig)(nil),                // 29: casq.v1.QueueConfig
-	(*timestamppb.Timestamp)(nil),      // 30: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),        // 31: google.protobuf.Duration
-	(*ShardLeader)(nil),                // 32: casq.v1.ShardLeader
-	(*Message)(nil),                    // 33: casq.v1.Message
+	(*RepairShardRequest)(nil),         // 27: casq.v1.RepairShardRequest
+	(*RepairShardResponse)(nil),        // 28: casq.v1.RepairShardResponse
+	(*GetDocumentRequest)(nil),         // 29: casq.v1.GetDocumentRequest
+	(*GetDocumentResponse)(nil),        // 30: casq.v1.GetDocumentResponse
+	(*QueueConfig)(nil),                // 31: casq.v1.QueueConfig
+	(*timestamppb.Timestamp)(nil),      // 32: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),        // 33: google.protobuf.Duration
+	(*ShardLeader)(nil),                // 34: casq.v1.ShardLeader
+	(*Message)(nil),                    // 35: casq.v1.Message
 }
 var file_casq_v1_admin_service_proto_depIdxs = []int32{
 	3,  // 0: casq.v1.ListQueuesResponse.queues:type_name -> casq.v1.QueueSummary
-	29, // 1: casq.v1.GetQueueResponse.config:type_name -> casq.v1.QueueConfig
+	31, // 1: casq.v1.GetQueueResponse.config:type_name -> casq.v1.QueueConfig
 	6,  // 2: casq.v1.GetQueueResponse.totals:type_name -> casq.v1.QueueStats
 	7,  // 3: casq.v1.GetQueueResponse.subscriptions:type_name -> casq.v1.SubscriptionStats
 	9,  // 4: casq.v1.GetQueueResponse.shards:type_name -> casq.v1.ShardStatus
-	30, // 5: casq.v1.GetQueueResponse.observed_at:type_name -> google.protobuf.Timestamp
-	31, // 6: casq.v1.QueueStats.oldest_unacked_age:type_name -> google.protobuf.Duration
-	30, // 7: casq.v1.SubscriptionStats.created_at:type_name -> google.protobuf.Timestamp
-	31, // 8: casq.v1.SubscriptionStats.oldest_unacked_age:type_name -> google.protobuf.Duration
+	32, // 5: casq.v1.GetQueueResponse.observed_at:type_name -> google.protobuf.Timestamp
+	33, // 6: casq.v1.QueueStats.oldest_unacked_age:type_name -> google.protobuf.Duration
+	32, // 7: casq.v1.SubscriptionStats.created_at:type_name -> google.protobuf.Timestamp
+	33, // 8: casq.v1.SubscriptionStats.oldest_unacked_age:type_name -> google.protobuf.Duration
 	8,  // 9: casq.v1.SubscriptionStats.counters:type_name -> casq.v1.SubscriptionCounters
-	32, // 10: casq.v1.ShardStatus.leader:type_name -> casq.v1.ShardLeader
+	34, // 10: casq.v1.ShardStatus.leader:type_name -> casq.v1.ShardLeader
 	7,  // 11: casq.v1.ShardStatus.subscriptions:type_name -> casq.v1.SubscriptionStats
-	29, // 12: casq.v1.CreateQueueRequest.config:type_name -> casq.v1.QueueConfig
-	29, // 13: casq.v1.CreateQueueResponse.config:type_name -> casq.v1.QueueConfig
-	29, // 14: casq.v1.UpdateQueueRequest.config:type_name -> casq.v1.QueueConfig
-	29, // 15: casq.v1.UpdateQueueResponse.config:type_name -> casq.v1.QueueConfig
+	31, // 12: casq.v1.CreateQueueRequest.config:type_name -> casq.v1.QueueConfig
+	31, // 13: casq.v1.CreateQueueResponse.config:type_name -> casq.v1.QueueConfig
+	31, // 14: casq.v1.UpdateQueueRequest.config:type_name -> casq.v1.QueueConfig
+	31, // 15: casq.v1.UpdateQueueResponse.config:type_name -> casq.v1.QueueConfig
 	0,  // 16: casq.v1.CreateSubscriptionRequest.start:type_name -> casq.v1.SubscriptionStart
 	0,  // 17: casq.v1.CreateSubscriptionResponse.start:type_name -> casq.v1.SubscriptionStart
 	24, // 18: casq.v1.ListDeadLettersResponse.dead_letters:type_name -> casq.v1.DeadLetter
-	33, // 19: casq.v1.DeadLetter.message:type_name -> casq.v1.Message
-	30, // 20: casq.v1.DeadLetter.dead_at:type_name -> google.protobuf.Timestamp
+	35, // 19: casq.v1.DeadLetter.message:type_name -> casq.v1.Message
+	32, // 20: casq.v1.DeadLetter.dead_at:type_name -> google.protobuf.Timestamp
 	1,  // 21: casq.v1.AdminService.ListQueues:input_type -> casq.v1.ListQueuesRequest
 	4,  // 22: casq.v1.AdminService.GetQueue:input_type -> casq.v1.GetQueueRequest
 	10, // 23: casq.v1.AdminService.CreateQueue:input_type -> casq.v1.CreateQueueRequest
@@ -2327,20 +2563,22 @@ var file_casq_v1_admin_service_proto_depIdxs = []int32{
 	20, // 28: casq.v1.AdminService.PurgeQueue:input_type -> casq.v1.PurgeQueueRequest
 	22, // 29: casq.v1.AdminService.ListDeadLetters:input_type -> casq.v1.ListDeadLettersRequest
 	25, // 30: casq.v1.AdminService.RedriveDeadLetters:input_type -> casq.v1.RedriveDeadLettersRequest
-	27, // 31: casq.v1.AdminService.GetDocument:input_type -> casq.v1.GetDocumentRequest
-	2,  // 32: casq.v1.AdminService.ListQueues:output_type -> casq.v1.ListQueuesResponse
-	5,  // 33: casq.v1.AdminService.GetQueue:output_type -> casq.v1.GetQueueResponse
-	11, // 34: casq.v1.AdminService.CreateQueue:output_type -> casq.v1.CreateQueueResponse
-	13, // 35: casq.v1.AdminService.UpdateQueue:output_type -> casq.v1.UpdateQueueResponse
-	15, // 36: casq.v1.AdminService.DeleteQueue:output_type -> casq.v1.DeleteQueueResponse
-	17, // 37: casq.v1.AdminService.CreateSubscription:output_type -> casq.v1.CreateSubscriptionResponse
-	19, // 38: casq.v1.AdminService.DeleteSubscription:output_type -> casq.v1.DeleteSubscriptionResponse
-	21, // 39: casq.v1.AdminService.PurgeQueue:output_type -> casq.v1.PurgeQueueResponse
-	23, // 40: casq.v1.AdminService.ListDeadLetters:output_type -> casq.v1.ListDeadLettersResponse
-	26, // 41: casq.v1.AdminService.RedriveDeadLetters:output_type -> casq.v1.RedriveDeadLettersResponse
-	28, // 42: casq.v1.AdminService.GetDocument:output_type -> casq.v1.GetDocumentResponse
-	32, // [32:43] is the sub-list for method output_type
-	21, // [21:32] is the sub-list for method input_type
+	29, // 31: casq.v1.AdminService.GetDocument:input_type -> casq.v1.GetDocumentRequest
+	27, // 32: casq.v1.AdminService.RepairShard:input_type -> casq.v1.RepairShardRequest
+	2,  // 33: casq.v1.AdminService.ListQueues:output_type -> casq.v1.ListQueuesResponse
+	5,  // 34: casq.v1.AdminService.GetQueue:output_type -> casq.v1.GetQueueResponse
+	11, // 35: casq.v1.AdminService.CreateQueue:output_type -> casq.v1.CreateQueueResponse
+	13, // 36: casq.v1.AdminService.UpdateQueue:output_type -> casq.v1.UpdateQueueResponse
+	15, // 37: casq.v1.AdminService.DeleteQueue:output_type -> casq.v1.DeleteQueueResponse
+	17, // 38: casq.v1.AdminService.CreateSubscription:output_type -> casq.v1.CreateSubscriptionResponse
+	19, // 39: casq.v1.AdminService.DeleteSubscription:output_type -> casq.v1.DeleteSubscriptionResponse
+	21, // 40: casq.v1.AdminService.PurgeQueue:output_type -> casq.v1.PurgeQueueResponse
+	23, // 41: casq.v1.AdminService.ListDeadLetters:output_type -> casq.v1.ListDeadLettersResponse
+	26, // 42: casq.v1.AdminService.RedriveDeadLetters:output_type -> casq.v1.RedriveDeadLettersResponse
+	30, // 43: casq.v1.AdminService.GetDocument:output_type -> casq.v1.GetDocumentResponse
+	28, // 44: casq.v1.AdminService.RepairShard:output_type -> casq.v1.RepairShardResponse
+	33, // [33:45] is the sub-list for method output_type
+	21, // [21:33] is the sub-list for method input_type
 	21, // [21:21] is the sub-list for extension type_name
 	21, // [21:21] is the sub-list for extension extendee
 	0,  // [0:21] is the sub-list for field type_name
@@ -2354,13 +2592,14 @@ func file_casq_v1_admin_service_proto_init() {
 	file_casq_v1_message_proto_init()
 	file_casq_v1_queue_config_proto_init()
 	file_casq_v1_shard_proto_init()
+	file_casq_v1_admin_service_proto_msgTypes[26].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_casq_v1_admin_service_proto_rawDesc), len(file_casq_v1_admin_service_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   28,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

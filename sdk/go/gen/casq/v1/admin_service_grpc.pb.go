@@ -33,6 +33,7 @@ const (
 	AdminService_ListDeadLetters_FullMethodName    = "/casq.v1.AdminService/ListDeadLetters"
 	AdminService_RedriveDeadLetters_FullMethodName = "/casq.v1.AdminService/RedriveDeadLetters"
 	AdminService_GetDocument_FullMethodName        = "/casq.v1.AdminService/GetDocument"
+	AdminService_RepairShard_FullMethodName        = "/casq.v1.AdminService/RepairShard"
 )
 
 // AdminServiceClient is the client API for AdminService service.
@@ -58,7 +59,8 @@ const (
 // INTERNAL (a bug).
 type AdminServiceClient interface {
 	// ListQueues lists the queues in the store, sorted by name, a page at a
-	// time.
+	// time. A queue whose manifest cannot be read does not fail the call: it
+	// is listed with QueueSummary.problem saying why.
 	//
 	// Errors: INVALID_ARGUMENT (page_size above 1000, a page token not from
 	// this RPC); UNAVAILABLE (store unavailable).
@@ -107,7 +109,10 @@ type AdminServiceClient interface {
 	// dead letters; messages only it still needed leave the queue (subject to
 	// retention). Deleting "default" is allowed (a pure pub/sub queue may not
 	// want it) and it can be created again. Receipts of the subscription then
-	// answer ALREADY_ACKED or LEASE_LOST.
+	// answer ALREADY_ACKED or LEASE_LOST. While a queue has no subscription at
+	// all and retention is 0, Enqueue answers FAILED_PRECONDITION (nothing
+	// would keep the messages) until a subscription is created or a retention
+	// set.
 	//
 	// Errors: NOT_FOUND (no shard has it); plus the common codes.
 	DeleteSubscription(ctx context.Context, in *DeleteSubscriptionRequest, opts ...grpc.CallOption) (*DeleteSubscriptionResponse, error)
@@ -146,6 +151,26 @@ type AdminServiceClient interface {
 	// queue name); UNAVAILABLE (store unavailable); DEADLINE_EXCEEDED,
 	// CANCELLED.
 	GetDocument(ctx context.Context, in *GetDocumentRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[GetDocumentResponse], error)
+	// RepairShard replaces a shard document the brokers refuse (DATA_LOSS: it
+	// does not parse, names another queue or shard, or is missing although the
+	// queue was created with it) with a fresh one, salvaging what it can: the
+	// config and subscriptions (from the refused bytes, else from the queue's
+	// other shards, else the queue's manifest), next_offset (so offsets are not
+	// reused) and the messages, when the bytes are JSON and they pass the
+	// strict checks. Salvaged messages are pending again for every
+	// subscription: their acks, leases and dead letters are lost, so they are
+	// delivered again (at-least-once). The refused bytes are first copied,
+	// exactly, to a backup key under `repairs/` that casq never deletes. The
+	// new document is written only if the stored one is still the refused
+	// version (a CAS), and this broker reloads the shard at once; other
+	// brokers read the new document on their next request for it.
+	//
+	// Errors: FAILED_PRECONDITION (the shard is readable: nothing to repair; or
+	// it changed since expected_etag); INVALID_ARGUMENT (bad queue name, shard
+	// out of range); NOT_FOUND (no such queue); DATA_LOSS (the queue's manifest
+	// itself cannot be read); UNAVAILABLE (store unavailable, or the document
+	// changed during the repair: retry).
+	RepairShard(ctx context.Context, in *RepairShardRequest, opts ...grpc.CallOption) (*RepairShardResponse, error)
 }
 
 type adminServiceClient struct {
@@ -275,6 +300,16 @@ func (c *adminServiceClient) GetDocument(ctx context.Context, in *GetDocumentReq
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type AdminService_GetDocumentClient = grpc.ServerStreamingClient[GetDocumentResponse]
 
+func (c *adminServiceClient) RepairShard(ctx context.Context, in *RepairShardRequest, opts ...grpc.CallOption) (*RepairShardResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RepairShardResponse)
+	err := c.cc.Invoke(ctx, AdminService_RepairShard_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServiceServer is the server API for AdminService service.
 // All implementations must embed UnimplementedAdminServiceServer
 // for forward compatibility.
@@ -298,7 +333,8 @@ type AdminService_GetDocumentClient = grpc.ServerStreamingClient[GetDocumentResp
 // INTERNAL (a bug).
 type AdminServiceServer interface {
 	// ListQueues lists the queues in the store, sorted by name, a page at a
-	// time.
+	// time. A queue whose manifest cannot be read does not fail the call: it
+	// is listed with QueueSummary.problem saying why.
 	//
 	// Errors: INVALID_ARGUMENT (page_size above 1000, a page token not from
 	// this RPC); UNAVAILABLE (store unavailable).
@@ -347,7 +383,10 @@ type AdminServiceServer interface {
 	// dead letters; messages only it still needed leave the queue (subject to
 	// retention). Deleting "default" is allowed (a pure pub/sub queue may not
 	// want it) and it can be created again. Receipts of the subscription then
-	// answer ALREADY_ACKED or LEASE_LOST.
+	// answer ALREADY_ACKED or LEASE_LOST. While a queue has no subscription at
+	// all and retention is 0, Enqueue answers FAILED_PRECONDITION (nothing
+	// would keep the messages) until a subscription is created or a retention
+	// set.
 	//
 	// Errors: NOT_FOUND (no shard has it); plus the common codes.
 	DeleteSubscription(context.Context, *DeleteSubscriptionRequest) (*DeleteSubscriptionResponse, error)
@@ -386,6 +425,26 @@ type AdminServiceServer interface {
 	// queue name); UNAVAILABLE (store unavailable); DEADLINE_EXCEEDED,
 	// CANCELLED.
 	GetDocument(*GetDocumentRequest, grpc.ServerStreamingServer[GetDocumentResponse]) error
+	// RepairShard replaces a shard document the brokers refuse (DATA_LOSS: it
+	// does not parse, names another queue or shard, or is missing although the
+	// queue was created with it) with a fresh one, salvaging what it can: the
+	// config and subscriptions (from the refused bytes, else from the queue's
+	// other shards, else the queue's manifest), next_offset (so offsets are not
+	// reused) and the messages, when the bytes are JSON and they pass the
+	// strict checks. Salvaged messages are pending again for every
+	// subscription: their acks, leases and dead letters are lost, so they are
+	// delivered again (at-least-once). The refused bytes are first copied,
+	// exactly, to a backup key under `repairs/` that casq never deletes. The
+	// new document is written only if the stored one is still the refused
+	// version (a CAS), and this broker reloads the shard at once; other
+	// brokers read the new document on their next request for it.
+	//
+	// Errors: FAILED_PRECONDITION (the shard is readable: nothing to repair; or
+	// it changed since expected_etag); INVALID_ARGUMENT (bad queue name, shard
+	// out of range); NOT_FOUND (no such queue); DATA_LOSS (the queue's manifest
+	// itself cannot be read); UNAVAILABLE (store unavailable, or the document
+	// changed during the repair: retry).
+	RepairShard(context.Context, *RepairShardRequest) (*RepairShardResponse, error)
 	mustEmbedUnimplementedAdminServiceServer()
 }
 
@@ -428,6 +487,9 @@ func (UnimplementedAdminServiceServer) RedriveDeadLetters(context.Context, *Redr
 }
 func (UnimplementedAdminServiceServer) GetDocument(*GetDocumentRequest, grpc.ServerStreamingServer[GetDocumentResponse]) error {
 	return status.Error(codes.Unimplemented, "method GetDocument not implemented")
+}
+func (UnimplementedAdminServiceServer) RepairShard(context.Context, *RepairShardRequest) (*RepairShardResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RepairShard not implemented")
 }
 func (UnimplementedAdminServiceServer) mustEmbedUnimplementedAdminServiceServer() {}
 func (UnimplementedAdminServiceServer) testEmbeddedByValue()                      {}
@@ -641,6 +703,24 @@ func _AdminService_GetDocument_Handler(srv interface{}, stream grpc.ServerStream
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type AdminService_GetDocumentServer = grpc.ServerStreamingServer[GetDocumentResponse]
 
+func _AdminService_RepairShard_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RepairShardRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).RepairShard(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_RepairShard_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).RepairShard(ctx, req.(*RepairShardRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AdminService_ServiceDesc is the grpc.ServiceDesc for AdminService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -687,6 +767,10 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RedriveDeadLetters",
 			Handler:    _AdminService_RedriveDeadLetters_Handler,
+		},
+		{
+			MethodName: "RepairShard",
+			Handler:    _AdminService_RepairShard_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

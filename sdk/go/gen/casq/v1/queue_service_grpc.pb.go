@@ -81,8 +81,11 @@ type QueueServiceClient interface {
 	// queue limit: payload or headers too large, more messages than
 	// limits.max_batch, or the shard document would outgrow
 	// limits.max_document_bytes - retry once workers have caught up, or raise
-	// the limit; nothing was stored for that shard); NOT_FOUND (the queue does
-	// not exist, unless the broker auto-creates queues); plus the common codes.
+	// the limit; nothing was stored for that shard); FAILED_PRECONDITION (the
+	// queue has no subscription and no retention, so nothing would keep the
+	// messages: create a subscription or set a retention; nothing was stored
+	// for that shard); NOT_FOUND (the queue does not exist, unless the broker
+	// auto-creates queues); plus the common codes.
 	Enqueue(ctx context.Context, in *EnqueueRequest, opts ...grpc.CallOption) (*EnqueueResponse, error)
 	// Claim leases up to max_messages runnable messages of one subscription to
 	// the calling worker, in claim order: highest priority first, then lowest
@@ -281,8 +284,11 @@ type QueueServiceServer interface {
 	// queue limit: payload or headers too large, more messages than
 	// limits.max_batch, or the shard document would outgrow
 	// limits.max_document_bytes - retry once workers have caught up, or raise
-	// the limit; nothing was stored for that shard); NOT_FOUND (the queue does
-	// not exist, unless the broker auto-creates queues); plus the common codes.
+	// the limit; nothing was stored for that shard); FAILED_PRECONDITION (the
+	// queue has no subscription and no retention, so nothing would keep the
+	// messages: create a subscription or set a retention; nothing was stored
+	// for that shard); NOT_FOUND (the queue does not exist, unless the broker
+	// auto-creates queues); plus the common codes.
 	Enqueue(context.Context, *EnqueueRequest) (*EnqueueResponse, error)
 	// Claim leases up to max_messages runnable messages of one subscription to
 	// the calling worker, in claim order: highest priority first, then lowest

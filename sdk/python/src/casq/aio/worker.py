@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import socket
+import time
 import uuid
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
@@ -15,13 +16,18 @@ import grpc
 from grpc import aio
 
 from casq._backoff import backoff_delay
+from casq._log import log_handler_failure, log_worker_error
 from casq._messages import to_duration
+from casq._settle import ack_failures, nack_failures
 from casq._tracing import processing_span
 from casq.aio.client import Client
+from casq.client import is_outage
 from casq.errors import (
     CasqError,
     DeadLetter,
+    LeaseLostError,
     RedirectError,
+    StreamTimeoutError,
     UnavailableError,
     error_from_rpc,
     error_from_status,
@@ -81,6 +87,13 @@ class _Session:
     address: str
     outbox: asyncio.Queue[work_pb2.WorkRequest | None] = field(default_factory=asyncio.Queue)
     pending: dict[int, asyncio.Future[work_pb2.WorkResponse]] = field(default_factory=dict)
+    sent_at: dict[int, float] = field(default_factory=dict)  # request id -> time.monotonic() it was sent
+    started_at: float = field(default_factory=time.monotonic)
+    opened: bool = False
+    # Set by the watchdog when the broker left the open or a request unanswered
+    # for the client's timeout (a hung broker); the call is then cancelled.
+    hung: StreamTimeoutError | None = None
+    call: aio.StreamStreamCall[work_pb2.WorkRequest, work_pb2.WorkResponse] | None = None
     closed: bool = False
     half_closed: bool = False
     draining: bool = False
@@ -104,11 +117,13 @@ class _Session:
     def request(self, request_id: int, request: work_pb2.WorkRequest) -> asyncio.Future[work_pb2.WorkResponse]:
         future: asyncio.Future[work_pb2.WorkResponse] = asyncio.get_running_loop().create_future()
         self.pending[request_id] = future
+        self.sent_at[request_id] = time.monotonic()
         self.outbox.put_nowait(request)
         return future
 
     def reply(self, response: work_pb2.WorkResponse) -> None:
         future = self.pending.pop(response.request_id, None)
+        self.sent_at.pop(response.request_id, None)
         if future is None or future.done():
             return
         if response.WhichOneof("event") == "request_failed":
@@ -127,6 +142,7 @@ class _Session:
         self.outbox.put_nowait(None)
         pending = list(self.pending.values())
         self.pending.clear()
+        self.sent_at.clear()
         for future in pending:
             if not future.done():
                 future.set_exception(_StreamClosed("casq: work stream ended"))
@@ -168,6 +184,7 @@ class _Run:
         self.recheck_failures: dict[str, int] = {}  # address -> secondary streams that failed in a row
         self.tasks: set[asyncio.Task[None]] = set()
         self.heartbeat_task: asyncio.Task[None] | None = None
+        self.watchdog_task: asyncio.Task[None] | None = None
         self.heartbeat_interval = 20.0
         self.failures = 0  # consecutive failed streams: the backoff's exponent
         self.redirects = 0  # consecutive redirects without an opened stream
@@ -180,6 +197,7 @@ class _Run:
 
     async def loop(self) -> None:
         """Opens streams until stopped; raises a fatal CasqError."""
+        self.watchdog_task = asyncio.create_task(self._watchdog())
         while not self.stopping:
             address = self.client.current_broker
             session = self._new_session(_PRIMARY, address)
@@ -203,9 +221,9 @@ class _Run:
                 self.client.fail_over()
                 await self._pause()
                 continue
-            if not isinstance(failure, grpc.RpcError):
+            if not isinstance(failure, (grpc.RpcError, StreamTimeoutError)):
                 raise failure
-            error = error_from_rpc(failure)
+            error = failure if isinstance(failure, StreamTimeoutError) else error_from_rpc(failure)
             if error.code in FATAL_CODES:
                 raise error from None
             if isinstance(error, RedirectError) and error.leader_address:
@@ -220,7 +238,7 @@ class _Run:
             # A draining broker asked us to go elsewhere at once; anything else backs off.
             if not session.draining:
                 await self._pause()
-            self.client.fail_over()
+            self.client.fail_over(address)
 
     def _new_session(self, lane: str, address: str) -> _Session | None:
         """Registers the lane's new stream and queues its open; None once stopping."""
@@ -248,6 +266,7 @@ class _Run:
         """Opens the stream; it is read in its own task so that ending it (grpc.aio raises
         CancelledError for a cancelled call) is never mistaken for a cancel of run()."""
         call = self.client.queue_stub(session.address).Work(session.requests(), metadata=self.client.metadata())
+        session.call = call
         reader = asyncio.create_task(self._read(session, call))
         session.reader = reader
         return reader
@@ -295,7 +314,9 @@ class _Run:
         if reader.cancelled() or self.stopping:
             return
         failure = reader.exception()
-        if failure is not None and not isinstance(failure, grpc.RpcError):
+        if isinstance(failure, StreamTimeoutError):
+            self.report(failure, None)
+        elif failure is not None and not isinstance(failure, grpc.RpcError):
             self.report(failure if isinstance(failure, Exception) else RuntimeError(repr(failure)), None)
         elif failure is not None:
             error = error_from_rpc(failure)
@@ -322,8 +343,38 @@ class _Run:
         try:
             async for response in call:
                 self._on_response(session, response)
+        except (asyncio.CancelledError, grpc.RpcError):
+            if session.hung is not None:
+                raise session.hung from None  # the watchdog cancelled the call: an outage, not a cancel of run()
+            raise
         finally:
             call.cancel()  # a no-op once the stream has ended
+
+    async def _watchdog(self) -> None:
+        """Ends every stream whose broker left its open or a request unanswered for the client's timeout.
+
+        See casq.Worker._watchdog: a hung broker keeps the connection up and
+        never answers; cancelling the call fails what awaits an answer over to
+        unary calls (which move on from the hung broker) and reconnects the
+        primary stream at the next broker.
+        """
+        timeout = self.client.timeout
+        while True:
+            await asyncio.sleep(max(0.05, min(1.0, timeout / 4)))
+            now = time.monotonic()
+            for session in list(self.sessions.values()):
+                if session.hung is not None or session.call is None or session.closed:
+                    continue
+                waited = [] if session.opened else [now - session.started_at]
+                waited += [now - sent for sent in session.sent_at.values()]
+                if waited and max(waited) > timeout:
+                    what = "a request" if session.opened else "the stream's open"
+                    session.hung = StreamTimeoutError(
+                        grpc.StatusCode.UNAVAILABLE,
+                        f"casq: broker {session.address} left {what} unanswered for {timeout:g}s "
+                        "(hung?): work stream ended, going elsewhere",
+                    )
+                    session.call.cancel()
 
     async def _pause(self) -> None:
         delay = backoff_delay(self.failures, self.client.backoff_initial, self.client.backoff_max)
@@ -336,6 +387,7 @@ class _Run:
     def _on_response(self, session: _Session, response: work_pb2.WorkResponse) -> None:
         event = response.WhichOneof("event")
         if event == "opened":
+            session.opened = True
             if session.lane == _PRIMARY:
                 self.failures = self.redirects = 0
             self.recheck_failures.pop(session.address, None)
@@ -380,13 +432,13 @@ class _Run:
             except RedirectError as redirect:
                 leader = redirect.leader_address or None
             except (_StreamClosed, UnavailableError):
-                pass
+                pass  # StreamTimeoutError included
         if leader:
             try:
                 return await unary(leader)
             except grpc.RpcError as rpc_error:
                 error = error_from_rpc(rpc_error)
-                if error.code != grpc.StatusCode.UNAVAILABLE:
+                if not is_outage(error) and not isinstance(error, RedirectError):
                     raise error from None
         return await self.client.call(unary)
 
@@ -416,6 +468,7 @@ class _Run:
                 await self.handler(job)
             ack = True
         except DeadLetter as dead:
+            log_handler_failure(job, dead)
             dead_letter, reason = True, dead.reason or "dead-lettered by handler"
         except asyncio.CancelledError:
             # Cancelled by stop() after its deadline, or with run(): never settled, the lease expires.
@@ -423,7 +476,7 @@ class _Run:
             raise
         except Exception as error:  # noqa: BLE001 - any handler failure means nack
             if not held.abandoned:
-                self.report(error, job)
+                self.report(error, job, handler_failed=True)
             reason = f"{type(error).__name__}: {error}"
         finally:
             held.in_handler = False
@@ -468,15 +521,20 @@ class _Run:
                     queue=self.queue, subscription=self.subscription, receipts=receipts
                 )
 
-                async def unary_ack(address: str) -> None:
-                    await client.queue_stub(address).Ack(acked, timeout=client.timeout, metadata=client.metadata())
+                async def unary_ack(address: str) -> list[LeaseLostError]:
+                    response = await client.queue_stub(address).Ack(
+                        acked, timeout=client.timeout, metadata=client.metadata()
+                    )
+                    return ack_failures(response.results)
 
-                await self._request(
+                failures = await self._request(
                     held.session,
                     lambda rid: work_pb2.WorkRequest(request_id=rid, ack=work_pb2.WorkAck(receipts=receipts)),
                     unary_ack,
-                    lambda reply: None,
+                    lambda reply: ack_failures(reply.acked.results),
                 )
+                for failure in failures:
+                    self.report(failure, held.job)
                 return
             nack = work_pb2.WorkNack(receipts=receipts, dead_letter=dead_letter, reason=reason, release=release)
             if delay is not None:
@@ -492,15 +550,20 @@ class _Run:
             if delay is not None:
                 nacked.delay.CopyFrom(nack.delay)
 
-            async def unary_nack(address: str) -> None:
-                await client.queue_stub(address).Nack(nacked, timeout=client.timeout, metadata=client.metadata())
+            async def unary_nack(address: str) -> list[LeaseLostError]:
+                response = await client.queue_stub(address).Nack(
+                    nacked, timeout=client.timeout, metadata=client.metadata()
+                )
+                return nack_failures(response.results)
 
-            await self._request(
+            failures = await self._request(
                 held.session,
                 lambda rid: work_pb2.WorkRequest(request_id=rid, nack=nack),
                 unary_nack,
-                lambda reply: None,
+                lambda reply: nack_failures(reply.nacked.results),
             )
+            for failure in failures:
+                self.report(failure, held.job)
         except CasqError as error:
             # Not settled: the lease expires and casq redelivers the job (at-least-once).
             self.report(error, held.job)
@@ -610,14 +673,20 @@ class _Run:
         if self.heartbeat_task is not None:
             self.heartbeat_task.cancel()
         leftovers = set(self.tasks) | set(self.secondaries)
-        if self.heartbeat_task is not None:
-            leftovers.add(self.heartbeat_task)
+        for task in (self.heartbeat_task, self.watchdog_task):
+            if task is not None:
+                leftovers.add(task)
         for task in leftovers:
             task.cancel()
         if leftovers:
             await asyncio.wait(leftovers, timeout=_CLOSE_GRACE)
 
-    def report(self, error: Exception, job: Job | None) -> None:
+    def report(self, error: Exception, job: Job | None, *, handler_failed: bool = False) -> None:
+        """Logs a failure that does not end the run (see casq._log), then tells ``on_error``."""
+        if handler_failed and job is not None:
+            log_handler_failure(job, error)
+        else:
+            log_worker_error(error, job)
         if self.on_error is not None:
             try:
                 self.on_error(error, job)

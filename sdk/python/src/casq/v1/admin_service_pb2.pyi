@@ -116,19 +116,26 @@ class QueueSummary(_message.Message):
 
     NAME_FIELD_NUMBER: _builtins.int
     SHARD_COUNT_FIELD_NUMBER: _builtins.int
+    PROBLEM_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """Queue name."""
     shard_count: _builtins.int
-    """Number of shards of the queue."""
+    """Number of shards of the queue (0 when problem is set)."""
+    problem: _builtins.str
+    """Empty when the queue's manifest (queues/<queue>/queue.json) was read;
+    otherwise why it could not be (corrupt, or written by a newer casq). The
+    manifest is left untouched, and calls for this queue answer DATA_LOSS.
+    """
     def __init__(
         self,
         *,
         name: _builtins.str = ...,
         shard_count: _builtins.int = ...,
+        problem: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "shard_count", b"shard_count"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "problem", b"problem", "shard_count", b"shard_count"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -478,12 +485,19 @@ class CreateQueueRequest(_message.Message):
     QUEUE_FIELD_NUMBER: _builtins.int
     SHARD_COUNT_FIELD_NUMBER: _builtins.int
     CONFIG_FIELD_NUMBER: _builtins.int
+    IF_NOT_EXISTS_FIELD_NUMBER: _builtins.int
     queue: _builtins.str
     """Queue name, matching [a-z0-9][a-z0-9._-]{0,127}."""
     shard_count: _builtins.int
     """Number of shards, 1..256; 0 means 1. Fixed for the queue's life: more
     shards spread load over more documents (and brokers), but ordering holds
     only per key.
+    """
+    if_not_exists: _builtins.bool
+    """When the queue exists already: false (the default) answers
+    ALREADY_EXISTS; true answers OK with the existing queue as it is
+    (shard_count and config of the request are not applied or compared) and
+    `created` false. Makes "create if missing" idempotent.
     """
     @_builtins.property
     def config(self) -> _queue_config_pb2.QueueConfig:
@@ -495,10 +509,11 @@ class CreateQueueRequest(_message.Message):
         queue: _builtins.str = ...,
         shard_count: _builtins.int = ...,
         config: _queue_config_pb2.QueueConfig | None = ...,
+        if_not_exists: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["config", b"config"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["config", b"config", "queue", b"queue", "shard_count", b"shard_count"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["config", b"config", "if_not_exists", b"if_not_exists", "queue", b"queue", "shard_count", b"shard_count"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -506,17 +521,24 @@ Global___CreateQueueRequest: _TypeAlias = CreateQueueRequest  # noqa: Y015
 
 @_typing.final
 class CreateQueueResponse(_message.Message):
-    """CreateQueueResponse describes the created queue."""
+    """CreateQueueResponse describes the created (or, with if_not_exists, the
+    existing) queue.
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
     QUEUE_FIELD_NUMBER: _builtins.int
     SHARD_COUNT_FIELD_NUMBER: _builtins.int
     CONFIG_FIELD_NUMBER: _builtins.int
+    CREATED_FIELD_NUMBER: _builtins.int
     queue: _builtins.str
     """Queue name."""
     shard_count: _builtins.int
     """Number of shards."""
+    created: _builtins.bool
+    """True when this call created the queue; false when if_not_exists found it
+    already there.
+    """
     @_builtins.property
     def config(self) -> _queue_config_pb2.QueueConfig:
         """The config in force, every field set."""
@@ -527,10 +549,11 @@ class CreateQueueResponse(_message.Message):
         queue: _builtins.str = ...,
         shard_count: _builtins.int = ...,
         config: _queue_config_pb2.QueueConfig | None = ...,
+        created: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["config", b"config"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["config", b"config", "queue", b"queue", "shard_count", b"shard_count"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["config", b"config", "created", b"created", "queue", b"queue", "shard_count", b"shard_count"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -996,6 +1019,100 @@ class RedriveDeadLettersResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___RedriveDeadLettersResponse: _TypeAlias = RedriveDeadLettersResponse  # noqa: Y015
+
+@_typing.final
+class RepairShardRequest(_message.Message):
+    """RepairShardRequest names the refused shard to repair."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    QUEUE_FIELD_NUMBER: _builtins.int
+    SHARD_FIELD_NUMBER: _builtins.int
+    EXPECTED_ETAG_FIELD_NUMBER: _builtins.int
+    NEXT_OFFSET_FIELD_NUMBER: _builtins.int
+    queue: _builtins.str
+    """Queue name."""
+    shard: _builtins.int
+    """Index of the shard (0-based)."""
+    expected_etag: _builtins.str
+    """When set, repair only if the stored document still has this etag (the
+    one the operator looked at, e.g. ShardStatus.etag); empty: whatever is
+    stored now.
+    """
+    next_offset: _builtins.int
+    """When set, the repaired shard's next_offset, if it is above the salvaged
+    one: use it when the refused bytes do not tell how far offsets went, so
+    that receipts of lost deliveries cannot match new messages.
+    """
+    def __init__(
+        self,
+        *,
+        queue: _builtins.str = ...,
+        shard: _builtins.int = ...,
+        expected_etag: _builtins.str = ...,
+        next_offset: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_next_offset", b"_next_offset", "next_offset", b"next_offset"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_next_offset", b"_next_offset", "expected_etag", b"expected_etag", "next_offset", b"next_offset", "queue", b"queue", "shard", b"shard"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__next_offset: _TypeAlias = _typing.Literal["next_offset"]  # noqa: Y015
+    _WhichOneofArgType__next_offset: _TypeAlias = _typing.Literal["_next_offset", b"_next_offset"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__next_offset) -> _WhichOneofReturnType__next_offset | None: ...
+
+Global___RepairShardRequest: _TypeAlias = RepairShardRequest  # noqa: Y015
+
+@_typing.final
+class RepairShardResponse(_message.Message):
+    """RepairShardResponse says what the repair did."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PROBLEM_FIELD_NUMBER: _builtins.int
+    BACKUP_KEY_FIELD_NUMBER: _builtins.int
+    ETAG_FIELD_NUMBER: _builtins.int
+    MESSAGES_SALVAGED_FIELD_NUMBER: _builtins.int
+    SUBSCRIPTIONS_FIELD_NUMBER: _builtins.int
+    NEXT_OFFSET_FIELD_NUMBER: _builtins.int
+    CONFIG_SOURCE_FIELD_NUMBER: _builtins.int
+    problem: _builtins.str
+    """Why the shard was refused (the DATA_LOSS message)."""
+    backup_key: _builtins.str
+    """Store key holding an exact copy of the refused bytes; empty when the
+    document was missing.
+    """
+    etag: _builtins.str
+    """Etag of the new shard document."""
+    messages_salvaged: _builtins.int
+    """Messages salvaged into the new document (pending for every
+    subscription).
+    """
+    next_offset: _builtins.int
+    """next_offset of the new document."""
+    config_source: _builtins.str
+    """Where the config came from: "document", "shard N" or "manifest"."""
+    @_builtins.property
+    def subscriptions(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Subscriptions of the new document, sorted."""
+
+    def __init__(
+        self,
+        *,
+        problem: _builtins.str = ...,
+        backup_key: _builtins.str = ...,
+        etag: _builtins.str = ...,
+        messages_salvaged: _builtins.int = ...,
+        subscriptions: _abc.Iterable[_builtins.str] | None = ...,
+        next_offset: _builtins.int = ...,
+        config_source: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["backup_key", b"backup_key", "config_source", b"config_source", "etag", b"etag", "messages_salvaged", b"messages_salvaged", "next_offset", b"next_offset", "problem", b"problem", "subscriptions", b"subscriptions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RepairShardResponse: _TypeAlias = RepairShardResponse  # noqa: Y015
 
 @_typing.final
 class GetDocumentRequest(_message.Message):

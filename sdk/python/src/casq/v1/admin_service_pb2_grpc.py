@@ -106,6 +106,11 @@ class AdminServiceStub:
                 request_serializer=casq_dot_v1_dot_admin__service__pb2.GetDocumentRequest.SerializeToString,
                 response_deserializer=casq_dot_v1_dot_admin__service__pb2.GetDocumentResponse.FromString,
                 _registered_method=True)
+        self.RepairShard = channel.unary_unary(
+                '/casq.v1.AdminService/RepairShard',
+                request_serializer=casq_dot_v1_dot_admin__service__pb2.RepairShardRequest.SerializeToString,
+                response_deserializer=casq_dot_v1_dot_admin__service__pb2.RepairShardResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -130,7 +135,8 @@ class AdminServiceServicer:
 
     def ListQueues(self, request, context):
         """ListQueues lists the queues in the store, sorted by name, a page at a
-        time.
+        time. A queue whose manifest cannot be read does not fail the call: it
+        is listed with QueueSummary.problem saying why.
 
         Errors: INVALID_ARGUMENT (page_size above 1000, a page token not from
         this RPC); UNAVAILABLE (store unavailable).
@@ -209,7 +215,10 @@ class AdminServiceServicer:
         dead letters; messages only it still needed leave the queue (subject to
         retention). Deleting "default" is allowed (a pure pub/sub queue may not
         want it) and it can be created again. Receipts of the subscription then
-        answer ALREADY_ACKED or LEASE_LOST.
+        answer ALREADY_ACKED or LEASE_LOST. While a queue has no subscription at
+        all and retention is 0, Enqueue answers FAILED_PRECONDITION (nothing
+        would keep the messages) until a subscription is created or a retention
+        set.
 
         Errors: NOT_FOUND (no shard has it); plus the common codes.
         """
@@ -272,6 +281,31 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RepairShard(self, request, context):
+        """RepairShard replaces a shard document the brokers refuse (DATA_LOSS: it
+        does not parse, names another queue or shard, or is missing although the
+        queue was created with it) with a fresh one, salvaging what it can: the
+        config and subscriptions (from the refused bytes, else from the queue's
+        other shards, else the queue's manifest), next_offset (so offsets are not
+        reused) and the messages, when the bytes are JSON and they pass the
+        strict checks. Salvaged messages are pending again for every
+        subscription: their acks, leases and dead letters are lost, so they are
+        delivered again (at-least-once). The refused bytes are first copied,
+        exactly, to a backup key under `repairs/` that casq never deletes. The
+        new document is written only if the stored one is still the refused
+        version (a CAS), and this broker reloads the shard at once; other
+        brokers read the new document on their next request for it.
+
+        Errors: FAILED_PRECONDITION (the shard is readable: nothing to repair; or
+        it changed since expected_etag); INVALID_ARGUMENT (bad queue name, shard
+        out of range); NOT_FOUND (no such queue); DATA_LOSS (the queue's manifest
+        itself cannot be read); UNAVAILABLE (store unavailable, or the document
+        changed during the repair: retry).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -329,6 +363,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.GetDocument,
                     request_deserializer=casq_dot_v1_dot_admin__service__pb2.GetDocumentRequest.FromString,
                     response_serializer=casq_dot_v1_dot_admin__service__pb2.GetDocumentResponse.SerializeToString,
+            ),
+            'RepairShard': grpc.unary_unary_rpc_method_handler(
+                    servicer.RepairShard,
+                    request_deserializer=casq_dot_v1_dot_admin__service__pb2.RepairShardRequest.FromString,
+                    response_serializer=casq_dot_v1_dot_admin__service__pb2.RepairShardResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -645,6 +684,33 @@ class AdminService:
             '/casq.v1.AdminService/GetDocument',
             casq_dot_v1_dot_admin__service__pb2.GetDocumentRequest.SerializeToString,
             casq_dot_v1_dot_admin__service__pb2.GetDocumentResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RepairShard(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/casq.v1.AdminService/RepairShard',
+            casq_dot_v1_dot_admin__service__pb2.RepairShardRequest.SerializeToString,
+            casq_dot_v1_dot_admin__service__pb2.RepairShardResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -54,7 +54,8 @@ class AdminServiceStub:
     def __new__(cls, channel: _aio.Channel) -> AdminServiceAsyncStub: ...
     ListQueues: _grpc.UnaryUnaryMultiCallable[_admin_service_pb2.ListQueuesRequest, _admin_service_pb2.ListQueuesResponse]
     """ListQueues lists the queues in the store, sorted by name, a page at a
-    time.
+    time. A queue whose manifest cannot be read does not fail the call: it
+    is listed with QueueSummary.problem saying why.
 
     Errors: INVALID_ARGUMENT (page_size above 1000, a page token not from
     this RPC); UNAVAILABLE (store unavailable).
@@ -109,7 +110,10 @@ class AdminServiceStub:
     dead letters; messages only it still needed leave the queue (subject to
     retention). Deleting "default" is allowed (a pure pub/sub queue may not
     want it) and it can be created again. Receipts of the subscription then
-    answer ALREADY_ACKED or LEASE_LOST.
+    answer ALREADY_ACKED or LEASE_LOST. While a queue has no subscription at
+    all and retention is 0, Enqueue answers FAILED_PRECONDITION (nothing
+    would keep the messages) until a subscription is created or a retention
+    set.
 
     Errors: NOT_FOUND (no shard has it); plus the common codes.
     """
@@ -152,6 +156,27 @@ class AdminServiceStub:
     queue name); UNAVAILABLE (store unavailable); DEADLINE_EXCEEDED,
     CANCELLED.
     """
+    RepairShard: _grpc.UnaryUnaryMultiCallable[_admin_service_pb2.RepairShardRequest, _admin_service_pb2.RepairShardResponse]
+    """RepairShard replaces a shard document the brokers refuse (DATA_LOSS: it
+    does not parse, names another queue or shard, or is missing although the
+    queue was created with it) with a fresh one, salvaging what it can: the
+    config and subscriptions (from the refused bytes, else from the queue's
+    other shards, else the queue's manifest), next_offset (so offsets are not
+    reused) and the messages, when the bytes are JSON and they pass the
+    strict checks. Salvaged messages are pending again for every
+    subscription: their acks, leases and dead letters are lost, so they are
+    delivered again (at-least-once). The refused bytes are first copied,
+    exactly, to a backup key under `repairs/` that casq never deletes. The
+    new document is written only if the stored one is still the refused
+    version (a CAS), and this broker reloads the shard at once; other
+    brokers read the new document on their next request for it.
+
+    Errors: FAILED_PRECONDITION (the shard is readable: nothing to repair; or
+    it changed since expected_etag); INVALID_ARGUMENT (bad queue name, shard
+    out of range); NOT_FOUND (no such queue); DATA_LOSS (the queue's manifest
+    itself cannot be read); UNAVAILABLE (store unavailable, or the document
+    changed during the repair: retry).
+    """
 
 @_typing.type_check_only
 class AdminServiceAsyncStub(AdminServiceStub):
@@ -177,7 +202,8 @@ class AdminServiceAsyncStub(AdminServiceStub):
     def __init__(self, channel: _aio.Channel) -> None: ...
     ListQueues: _aio.UnaryUnaryMultiCallable[_admin_service_pb2.ListQueuesRequest, _admin_service_pb2.ListQueuesResponse]  # type: ignore[assignment]
     """ListQueues lists the queues in the store, sorted by name, a page at a
-    time.
+    time. A queue whose manifest cannot be read does not fail the call: it
+    is listed with QueueSummary.problem saying why.
 
     Errors: INVALID_ARGUMENT (page_size above 1000, a page token not from
     this RPC); UNAVAILABLE (store unavailable).
@@ -232,7 +258,10 @@ class AdminServiceAsyncStub(AdminServiceStub):
     dead letters; messages only it still needed leave the queue (subject to
     retention). Deleting "default" is allowed (a pure pub/sub queue may not
     want it) and it can be created again. Receipts of the subscription then
-    answer ALREADY_ACKED or LEASE_LOST.
+    answer ALREADY_ACKED or LEASE_LOST. While a queue has no subscription at
+    all and retention is 0, Enqueue answers FAILED_PRECONDITION (nothing
+    would keep the messages) until a subscription is created or a retention
+    set.
 
     Errors: NOT_FOUND (no shard has it); plus the common codes.
     """
@@ -275,6 +304,27 @@ class AdminServiceAsyncStub(AdminServiceStub):
     queue name); UNAVAILABLE (store unavailable); DEADLINE_EXCEEDED,
     CANCELLED.
     """
+    RepairShard: _aio.UnaryUnaryMultiCallable[_admin_service_pb2.RepairShardRequest, _admin_service_pb2.RepairShardResponse]  # type: ignore[assignment]
+    """RepairShard replaces a shard document the brokers refuse (DATA_LOSS: it
+    does not parse, names another queue or shard, or is missing although the
+    queue was created with it) with a fresh one, salvaging what it can: the
+    config and subscriptions (from the refused bytes, else from the queue's
+    other shards, else the queue's manifest), next_offset (so offsets are not
+    reused) and the messages, when the bytes are JSON and they pass the
+    strict checks. Salvaged messages are pending again for every
+    subscription: their acks, leases and dead letters are lost, so they are
+    delivered again (at-least-once). The refused bytes are first copied,
+    exactly, to a backup key under `repairs/` that casq never deletes. The
+    new document is written only if the stored one is still the refused
+    version (a CAS), and this broker reloads the shard at once; other
+    brokers read the new document on their next request for it.
+
+    Errors: FAILED_PRECONDITION (the shard is readable: nothing to repair; or
+    it changed since expected_etag); INVALID_ARGUMENT (bad queue name, shard
+    out of range); NOT_FOUND (no such queue); DATA_LOSS (the queue's manifest
+    itself cannot be read); UNAVAILABLE (store unavailable, or the document
+    changed during the repair: retry).
+    """
 
 class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
     """AdminService manages queues and subscriptions and shows their state.
@@ -303,7 +353,8 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_admin_service_pb2.ListQueuesResponse, _abc.Awaitable[_admin_service_pb2.ListQueuesResponse]]:
         """ListQueues lists the queues in the store, sorted by name, a page at a
-        time.
+        time. A queue whose manifest cannot be read does not fail the call: it
+        is listed with QueueSummary.problem saying why.
 
         Errors: INVALID_ARGUMENT (page_size above 1000, a page token not from
         this RPC); UNAVAILABLE (store unavailable).
@@ -394,7 +445,10 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         dead letters; messages only it still needed leave the queue (subject to
         retention). Deleting "default" is allowed (a pure pub/sub queue may not
         want it) and it can be created again. Receipts of the subscription then
-        answer ALREADY_ACKED or LEASE_LOST.
+        answer ALREADY_ACKED or LEASE_LOST. While a queue has no subscription at
+        all and retention is 0, Enqueue answers FAILED_PRECONDITION (nothing
+        would keep the messages) until a subscription is created or a retention
+        set.
 
         Errors: NOT_FOUND (no shard has it); plus the common codes.
         """
@@ -460,6 +514,33 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         Errors: NOT_FOUND (no such queue or shard document); INVALID_ARGUMENT (bad
         queue name); UNAVAILABLE (store unavailable); DEADLINE_EXCEEDED,
         CANCELLED.
+        """
+
+    @_abc_1.abstractmethod
+    def RepairShard(
+        self,
+        request: _admin_service_pb2.RepairShardRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_service_pb2.RepairShardResponse, _abc.Awaitable[_admin_service_pb2.RepairShardResponse]]:
+        """RepairShard replaces a shard document the brokers refuse (DATA_LOSS: it
+        does not parse, names another queue or shard, or is missing although the
+        queue was created with it) with a fresh one, salvaging what it can: the
+        config and subscriptions (from the refused bytes, else from the queue's
+        other shards, else the queue's manifest), next_offset (so offsets are not
+        reused) and the messages, when the bytes are JSON and they pass the
+        strict checks. Salvaged messages are pending again for every
+        subscription: their acks, leases and dead letters are lost, so they are
+        delivered again (at-least-once). The refused bytes are first copied,
+        exactly, to a backup key under `repairs/` that casq never deletes. The
+        new document is written only if the stored one is still the refused
+        version (a CAS), and this broker reloads the shard at once; other
+        brokers read the new document on their next request for it.
+
+        Errors: FAILED_PRECONDITION (the shard is readable: nothing to repair; or
+        it changed since expected_etag); INVALID_ARGUMENT (bad queue name, shard
+        out of range); NOT_FOUND (no such queue); DATA_LOSS (the queue's manifest
+        itself cannot be read); UNAVAILABLE (store unavailable, or the document
+        changed during the repair: retry).
         """
 
 def add_AdminServiceServicer_to_server(servicer: AdminServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

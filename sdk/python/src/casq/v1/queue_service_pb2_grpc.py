@@ -150,8 +150,11 @@ class QueueServiceServicer:
         queue limit: payload or headers too large, more messages than
         limits.max_batch, or the shard document would outgrow
         limits.max_document_bytes - retry once workers have caught up, or raise
-        the limit; nothing was stored for that shard); NOT_FOUND (the queue does
-        not exist, unless the broker auto-creates queues); plus the common codes.
+        the limit; nothing was stored for that shard); FAILED_PRECONDITION (the
+        queue has no subscription and no retention, so nothing would keep the
+        messages: create a subscription or set a retention; nothing was stored
+        for that shard); NOT_FOUND (the queue does not exist, unless the broker
+        auto-creates queues); plus the common codes.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

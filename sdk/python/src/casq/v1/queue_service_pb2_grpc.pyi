@@ -82,8 +82,11 @@ class QueueServiceStub:
     queue limit: payload or headers too large, more messages than
     limits.max_batch, or the shard document would outgrow
     limits.max_document_bytes - retry once workers have caught up, or raise
-    the limit; nothing was stored for that shard); NOT_FOUND (the queue does
-    not exist, unless the broker auto-creates queues); plus the common codes.
+    the limit; nothing was stored for that shard); FAILED_PRECONDITION (the
+    queue has no subscription and no retention, so nothing would keep the
+    messages: create a subscription or set a retention; nothing was stored
+    for that shard); NOT_FOUND (the queue does not exist, unless the broker
+    auto-creates queues); plus the common codes.
     """
     Claim: _grpc.UnaryUnaryMultiCallable[_queue_service_pb2.ClaimRequest, _queue_service_pb2.ClaimResponse]
     """Claim leases up to max_messages runnable messages of one subscription to
@@ -207,8 +210,11 @@ class QueueServiceAsyncStub(QueueServiceStub):
     queue limit: payload or headers too large, more messages than
     limits.max_batch, or the shard document would outgrow
     limits.max_document_bytes - retry once workers have caught up, or raise
-    the limit; nothing was stored for that shard); NOT_FOUND (the queue does
-    not exist, unless the broker auto-creates queues); plus the common codes.
+    the limit; nothing was stored for that shard); FAILED_PRECONDITION (the
+    queue has no subscription and no retention, so nothing would keep the
+    messages: create a subscription or set a retention; nothing was stored
+    for that shard); NOT_FOUND (the queue does not exist, unless the broker
+    auto-creates queues); plus the common codes.
     """
     Claim: _aio.UnaryUnaryMultiCallable[_queue_service_pb2.ClaimRequest, _queue_service_pb2.ClaimResponse]  # type: ignore[assignment]
     """Claim leases up to max_messages runnable messages of one subscription to
@@ -335,8 +341,11 @@ class QueueServiceServicer(metaclass=_abc_1.ABCMeta):
         queue limit: payload or headers too large, more messages than
         limits.max_batch, or the shard document would outgrow
         limits.max_document_bytes - retry once workers have caught up, or raise
-        the limit; nothing was stored for that shard); NOT_FOUND (the queue does
-        not exist, unless the broker auto-creates queues); plus the common codes.
+        the limit; nothing was stored for that shard); FAILED_PRECONDITION (the
+        queue has no subscription and no retention, so nothing would keep the
+        messages: create a subscription or set a retention; nothing was stored
+        for that shard); NOT_FOUND (the queue does not exist, unless the broker
+        auto-creates queues); plus the common codes.
         """
 
     @_abc_1.abstractmethod

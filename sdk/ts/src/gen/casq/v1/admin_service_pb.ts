@@ -21,7 +21,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file casq/v1/admin_service.proto.
  */
 export const file_casq_v1_admin_service: GenFile = /*@__PURE__*/
-  fileDesc("ChtjYXNxL3YxL2FkbWluX3NlcnZpY2UucHJvdG8SB2Nhc3EudjEiOgoRTGlzdFF1ZXVlc1JlcXVlc3QSEQoJcGFnZV9zaXplGAEgASgNEhIKCnBhZ2VfdG9rZW4YAiABKAkiVAoSTGlzdFF1ZXVlc1Jlc3BvbnNlEiUKBnF1ZXVlcxgBIAMoCzIVLmNhc3EudjEuUXVldWVTdW1tYXJ5EhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSIxCgxRdWV1ZVN1bW1hcnkSDAoEbmFtZRgBIAEoCRITCgtzaGFyZF9jb3VudBgCIAEoDSIgCg9HZXRRdWV1ZVJlcXVlc3QSDQoFcXVldWUYASABKAkiiwIKEEdldFF1ZXVlUmVzcG9uc2USDQoFcXVldWUYASABKAkSEwoLc2hhcmRfY291bnQYAiABKA0SJAoGY29uZmlnGAMgASgLMhQuY2FzcS52MS5RdWV1ZUNvbmZpZxIjCgZ0b3RhbHMYBCABKAsyEy5jYXNxLnYxLlF1ZXVlU3RhdHMSMQoNc3Vic2NyaXB0aW9ucxgFIAMoCzIaLmNhc3EudjEuU3Vic2NyaXB0aW9uU3RhdHMSJAoGc2hhcmRzGAYgAygLMhQuY2FzcS52MS5TaGFyZFN0YXR1cxIvCgtvYnNlcnZlZF9hdBgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAi3AEKClF1ZXVlU3RhdHMSEAoIbWVzc2FnZXMYASABKAQSFgoOZG9jdW1lbnRfYnl0ZXMYAiABKAQSDQoFcmVhZHkYAyABKAQSEQoJaW5fZmxpZ2h0GAQgASgEEg8KB2RlbGF5ZWQYBSABKAQSDQoFZGVwdGgYBiABKAQSDAoEZGVhZBgHIAEoBBI1ChJvbGRlc3RfdW5hY2tlZF9hZ2UYCCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SCwoDbGFnGAkgASgEEhAKCGVucXVldWVkGAogASgEIp4CChFTdWJzY3JpcHRpb25TdGF0cxIUCgxzdWJzY3JpcHRpb24YASABKAkSLgoKY3JlYXRlZF9hdBgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDQoFcmVhZHkYAyABKAQSEQoJaW5fZmxpZ2h0GAQgASgEEg8KB2RlbGF5ZWQYBSABKAQSDQoFZGVwdGgYBiABKAQSDAoEZGVhZBgHIAEoBBI1ChJvbGRlc3RfdW5hY2tlZF9hZ2UYCCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SCwoDbGFnGAkgASgEEi8KCGNvdW50ZXJzGAogASgLMh0uY2FzcS52MS5TdWJzY3JpcHRpb25Db3VudGVycyKuAQoUU3Vic2NyaXB0aW9uQ291bnRlcnMSEAoIZW5xdWV1ZWQYASABKAQSEQoJZGVsaXZlcmVkGAIgASgEEg0KBWFja2VkGAMgASgEEhMKC3JlZGVsaXZlcmVkGAQgASgEEhUKDWRlYWRfbGV0dGVyZWQYBSABKAQSFAoMZGVhZF9ldmljdGVkGAYgASgEEg4KBnB1cmdlZBgHIAEoBBIQCghyZWRyaXZlbhgIIAEoBCLoAQoLU2hhcmRTdGF0dXMSDQoFc2hhcmQYASABKA0SJAoGbGVhZGVyGAIgASgLMhQuY2FzcS52MS5TaGFyZExlYWRlchITCgtzZXJ2ZWRfaGVyZRgDIAEoCBIWCg5kb2N1bWVudF9ieXRlcxgEIAEoBBITCgtuZXh0X29mZnNldBgFIAEoBBIQCghtZXNzYWdlcxgGIAEoBBIMCgRldGFnGAcgASgJEjEKDXN1YnNjcmlwdGlvbnMYCCADKAsyGi5jYXNxLnYxLlN1YnNjcmlwdGlvblN0YXRzEg8KB3Byb2JsZW0YCSABKAkiXgoSQ3JlYXRlUXVldWVSZXF1ZXN0Eg0KBXF1ZXVlGAEgASgJEhMKC3NoYXJkX2NvdW50GAIgASgNEiQKBmNvbmZpZxgDIAEoCzIULmNhc3EudjEuUXVldWVDb25maWciXwoTQ3JlYXRlUXVldWVSZXNwb25zZRINCgVxdWV1ZRgBIAEoCRITCgtzaGFyZF9jb3VudBgCIAEoDRIkCgZjb25maWcYAyABKAsyFC5jYXNxLnYxLlF1ZXVlQ29uZmlnIkkKElVwZGF0ZVF1ZXVlUmVxdWVzdBINCgVxdWV1ZRgBIAEoCRIkCgZjb25maWcYAiABKAsyFC5jYXNxLnYxLlF1ZXVlQ29uZmlnIlkKE1VwZGF0ZVF1ZXVlUmVzcG9uc2USJAoGY29uZmlnGAEgASgLMhQuY2FzcS52MS5RdWV1ZUNvbmZpZxIcChRkZWFkX2xldHRlcnNfZXZpY3RlZBgCIAEoBCIyChJEZWxldGVRdWV1ZVJlcXVlc3QSDQoFcXVldWUYASABKAkSDQoFZm9yY2UYAiABKAgiFQoTRGVsZXRlUXVldWVSZXNwb25zZSJrChlDcmVhdGVTdWJzY3JpcHRpb25SZXF1ZXN0Eg0KBXF1ZXVlGAEgASgJEhQKDHN1YnNjcmlwdGlvbhgCIAEoCRIpCgVzdGFydBgDIAEoDjIaLmNhc3EudjEuU3Vic2NyaXB0aW9uU3RhcnQibgoaQ3JlYXRlU3Vic2NyaXB0aW9uUmVzcG9uc2USFAoMc3Vic2NyaXB0aW9uGAEgASgJEikKBXN0YXJ0GAIgASgOMhouY2FzcS52MS5TdWJzY3JpcHRpb25TdGFydBIPCgdiYWNrbG9nGAMgASgEIkAKGURlbGV0ZVN1YnNjcmlwdGlvblJlcXVlc3QSDQoFcXVldWUYASABKAkSFAoMc3Vic2NyaXB0aW9uGAIgASgJImwKGkRlbGV0ZVN1YnNjcmlwdGlvblJlc3BvbnNlEhgKEG1lc3NhZ2VzX2Ryb3BwZWQYASABKAQSFgoObGVhc2VzX2Ryb3BwZWQYAiABKAQSHAoUZGVhZF9sZXR0ZXJzX2Ryb3BwZWQYAyABKAQiaQoRUHVyZ2VRdWV1ZVJlcXVlc3QSDQoFcXVldWUYASABKAkSFAoMc3Vic2NyaXB0aW9uGAIgASgJEhkKEWFsbF9zdWJzY3JpcHRpb25zGAMgASgIEhQKDGRlYWRfbGV0dGVycxgEIAEoCCJiChJQdXJnZVF1ZXVlUmVzcG9uc2USFwoPbWVzc2FnZXNfcHVyZ2VkGAEgASgEEhYKDmxlYXNlc19kcm9wcGVkGAIgASgEEhsKE2RlYWRfbGV0dGVyc19wdXJnZWQYAyABKAQiZAoWTGlzdERlYWRMZXR0ZXJzUmVxdWVzdBINCgVxdWV1ZRgBIAEoCRIUCgxzdWJzY3JpcHRpb24YAiABKAkSEQoJcGFnZV9zaXplGAMgASgNEhIKCnBhZ2VfdG9rZW4YBCABKAkiXQoXTGlzdERlYWRMZXR0ZXJzUmVzcG9uc2USKQoMZGVhZF9sZXR0ZXJzGAEgAygLMhMuY2FzcS52MS5EZWFkTGV0dGVyEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSKUAQoKRGVhZExldHRlchIhCgdtZXNzYWdlGAEgASgLMhAuY2FzcS52MS5NZXNzYWdlEhQKDHN1YnNjcmlwdGlvbhgCIAEoCRIOCgZyZWFzb24YAyABKAkSEAoIYXR0ZW1wdHMYBCABKA0SKwoHZGVhZF9hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiaQoZUmVkcml2ZURlYWRMZXR0ZXJzUmVxdWVzdBINCgVxdWV1ZRgBIAEoCRIUCgxzdWJzY3JpcHRpb24YAiABKAkSCwoDYWxsGAMgASgIEgsKA2lkcxgEIAMoCRINCgVsaW1pdBgFIAEoDSJDChpSZWRyaXZlRGVhZExldHRlcnNSZXNwb25zZRIQCghyZWRyaXZlbhgBIAEoBBITCgttaXNzaW5nX2lkcxgCIAMoCSIyChJHZXREb2N1bWVudFJlcXVlc3QSDQoFcXVldWUYASABKAkSDQoFc2hhcmQYAiABKA0iRwoTR2V0RG9jdW1lbnRSZXNwb25zZRINCgVjaHVuaxgBIAEoDBIMCgRldGFnGAIgASgJEhMKC3RvdGFsX2J5dGVzGAMgASgEKncKEVN1YnNjcmlwdGlvblN0YXJ0EiIKHlNVQlNDUklQVElPTl9TVEFSVF9VTlNQRUNJRklFRBAAEh0KGVNVQlNDUklQVElPTl9TVEFSVF9MQVRFU1QQARIfChtTVUJTQ1JJUFRJT05fU1RBUlRfRUFSTElFU1QQAjL6BgoMQWRtaW5TZXJ2aWNlEkUKCkxpc3RRdWV1ZXMSGi5jYXNxLnYxLkxpc3RRdWV1ZXNSZXF1ZXN0GhsuY2FzcS52MS5MaXN0UXVldWVzUmVzcG9uc2USPwoIR2V0UXVldWUSGC5jYXNxLnYxLkdldFF1ZXVlUmVxdWVzdBoZLmNhc3EudjEuR2V0UXVldWVSZXNwb25zZRJICgtDcmVhdGVRdWV1ZRIbLmNhc3EudjEuQ3JlYXRlUXVldWVSZXF1ZXN0GhwuY2FzcS52MS5DcmVhdGVRdWV1ZVJlc3BvbnNlEkgKC1VwZGF0ZVF1ZXVlEhsuY2FzcS52MS5VcGRhdGVRdWV1ZVJlcXVlc3QaHC5jYXNxLnYxLlVwZGF0ZVF1ZXVlUmVzcG9uc2USSAoLRGVsZXRlUXVldWUSGy5jYXNxLnYxLkRlbGV0ZVF1ZXVlUmVxdWVzdBocLmNhc3EudjEuRGVsZXRlUXVldWVSZXNwb25zZRJdChJDcmVhdGVTdWJzY3JpcHRpb24SIi5jYXNxLnYxLkNyZWF0ZVN1YnNjcmlwdGlvblJlcXVlc3QaIy5jYXNxLnYxLkNyZWF0ZVN1YnNjcmlwdGlvblJlc3BvbnNlEl0KEkRlbGV0ZVN1YnNjcmlwdGlvbhIiLmNhc3EudjEuRGVsZXRlU3Vic2NyaXB0aW9uUmVxdWVzdBojLmNhc3EudjEuRGVsZXRlU3Vic2NyaXB0aW9uUmVzcG9uc2USRQoKUHVyZ2VRdWV1ZRIaLmNhc3EudjEuUHVyZ2VRdWV1ZVJlcXVlc3QaGy5jYXNxLnYxLlB1cmdlUXVldWVSZXNwb25zZRJUCg9MaXN0RGVhZExldHRlcnMSHy5jYXNxLnYxLkxpc3REZWFkTGV0dGVyc1JlcXVlc3QaIC5jYXNxLnYxLkxpc3REZWFkTGV0dGVyc1Jlc3BvbnNlEl0KElJlZHJpdmVEZWFkTGV0dGVycxIiLmNhc3EudjEuUmVkcml2ZURlYWRMZXR0ZXJzUmVxdWVzdBojLmNhc3EudjEuUmVkcml2ZURlYWRMZXR0ZXJzUmVzcG9uc2USSgoLR2V0RG9jdW1lbnQSGy5jYXNxLnYxLkdldERvY3VtZW50UmVxdWVzdBocLmNhc3EudjEuR2V0RG9jdW1lbnRSZXNwb25zZTABQjBaLmdpdGh1Yi5jb20vY2FzcS9jYXNxL3Nkay9nby9nZW4vY2FzcS92MTtjYXNxdjFiBnByb3RvMw", [file_casq_v1_message, file_casq_v1_queue_config, file_casq_v1_shard, file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("ChtjYXNxL3YxL2FkbWluX3NlcnZpY2UucHJvdG8SB2Nhc3EudjEiOgoRTGlzdFF1ZXVlc1JlcXVlc3QSEQoJcGFnZV9zaXplGAEgASgNEhIKCnBhZ2VfdG9rZW4YAiABKAkiVAoSTGlzdFF1ZXVlc1Jlc3BvbnNlEiUKBnF1ZXVlcxgBIAMoCzIVLmNhc3EudjEuUXVldWVTdW1tYXJ5EhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSJCCgxRdWV1ZVN1bW1hcnkSDAoEbmFtZRgBIAEoCRITCgtzaGFyZF9jb3VudBgCIAEoDRIPCgdwcm9ibGVtGAMgASgJIiAKD0dldFF1ZXVlUmVxdWVzdBINCgVxdWV1ZRgBIAEoCSKLAgoQR2V0UXVldWVSZXNwb25zZRINCgVxdWV1ZRgBIAEoCRITCgtzaGFyZF9jb3VudBgCIAEoDRIkCgZjb25maWcYAyABKAsyFC5jYXNxLnYxLlF1ZXVlQ29uZmlnEiMKBnRvdGFscxgEIAEoCzITLmNhc3EudjEuUXVldWVTdGF0cxIxCg1zdWJzY3JpcHRpb25zGAUgAygLMhouY2FzcS52MS5TdWJzY3JpcHRpb25TdGF0cxIkCgZzaGFyZHMYBiADKAsyFC5jYXNxLnYxLlNoYXJkU3RhdHVzEi8KC29ic2VydmVkX2F0GAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCLcAQoKUXVldWVTdGF0cxIQCghtZXNzYWdlcxgBIAEoBBIWCg5kb2N1bWVudF9ieXRlcxgCIAEoBBINCgVyZWFkeRgDIAEoBBIRCglpbl9mbGlnaHQYBCABKAQSDwoHZGVsYXllZBgFIAEoBBINCgVkZXB0aBgGIAEoBBIMCgRkZWFkGAcgASgEEjUKEm9sZGVzdF91bmFja2VkX2FnZRgIIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhILCgNsYWcYCSABKAQSEAoIZW5xdWV1ZWQYCiABKAQingIKEVN1YnNjcmlwdGlvblN0YXRzEhQKDHN1YnNjcmlwdGlvbhgBIAEoCRIuCgpjcmVhdGVkX2F0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBINCgVyZWFkeRgDIAEoBBIRCglpbl9mbGlnaHQYBCABKAQSDwoHZGVsYXllZBgFIAEoBBINCgVkZXB0aBgGIAEoBBIMCgRkZWFkGAcgASgEEjUKEm9sZGVzdF91bmFja2VkX2FnZRgIIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhILCgNsYWcYCSABKAQSLwoIY291bnRlcnMYCiABKAsyHS5jYXNxLnYxLlN1YnNjcmlwdGlvbkNvdW50ZXJzIq4BChRTdWJzY3JpcHRpb25Db3VudGVycxIQCghlbnF1ZXVlZBgBIAEoBBIRCglkZWxpdmVyZWQYAiABKAQSDQoFYWNrZWQYAyABKAQSEwoLcmVkZWxpdmVyZWQYBCABKAQSFQoNZGVhZF9sZXR0ZXJlZBgFIAEoBBIUCgxkZWFkX2V2aWN0ZWQYBiABKAQSDgoGcHVyZ2VkGAcgASgEEhAKCHJlZHJpdmVuGAggASgEIugBCgtTaGFyZFN0YXR1cxINCgVzaGFyZBgBIAEoDRIkCgZsZWFkZXIYAiABKAsyFC5jYXNxLnYxLlNoYXJkTGVhZGVyEhMKC3NlcnZlZF9oZXJlGAMgASgIEhYKDmRvY3VtZW50X2J5dGVzGAQgASgEEhMKC25leHRfb2Zmc2V0GAUgASgEEhAKCG1lc3NhZ2VzGAYgASgEEgwKBGV0YWcYByABKAkSMQoNc3Vic2NyaXB0aW9ucxgIIAMoCzIaLmNhc3EudjEuU3Vic2NyaXB0aW9uU3RhdHMSDwoHcHJvYmxlbRgJIAEoCSJ1ChJDcmVhdGVRdWV1ZVJlcXVlc3QSDQoFcXVldWUYASABKAkSEwoLc2hhcmRfY291bnQYAiABKA0SJAoGY29uZmlnGAMgASgLMhQuY2FzcS52MS5RdWV1ZUNvbmZpZxIVCg1pZl9ub3RfZXhpc3RzGAQgASgIInAKE0NyZWF0ZVF1ZXVlUmVzcG9uc2USDQoFcXVldWUYASABKAkSEwoLc2hhcmRfY291bnQYAiABKA0SJAoGY29uZmlnGAMgASgLMhQuY2FzcS52MS5RdWV1ZUNvbmZpZxIPCgdjcmVhdGVkGAQgASgIIkkKElVwZGF0ZVF1ZXVlUmVxdWVzdBINCgVxdWV1ZRgBIAEoCRIkCgZjb25maWcYAiABKAsyFC5jYXNxLnYxLlF1ZXVlQ29uZmlnIlkKE1VwZGF0ZVF1ZXVlUmVzcG9uc2USJAoGY29uZmlnGAEgASgLMhQuY2FzcS52MS5RdWV1ZUNvbmZpZxIcChRkZWFkX2xldHRlcnNfZXZpY3RlZBgCIAEoBCIyChJEZWxldGVRdWV1ZVJlcXVlc3QSDQoFcXVldWUYASABKAkSDQoFZm9yY2UYAiABKAgiFQoTRGVsZXRlUXVldWVSZXNwb25zZSJrChlDcmVhdGVTdWJzY3JpcHRpb25SZXF1ZXN0Eg0KBXF1ZXVlGAEgASgJEhQKDHN1YnNjcmlwdGlvbhgCIAEoCRIpCgVzdGFydBgDIAEoDjIaLmNhc3EudjEuU3Vic2NyaXB0aW9uU3RhcnQibgoaQ3JlYXRlU3Vic2NyaXB0aW9uUmVzcG9uc2USFAoMc3Vic2NyaXB0aW9uGAEgASgJEikKBXN0YXJ0GAIgASgOMhouY2FzcS52MS5TdWJzY3JpcHRpb25TdGFydBIPCgdiYWNrbG9nGAMgASgEIkAKGURlbGV0ZVN1YnNjcmlwdGlvblJlcXVlc3QSDQoFcXVldWUYASABKAkSFAoMc3Vic2NyaXB0aW9uGAIgASgJImwKGkRlbGV0ZVN1YnNjcmlwdGlvblJlc3BvbnNlEhgKEG1lc3NhZ2VzX2Ryb3BwZWQYASABKAQSFgoObGVhc2VzX2Ryb3BwZWQYAiABKAQSHAoUZGVhZF9sZXR0ZXJzX2Ryb3BwZWQYAyABKAQiaQoRUHVyZ2VRdWV1ZVJlcXVlc3QSDQoFcXVldWUYASABKAkSFAoMc3Vic2NyaXB0aW9uGAIgASgJEhkKEWFsbF9zdWJzY3JpcHRpb25zGAMgASgIEhQKDGRlYWRfbGV0dGVycxgEIAEoCCJiChJQdXJnZVF1ZXVlUmVzcG9uc2USFwoPbWVzc2FnZXNfcHVyZ2VkGAEgASgEEhYKDmxlYXNlc19kcm9wcGVkGAIgASgEEhsKE2RlYWRfbGV0dGVyc19wdXJnZWQYAyABKAQiZAoWTGlzdERlYWRMZXR0ZXJzUmVxdWVzdBINCgVxdWV1ZRgBIAEoCRIUCgxzdWJzY3JpcHRpb24YAiABKAkSEQoJcGFnZV9zaXplGAMgASgNEhIKCnBhZ2VfdG9rZW4YBCABKAkiXQoXTGlzdERlYWRMZXR0ZXJzUmVzcG9uc2USKQoMZGVhZF9sZXR0ZXJzGAEgAygLMhMuY2FzcS52MS5EZWFkTGV0dGVyEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSKUAQoKRGVhZExldHRlchIhCgdtZXNzYWdlGAEgASgLMhAuY2FzcS52MS5NZXNzYWdlEhQKDHN1YnNjcmlwdGlvbhgCIAEoCRIOCgZyZWFzb24YAyABKAkSEAoIYXR0ZW1wdHMYBCABKA0SKwoHZGVhZF9hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiaQoZUmVkcml2ZURlYWRMZXR0ZXJzUmVxdWVzdBINCgVxdWV1ZRgBIAEoCRIUCgxzdWJzY3JpcHRpb24YAiABKAkSCwoDYWxsGAMgASgIEgsKA2lkcxgEIAMoCRINCgVsaW1pdBgFIAEoDSJDChpSZWRyaXZlRGVhZExldHRlcnNSZXNwb25zZRIQCghyZWRyaXZlbhgBIAEoBBITCgttaXNzaW5nX2lkcxgCIAMoCSJzChJSZXBhaXJTaGFyZFJlcXVlc3QSDQoFcXVldWUYASABKAkSDQoFc2hhcmQYAiABKA0SFQoNZXhwZWN0ZWRfZXRhZxgDIAEoCRIYCgtuZXh0X29mZnNldBgEIAEoBEgAiAEBQg4KDF9uZXh0X29mZnNldCKmAQoTUmVwYWlyU2hhcmRSZXNwb25zZRIPCgdwcm9ibGVtGAEgASgJEhIKCmJhY2t1cF9rZXkYAiABKAkSDAoEZXRhZxgDIAEoCRIZChFtZXNzYWdlc19zYWx2YWdlZBgEIAEoBBIVCg1zdWJzY3JpcHRpb25zGAUgAygJEhMKC25leHRfb2Zmc2V0GAYgASgEEhUKDWNvbmZpZ19zb3VyY2UYByABKAkiMgoSR2V0RG9jdW1lbnRSZXF1ZXN0Eg0KBXF1ZXVlGAEgASgJEg0KBXNoYXJkGAIgASgNIkcKE0dldERvY3VtZW50UmVzcG9uc2USDQoFY2h1bmsYASABKAwSDAoEZXRhZxgCIAEoCRITCgt0b3RhbF9ieXRlcxgDIAEoBCp3ChFTdWJzY3JpcHRpb25TdGFydBIiCh5TVUJTQ1JJUFRJT05fU1RBUlRfVU5TUEVDSUZJRUQQABIdChlTVUJTQ1JJUFRJT05fU1RBUlRfTEFURVNUEAESHwobU1VCU0NSSVBUSU9OX1NUQVJUX0VBUkxJRVNUEAIyxAcKDEFkbWluU2VydmljZRJFCgpMaXN0UXVldWVzEhouY2FzcS52MS5MaXN0UXVldWVzUmVxdWVzdBobLmNhc3EudjEuTGlzdFF1ZXVlc1Jlc3BvbnNlEj8KCEdldFF1ZXVlEhguY2FzcS52MS5HZXRRdWV1ZVJlcXVlc3QaGS5jYXNxLnYxLkdldFF1ZXVlUmVzcG9uc2USSAoLQ3JlYXRlUXVldWUSGy5jYXNxLnYxLkNyZWF0ZVF1ZXVlUmVxdWVzdBocLmNhc3EudjEuQ3JlYXRlUXVldWVSZXNwb25zZRJICgtVcGRhdGVRdWV1ZRIbLmNhc3EudjEuVXBkYXRlUXVldWVSZXF1ZXN0GhwuY2FzcS52MS5VcGRhdGVRdWV1ZVJlc3BvbnNlEkgKC0RlbGV0ZVF1ZXVlEhsuY2FzcS52MS5EZWxldGVRdWV1ZVJlcXVlc3QaHC5jYXNxLnYxLkRlbGV0ZVF1ZXVlUmVzcG9uc2USXQoSQ3JlYXRlU3Vic2NyaXB0aW9uEiIuY2FzcS52MS5DcmVhdGVTdWJzY3JpcHRpb25SZXF1ZXN0GiMuY2FzcS52MS5DcmVhdGVTdWJzY3JpcHRpb25SZXNwb25zZRJdChJEZWxldGVTdWJzY3JpcHRpb24SIi5jYXNxLnYxLkRlbGV0ZVN1YnNjcmlwdGlvblJlcXVlc3QaIy5jYXNxLnYxLkRlbGV0ZVN1YnNjcmlwdGlvblJlc3BvbnNlEkUKClB1cmdlUXVldWUSGi5jYXNxLnYxLlB1cmdlUXVldWVSZXF1ZXN0GhsuY2FzcS52MS5QdXJnZVF1ZXVlUmVzcG9uc2USVAoPTGlzdERlYWRMZXR0ZXJzEh8uY2FzcS52MS5MaXN0RGVhZExldHRlcnNSZXF1ZXN0GiAuY2FzcS52MS5MaXN0RGVhZExldHRlcnNSZXNwb25zZRJdChJSZWRyaXZlRGVhZExldHRlcnMSIi5jYXNxLnYxLlJlZHJpdmVEZWFkTGV0dGVyc1JlcXVlc3QaIy5jYXNxLnYxLlJlZHJpdmVEZWFkTGV0dGVyc1Jlc3BvbnNlEkoKC0dldERvY3VtZW50EhsuY2FzcS52MS5HZXREb2N1bWVudFJlcXVlc3QaHC5jYXNxLnYxLkdldERvY3VtZW50UmVzcG9uc2UwARJICgtSZXBhaXJTaGFyZBIbLmNhc3EudjEuUmVwYWlyU2hhcmRSZXF1ZXN0GhwuY2FzcS52MS5SZXBhaXJTaGFyZFJlc3BvbnNlQjBaLmdpdGh1Yi5jb20vY2FzcS9jYXNxL3Nkay9nby9nZW4vY2FzcS92MTtjYXNxdjFiBnByb3RvMw", [file_casq_v1_message, file_casq_v1_queue_config, file_casq_v1_shard, file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * ListQueuesRequest asks for a page of queue names.
@@ -93,11 +93,20 @@ export type QueueSummary = Message<"casq.v1.QueueSummary"> & {
   name: string;
 
   /**
-   * Number of shards of the queue.
+   * Number of shards of the queue (0 when problem is set).
    *
    * @generated from field: uint32 shard_count = 2;
    */
   shardCount: number;
+
+  /**
+   * Empty when the queue's manifest (queues/<queue>/queue.json) was read;
+   * otherwise why it could not be (corrupt, or written by a newer casq). The
+   * manifest is left untouched, and calls for this queue answer DATA_LOSS.
+   *
+   * @generated from field: string problem = 3;
+   */
+  problem: string;
 };
 
 /**
@@ -547,6 +556,16 @@ export type CreateQueueRequest = Message<"casq.v1.CreateQueueRequest"> & {
    * @generated from field: casq.v1.QueueConfig config = 3;
    */
   config?: QueueConfig | undefined;
+
+  /**
+   * When the queue exists already: false (the default) answers
+   * ALREADY_EXISTS; true answers OK with the existing queue as it is
+   * (shard_count and config of the request are not applied or compared) and
+   * `created` false. Makes "create if missing" idempotent.
+   *
+   * @generated from field: bool if_not_exists = 4;
+   */
+  ifNotExists: boolean;
 };
 
 /**
@@ -557,7 +576,8 @@ export const CreateQueueRequestSchema: GenMessage<CreateQueueRequest> = /*@__PUR
   messageDesc(file_casq_v1_admin_service, 9);
 
 /**
- * CreateQueueResponse describes the created queue.
+ * CreateQueueResponse describes the created (or, with if_not_exists, the
+ * existing) queue.
  *
  * @generated from message casq.v1.CreateQueueResponse
  */
@@ -582,6 +602,14 @@ export type CreateQueueResponse = Message<"casq.v1.CreateQueueResponse"> & {
    * @generated from field: casq.v1.QueueConfig config = 3;
    */
   config?: QueueConfig | undefined;
+
+  /**
+   * True when this call created the queue; false when if_not_exists found it
+   * already there.
+   *
+   * @generated from field: bool created = 4;
+   */
+  created: boolean;
 };
 
 /**
@@ -1102,6 +1130,117 @@ export const RedriveDeadLettersResponseSchema: GenMessage<RedriveDeadLettersResp
   messageDesc(file_casq_v1_admin_service, 25);
 
 /**
+ * RepairShardRequest names the refused shard to repair.
+ *
+ * @generated from message casq.v1.RepairShardRequest
+ */
+export type RepairShardRequest = Message<"casq.v1.RepairShardRequest"> & {
+  /**
+   * Queue name.
+   *
+   * @generated from field: string queue = 1;
+   */
+  queue: string;
+
+  /**
+   * Index of the shard (0-based).
+   *
+   * @generated from field: uint32 shard = 2;
+   */
+  shard: number;
+
+  /**
+   * When set, repair only if the stored document still has this etag (the
+   * one the operator looked at, e.g. ShardStatus.etag); empty: whatever is
+   * stored now.
+   *
+   * @generated from field: string expected_etag = 3;
+   */
+  expectedEtag: string;
+
+  /**
+   * When set, the repaired shard's next_offset, if it is above the salvaged
+   * one: use it when the refused bytes do not tell how far offsets went, so
+   * that receipts of lost deliveries cannot match new messages.
+   *
+   * @generated from field: optional uint64 next_offset = 4;
+   */
+  nextOffset?: bigint | undefined;
+};
+
+/**
+ * Describes the message casq.v1.RepairShardRequest.
+ * Use `create(RepairShardRequestSchema)` to create a new message.
+ */
+export const RepairShardRequestSchema: GenMessage<RepairShardRequest> = /*@__PURE__*/
+  messageDesc(file_casq_v1_admin_service, 26);
+
+/**
+ * RepairShardResponse says what the repair did.
+ *
+ * @generated from message casq.v1.RepairShardResponse
+ */
+export type RepairShardResponse = Message<"casq.v1.RepairShardResponse"> & {
+  /**
+   * Why the shard was refused (the DATA_LOSS message).
+   *
+   * @generated from field: string problem = 1;
+   */
+  problem: string;
+
+  /**
+   * Store key holding an exact copy of the refused bytes; empty when the
+   * document was missing.
+   *
+   * @generated from field: string backup_key = 2;
+   */
+  backupKey: string;
+
+  /**
+   * Etag of the new shard document.
+   *
+   * @generated from field: string etag = 3;
+   */
+  etag: string;
+
+  /**
+   * Messages salvaged into the new document (pending for every
+   * subscription).
+   *
+   * @generated from field: uint64 messages_salvaged = 4;
+   */
+  messagesSalvaged: bigint;
+
+  /**
+   * Subscriptions of the new document, sorted.
+   *
+   * @generated from field: repeated string subscriptions = 5;
+   */
+  subscriptions: string[];
+
+  /**
+   * next_offset of the new document.
+   *
+   * @generated from field: uint64 next_offset = 6;
+   */
+  nextOffset: bigint;
+
+  /**
+   * Where the config came from: "document", "shard N" or "manifest".
+   *
+   * @generated from field: string config_source = 7;
+   */
+  configSource: string;
+};
+
+/**
+ * Describes the message casq.v1.RepairShardResponse.
+ * Use `create(RepairShardResponseSchema)` to create a new message.
+ */
+export const RepairShardResponseSchema: GenMessage<RepairShardResponse> = /*@__PURE__*/
+  messageDesc(file_casq_v1_admin_service, 27);
+
+/**
  * GetDocumentRequest names one shard document.
  *
  * @generated from message casq.v1.GetDocumentRequest
@@ -1127,7 +1266,7 @@ export type GetDocumentRequest = Message<"casq.v1.GetDocumentRequest"> & {
  * Use `create(GetDocumentRequestSchema)` to create a new message.
  */
 export const GetDocumentRequestSchema: GenMessage<GetDocumentRequest> = /*@__PURE__*/
-  messageDesc(file_casq_v1_admin_service, 26);
+  messageDesc(file_casq_v1_admin_service, 28);
 
 /**
  * GetDocumentResponse is one chunk of a shard document.
@@ -1163,7 +1302,7 @@ export type GetDocumentResponse = Message<"casq.v1.GetDocumentResponse"> & {
  * Use `create(GetDocumentResponseSchema)` to create a new message.
  */
 export const GetDocumentResponseSchema: GenMessage<GetDocumentResponse> = /*@__PURE__*/
-  messageDesc(file_casq_v1_admin_service, 27);
+  messageDesc(file_casq_v1_admin_service, 29);
 
 /**
  * SubscriptionStart says where a new subscription starts reading.
@@ -1224,7 +1363,8 @@ export const SubscriptionStartSchema: GenEnum<SubscriptionStart> = /*@__PURE__*/
 export const AdminService: GenService<{
   /**
    * ListQueues lists the queues in the store, sorted by name, a page at a
-   * time.
+   * time. A queue whose manifest cannot be read does not fail the call: it
+   * is listed with QueueSummary.problem saying why.
    *
    * Errors: INVALID_ARGUMENT (page_size above 1000, a page token not from
    * this RPC); UNAVAILABLE (store unavailable).
@@ -1321,7 +1461,10 @@ export const AdminService: GenService<{
    * dead letters; messages only it still needed leave the queue (subject to
    * retention). Deleting "default" is allowed (a pure pub/sub queue may not
    * want it) and it can be created again. Receipts of the subscription then
-   * answer ALREADY_ACKED or LEASE_LOST.
+   * answer ALREADY_ACKED or LEASE_LOST. While a queue has no subscription at
+   * all and retention is 0, Enqueue answers FAILED_PRECONDITION (nothing
+   * would keep the messages) until a subscription is created or a retention
+   * set.
    *
    * Errors: NOT_FOUND (no shard has it); plus the common codes.
    *
@@ -1398,6 +1541,34 @@ export const AdminService: GenService<{
     methodKind: "server_streaming";
     input: typeof GetDocumentRequestSchema;
     output: typeof GetDocumentResponseSchema;
+  },
+  /**
+   * RepairShard replaces a shard document the brokers refuse (DATA_LOSS: it
+   * does not parse, names another queue or shard, or is missing although the
+   * queue was created with it) with a fresh one, salvaging what it can: the
+   * config and subscriptions (from the refused bytes, else from the queue's
+   * other shards, else the queue's manifest), next_offset (so offsets are not
+   * reused) and the messages, when the bytes are JSON and they pass the
+   * strict checks. Salvaged messages are pending again for every
+   * subscription: their acks, leases and dead letters are lost, so they are
+   * delivered again (at-least-once). The refused bytes are first copied,
+   * exactly, to a backup key under `repairs/` that casq never deletes. The
+   * new document is written only if the stored one is still the refused
+   * version (a CAS), and this broker reloads the shard at once; other
+   * brokers read the new document on their next request for it.
+   *
+   * Errors: FAILED_PRECONDITION (the shard is readable: nothing to repair; or
+   * it changed since expected_etag); INVALID_ARGUMENT (bad queue name, shard
+   * out of range); NOT_FOUND (no such queue); DATA_LOSS (the queue's manifest
+   * itself cannot be read); UNAVAILABLE (store unavailable, or the document
+   * changed during the repair: retry).
+   *
+   * @generated from rpc casq.v1.AdminService.RepairShard
+   */
+  repairShard: {
+    methodKind: "unary";
+    input: typeof RepairShardRequestSchema;
+    output: typeof RepairShardResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_casq_v1_admin_service, 0);

@@ -1,0 +1,225 @@
+/**
+ * End-to-end benchmark: casq against the queues users would pick instead,
+ * in the same run on the same machine, as ratios.
+ *
+ *   npm run bench                      # every shape, 3 runs each, casq + every installed peer
+ *   npm run bench -- --quick           # small sizes, 1 run (a smoke test of the whole path)
+ *   npm run bench -- --json            # one JSON object on stdout (progress goes to stderr)
+ *   npm run bench -- --systems casq,bullmq --shapes process --runs 5
+ *   npm run bench -- --chart docs/benchmarks.svg
+ *
+ * casq runs as its own `casq serve` process on the file store (fsync before
+ * every answer) and is driven through the TypeScript SDK's Producer and
+ * Worker. Peers: BullMQ on Redis (AOF everysec), pg-boss on PostgreSQL and
+ * NATS JetStream (file storage), each started by the script on loopback when
+ * its server is installed (`bash scripts/setup-bench-peers.sh`), skipped with
+ * a message otherwise. Their client libraries live in `bench/peers` (a
+ * package of its own, installed here on first use).
+ */
+import { execFileSync } from "node:child_process";
+import { existsSync, writeFileSync } from "node:fs";
+import { cpus, totalmem } from "node:os";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { parseArgs } from "node:util";
+import {
+  type ManyClientsResult,
+  measureManyClients,
+  measureOtherSdks,
+  type SdkProcessResult,
+} from "./lib/casq-extras.ts";
+import { type QueueSystem, SkipSystem } from "./lib/queue-system.ts";
+import { type ShapeResult, summarize, svgChart, textTable } from "./lib/report.ts";
+import { type Measurement, measure, SHAPES, type ShapeName, type ShapeSizes } from "./lib/shapes.ts";
+import { CasqSystem } from "./systems/casq.ts";
+
+const HERE = dirname(fileURLToPath(import.meta.url));
+const PEERS = ["bullmq", "pg-boss", "jetstream"] as const;
+/** casq with every store PUT delayed by 100 ms: the S3-like profile. */
+const CASQ_S3_LIKE = "casq-put100ms";
+
+const { values } = parseArgs({
+  options: {
+    json: { type: "boolean", default: false },
+    quick: { type: "boolean", default: false },
+    runs: { type: "string" },
+    jobs: { type: "string" },
+    systems: { type: "string", default: ["casq", ...PEERS, "casq-put100ms"].join(",") },
+    shapes: { type: "string", default: SHAPES.join(",") },
+    chart: { type: "string" },
+    clients: { type: "string" },
+    "other-sdks": { type: "boolean", default: true },
+    help: { type: "boolean", short: "h", default: false },
+  },
+});
+
+if (values.help) {
+  console.log(`usage: npm run bench -- [--quick] [--json] [--runs N] [--jobs N]
+                          [--systems casq,bullmq,pg-boss,jetstream,casq-put100ms] [--shapes ${SHAPES.join(",")}]
+                          [--chart FILE.svg] [--clients 100,1000] [--no-other-sdks]
+Runs each shape --runs times (default 3; 1 with --quick) against casq and each installed peer,
+prints min/median/max, CPU, casq's PUTs per job and casq's ratio to each peer.
+casq-put100ms is casq with every store PUT delayed 100 ms (the S3-like profile).
+With casq: the process shape with the Go and Python SDK workers (--no-other-sdks to skip), and the
+many-clients case with --clients streams (default 100,1000; 100 with --quick; "" to skip).`);
+  process.exit(0);
+}
+
+const quick = values.quick;
+const runs = Number(values.runs ?? (quick ? 1 : 3));
+const sizes: ShapeSizes = {
+  jobs: Number(values.jobs ?? (quick ? 2_000 : 20_000)),
+  callers: 64,
+  batch: 100,
+  batchCallers: 4,
+  concurrency: 50,
+  latencyRate: 200,
+  latencySeconds: quick ? 3 : 10,
+  payloadBytes: 1024,
+};
+const shapes = values.shapes
+  .split(",")
+  .filter((s): s is ShapeName => (SHAPES as readonly string[]).includes(s));
+const wanted = values.systems.split(",");
+const log = (line: string) => process.stderr.write(`${line}\n`);
+
+/** Installs the peers' client libraries into bench/peers once. */
+function ensurePeerLibraries(): void {
+  if (existsSync(join(HERE, "peers", "node_modules", "bullmq"))) return;
+  log("bench: installing the peers' client libraries into bench/peers (npm ci)");
+  execFileSync("npm", ["ci", "--no-audit", "--no-fund", "--loglevel=error"], {
+    cwd: join(HERE, "peers"),
+    stdio: "inherit",
+  });
+}
+
+async function loadPeer(name: (typeof PEERS)[number]): Promise<QueueSystem> {
+  ensurePeerLibraries();
+  // Loaded by computed path: the root type check does not see the peers' libraries (bench/peers has its own tsconfig).
+  const file = join(HERE, "peers", `${name}.ts`);
+  const mod = (await import(file)) as Record<string, new () => QueueSystem>;
+  const ctor = Object.values(mod).find((v) => typeof v === "function");
+  if (!ctor) throw new Error(`${file} exports no system`);
+  return new ctor();
+}
+
+const clientCases = (values.clients ?? (quick ? "100" : "100,1000")).split(",").filter(Boolean).map(Number);
+const results: ShapeResult[] = [];
+let otherSdks: SdkProcessResult[] = [];
+const manyClients: ManyClientsResult[] = [];
+const skipped: Record<string, string> = {};
+const durability: Record<string, string> = {};
+
+for (const name of wanted) {
+  let system: QueueSystem;
+  if (name === "casq") system = new (await import("./systems/casq.ts")).CasqSystem();
+  else if (name === CASQ_S3_LIKE)
+    system = new (await import("./systems/casq.ts")).CasqSystem({ putLatencyMs: 100 });
+  else if ((PEERS as readonly string[]).includes(name))
+    system = await loadPeer(name as (typeof PEERS)[number]);
+  else throw new Error(`unknown system ${name}: use casq, ${PEERS.join(", ")}, ${CASQ_S3_LIKE}`);
+  try {
+    await system.start();
+  } catch (error) {
+    if (!(error instanceof SkipSystem)) throw error;
+    skipped[name] = error.message;
+    log(`bench: ${name}: ${error.message}`);
+    continue;
+  }
+  durability[system.name] = system.durability;
+  try {
+    for (const shape of shapes) {
+      const measured: Measurement[] = [];
+      for (let run = 1; run <= runs; run += 1) {
+        const m = await measure(system, shape, sizes);
+        measured.push(m);
+        log(
+          `bench: ${system.name} ${shape} run ${run}/${runs}: ${
+            shape === "latency"
+              ? `p50 ${m.p50Ms?.toFixed(2)} ms, p99 ${m.p99Ms?.toFixed(2)} ms`
+              : `${Math.round(m.jobsPerSecond)} jobs/s`
+          }`,
+        );
+      }
+      results.push(summarize(system.name, shape, measured));
+    }
+    if (system instanceof CasqSystem && system.name === "casq") {
+      if (values["other-sdks"] && shapes.includes("process")) {
+        otherSdks = await measureOtherSdks(system, sizes.jobs, sizes.concurrency, sizes.payloadBytes, log);
+      }
+      for (const streams of clientCases) {
+        manyClients.push(await measureManyClients(system, streams, 4, sizes.jobs, quick ? 3 : 10, log));
+      }
+    }
+  } finally {
+    await system.stop();
+  }
+}
+
+const machine = {
+  cpus: cpus().length,
+  cpu_model: cpus()[0]?.model,
+  memory_gib: Math.round(totalmem() / 2 ** 30),
+};
+if (values.chart) writeFileSync(values.chart, svgChart(results, shapes));
+if (values.json) {
+  console.log(
+    JSON.stringify(
+      {
+        machine,
+        sizes,
+        runs,
+        durability,
+        skipped,
+        results,
+        other_sdks: otherSdks,
+        many_clients: manyClients,
+      },
+      null,
+      2,
+    ),
+  );
+} else {
+  console.log(
+    `machine: ${machine.cpus} cores (${machine.cpu_model}), ${machine.memory_gib} GiB; ${runs} run(s) per shape`,
+  );
+  console.log(`sizes: ${JSON.stringify(sizes)}`);
+  for (const [name, d] of Object.entries(durability)) console.log(`durability of ${name}: ${d}`);
+  for (const [name, why] of Object.entries(skipped)) console.log(`${name}: ${why}`);
+  console.log(textTable(results, shapes));
+  const tsProcess = results.find((r) => r.system === "casq" && r.shape === "process");
+  const bullProcess = results.find((r) => r.system === "bullmq" && r.shape === "process");
+  if (otherSdks.length > 0) {
+    console.log("\nprocess with the other SDKs' workers (one run each, jobs/s):");
+    for (const r of otherSdks) {
+      const vsTs = tsProcess
+        ? ` (${(r.jobsPerSecond / tsProcess.value.median).toFixed(2)}x the TS SDK`
+        : " (";
+      const vsBull = bullProcess
+        ? `, ${(r.jobsPerSecond / bullProcess.value.median).toFixed(3)}x BullMQ)`
+        : ")";
+      console.log(
+        `  casq ${r.sdk.padEnd(8)}${Math.round(r.jobsPerSecond).toLocaleString("en-US").padStart(8)}${vsTs}${vsBull}`,
+      );
+    }
+  }
+  if (manyClients.length > 0) {
+    console.log(
+      "\nmany clients (casq, 4 client processes, each stream one SDK Worker run at concurrency 1):",
+    );
+    console.log(
+      "  streams  idle RSS MiB  idle CPU %  drain s  jobs/stream min/max  cv    streams with no job",
+    );
+    for (const m of manyClients) {
+      console.log(
+        `  ${String(m.streams).padStart(7)}  ${m.idleRssMiB.toFixed(0).padStart(12)}  ${m.idleCpuPercent
+          .toFixed(1)
+          .padStart(
+            10,
+          )}  ${m.drainSeconds.toFixed(1).padStart(7)}  ${`${m.perStreamMin}/${m.perStreamMax}`.padStart(
+          20,
+        )}  ${m.perStreamCv.toFixed(2).padStart(4)}  ${String(m.idleStreams).padStart(5)}`,
+      );
+    }
+  }
+}

@@ -1,0 +1,29 @@
+/**
+ * A casq server whose store answers every PUT after a fixed delay: the
+ * S3-like profile of the benchmark (object stores take ~100-200 ms per PUT).
+ * It is the file store behind the fault-injecting wrapper, started in-process
+ * the way `casq serve` starts; it prints the same "listening on" and
+ * "metrics on" lines.
+ *
+ *   tsx bench/systems/slow-store-server.ts DIR PUT_LATENCY_MS
+ */
+import pino from "pino";
+import { startCasqServer } from "../../server/src/service/casq-server.ts";
+import { FaultInjectingStore } from "../../server/src/store/fault-injecting-store.ts";
+import { openStore } from "../../server/src/store/open-store.ts";
+
+const [dir, latency] = process.argv.slice(2);
+if (!dir || !latency) {
+  console.error("usage: tsx bench/systems/slow-store-server.ts DIR PUT_LATENCY_MS");
+  process.exit(2);
+}
+const store = new FaultInjectingStore(openStore(`file:${dir}`), {
+  latency: { put: { kind: "fixed", ms: Number(latency) } },
+});
+const logger = pino({ level: "warn", base: { service: "casq" } }, pino.destination(2));
+const server = await startCasqServer({ store, listen: "127.0.0.1:0", metricsListen: "127.0.0.1:0", logger });
+console.log(`casq serve: listening on ${server.address}`);
+console.log(`casq serve: metrics on http://${server.metricsAddress}/metrics`);
+process.on("SIGTERM", () => {
+  void server.close({ graceful: true, timeoutMs: 5_000 }).then(() => process.exit(0));
+});
