@@ -114,6 +114,11 @@ describe("RepairShard", () => {
       "FailedPrecondition",
     );
     expect(text((await inner.get("queues/q/0.json"))?.body)).toBe("garbage");
+    // A head of a format newer than this casq: upgrade the brokers, do not repair.
+    const newer = text((await inner.get("queues/q/1.json"))?.body).replace("casq.shard.v2", "casq.shard.v9");
+    await overwrite(inner, "queues/q/1.json", newer);
+    expect(await code(c.admin.repairShard({ queue: "q", shard: 1 }))).toBe("FailedPrecondition");
+    expect(text((await inner.get("queues/q/1.json"))?.body)).toBe(newer);
     expect(await inner.list("repairs/")).toEqual([]);
   });
 

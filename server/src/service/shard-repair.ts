@@ -8,8 +8,10 @@
  * an operator's explicit request, in this order:
  *
  * 1. Read the stored head and check it is really refused (a readable shard,
- *    its segments included, is left alone) and, when asked, that it is still
- *    the version the operator looked at (`expected_etag`).
+ *    its segments included, is left alone), that a newer casq did not write
+ *    it (then the brokers need upgrading, not the shard repairing) and, when
+ *    asked, that it is still the version the operator looked at
+ *    (`expected_etag`).
  * 2. Copy the refused bytes, exactly, to `repairs/<queue>/<shard>/<ms>.json`,
  *    and every segment object of the shard to
  *    `repairs/<queue>/<shard>/<ms>/seg/<name>` (put-if-absent; casq never
@@ -48,6 +50,7 @@ import { shardKey } from "../broker/shard-key.ts";
 import { readShardSnapshot } from "../broker/shard-snapshot.ts";
 import { CasqError, isCasqError } from "../errors.ts";
 import { applyOperation } from "../model/apply-operation.ts";
+import { SHARD_FORMAT, SHARD_FORMAT_V1 } from "../model/document-codec.ts";
 import type { QueueConfig } from "../model/queue-config.ts";
 import { segmentEpoch, segmentPrefix } from "../model/segment-codec.ts";
 import { ShardState } from "../model/shard-state.ts";
@@ -83,6 +86,13 @@ export async function repairShard(
     throw new CasqError(
       "failed_precondition",
       `shard ${queue}/${shard} is readable; there is nothing to repair`,
+      { queue, shard },
+    );
+  const format = newerFormat(stored?.body);
+  if (format !== undefined)
+    throw new CasqError(
+      "failed_precondition",
+      `shard ${queue}/${shard} has format ${format}, written by a newer casq than this broker: upgrade the brokers instead of repairing it (a repair here would replace it with what this casq can salvage)`,
       { queue, shard },
     );
   if (req.expectedEtag !== "" && req.expectedEtag !== (stored?.etag ?? ""))
@@ -168,6 +178,22 @@ async function refusal(
     if (!isCasqError(error, "data_loss")) throw error;
     return error.message;
   }
+}
+
+/** The format of a shard head written by a newer casq (`casq.shard.*` unknown here), else undefined. */
+function newerFormat(body: Uint8Array | undefined): string | undefined {
+  let format: unknown;
+  try {
+    format = (JSON.parse(new TextDecoder().decode(body)) as Json | null)?.format;
+  } catch {
+    return undefined;
+  }
+  return typeof format === "string" &&
+    format.startsWith("casq.shard.") &&
+    format !== SHARD_FORMAT &&
+    format !== SHARD_FORMAT_V1
+    ? format
+    : undefined;
 }
 
 /** Copies the refused bytes to a fresh key under `repairs/`. Resolves the key. */
