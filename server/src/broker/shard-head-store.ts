@@ -306,8 +306,11 @@ export class ShardHeadStore {
             ),
           };
         }
-        // Not landed: this attempt's segments are referenced by no head, now or later.
-        this.collect(sealed);
+        // Not landed (yet). A 412/409 attempt never will: its segments are referenced by no head,
+        // now or later. An ambiguous one may still land after this re-read (a PUT the store
+        // applies late), so its segments stay; if it never lands, the next takeover's sweep
+        // deletes them as orphans of an earlier epoch.
+        if (kind !== "ambiguous") this.collect(sealed);
         justReloaded = true;
         conflicts += 1;
         if (conflicts > this.options.maxConflictRetries) {

@@ -3,7 +3,7 @@ import { isCasqError } from "../errors.ts";
 import { ShardState } from "../model/shard-state.ts";
 import { MemoryStore } from "../store/memory-store.ts";
 import type { CallOptions, PutCondition, PutResult } from "../store/object-store.ts";
-import { UnavailableError } from "../store/store-errors.ts";
+import { AmbiguousWriteError, UnavailableError } from "../store/store-errors.ts";
 import { ManualClock } from "../util/manual-clock.ts";
 import { seededRandom } from "../util/random.ts";
 import { expectKind } from "./broker.ts";
@@ -180,6 +180,47 @@ describe("shard format v2: head and segments", () => {
     const { doc } = await headJson(store);
     expect(doc.segments).toEqual([]);
     expect(doc.next_offset).toBe(10);
+  });
+
+  it("keeps the segments of an ambiguous head write that lands late, after the re-read found it had not", async () => {
+    // The head PUT times out but the store applies it later: after the broker's re-read (which
+    // shows it did not land yet) and before the broker's retry, which then loses the race to it.
+    class LateHeadStore extends MemoryStore {
+      delayNext = false;
+      held: (() => Promise<unknown>) | undefined;
+      override async put(
+        key: string,
+        bytes: Uint8Array,
+        condition: PutCondition,
+        options?: CallOptions,
+      ): Promise<PutResult> {
+        if (key === HEAD && this.delayNext) {
+          this.delayNext = false;
+          this.held = () => super.put(key, bytes, condition, options);
+          throw new AmbiguousWriteError(key, "injected: timed out, lands later");
+        }
+        if (key === HEAD && this.held) {
+          const late = this.held;
+          this.held = undefined;
+          await late();
+        }
+        return super.put(key, bytes, condition, options);
+      }
+    }
+    const store = new LateHeadStore();
+    const clock = new ManualClock();
+    const a = leader(store, "a", clock);
+    await enqueue(a, 0, 10);
+    store.delayNext = true;
+    const big = Array.from({ length: 30 }, (_, i) => ({ id: `b${i}`, payload: body(i) }));
+    await a.submit({ kind: "enqueue", messages: big }); // the late first attempt is what landed
+    await a.stop({ release: true }); // waits for background deletions
+    const { doc } = await headJson(store);
+    expect(doc.segments.length).toBeGreaterThan(0);
+    const keys = await segmentKeys(store);
+    for (const seg of doc.segments) expect(keys).toContain(SEG + seg.name);
+    const b = leader(store, "b", clock);
+    expect((await drain(b)).length).toBe(40);
   });
 
   it("a takeover sweeps orphan segments of earlier epochs but keeps every referenced one", async () => {
