@@ -2,16 +2,19 @@
  * Thin wrappers over `casq.v1.AdminService`: queue lifecycle, subscriptions,
  * dead letters. Each call fails over and follows redirects like the others.
  */
-import type { MessageInitShape } from "@bufbuild/protobuf";
+import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import type { Client } from "@connectrpc/connect";
 import { type ClientOptions, resolveClientOptions } from "./client-options.ts";
+import { AlreadyExistsError, NotFoundError, toCasqError } from "./errors.ts";
 import { callWithFailover } from "./failover.ts";
 import {
   AdminService,
   type CreateQueueResponse,
   type CreateSubscriptionResponse,
+  CreateSubscriptionResponseSchema,
   type DeadLetter,
   type DeleteSubscriptionResponse,
+  DeleteSubscriptionResponseSchema,
   type GetQueueResponse,
   type PurgeQueueResponse,
   type QueueSummary,
@@ -53,20 +56,29 @@ export class Admin {
     this.pool = new BrokerPool(resolveClientOptions(options));
   }
 
+  /**
+   * One call through failover. `idempotent: false` (purge, redrive): never
+   * resent after an attempt that may have been applied. `fn` gets
+   * `uncertain` true on such a resend of an idempotent call, to read an
+   * ALREADY_EXISTS or NOT_FOUND that the earlier attempt may have caused.
+   */
   private call<T>(
     fn: (
       client: Client<typeof AdminService>,
       opts: { timeoutMs: number; signal?: AbortSignal },
+      uncertain: boolean,
     ) => Promise<T>,
     options: CallOptions = {},
+    idempotent = true,
   ): Promise<T> {
     return callWithFailover(
       this.pool,
-      ({ address, signal, timeoutMs }) =>
-        fn(this.pool.client(AdminService, address), { timeoutMs, ...(signal ? { signal } : {}) }),
+      ({ address, signal, timeoutMs, uncertain }) =>
+        fn(this.pool.client(AdminService, address), { timeoutMs, ...(signal ? { signal } : {}) }, uncertain),
       {
         ...(options.signal ? { signal: options.signal } : {}),
         ...(options.timeoutMs === undefined ? {} : { deadline: Date.now() + options.timeoutMs }),
+        idempotent,
       },
     );
   }
@@ -76,24 +88,37 @@ export class Admin {
    * config. A queue of that name rejects with `AlreadyExistsError`,
    * unless `ifNotExists` is set: then the existing queue is returned as it
    * is (`created` false; `shardCount` and `config` are not applied).
+   *
+   * A resend after an attempt that may have created the queue (it timed out,
+   * or its connection broke) asks with `ifNotExists`: a queue found there
+   * with the requested shard count is taken as that attempt's (`created`
+   * false, since this call cannot tell); another shard count rejects with
+   * `AlreadyExistsError`.
    */
   createQueue(
     queue: string,
     options: { shardCount?: number; config?: QueueConfigInit; ifNotExists?: boolean } & CallOptions = {},
   ): Promise<CreateQueueResponse> {
-    return this.call(
-      (c, o) =>
-        c.createQueue(
-          {
-            queue,
-            shardCount: options.shardCount ?? 0,
-            ...(options.config ? { config: options.config } : {}),
-            ifNotExists: options.ifNotExists === true,
-          },
-          o,
-        ),
-      options,
-    );
+    const shardCount = options.shardCount ?? 0;
+    return this.call(async (c, o, uncertain) => {
+      const response = await c.createQueue(
+        {
+          queue,
+          shardCount,
+          ...(options.config ? { config: options.config } : {}),
+          ifNotExists: options.ifNotExists === true || uncertain,
+        },
+        o,
+      );
+      if (uncertain && !response.created && options.ifNotExists !== true) {
+        if (response.shardCount !== Math.max(1, shardCount)) {
+          throw new AlreadyExistsError(
+            `casq: queue ${queue} exists with ${response.shardCount} shards, not the ${Math.max(1, shardCount)} requested`,
+          );
+        }
+      }
+      return response;
+    }, options);
   }
 
   /** Changes the given config fields on every shard; unset fields keep their values. */
@@ -145,9 +170,21 @@ export class Admin {
     return out;
   }
 
-  /** Deletes a queue; refused while it holds messages or dead letters unless `force`. */
+  /**
+   * Deletes a queue; refused while it holds messages or dead letters unless
+   * `force`. A resend after an attempt that may have deleted it (a timeout, a
+   * broken connection) that finds it gone counts as success.
+   */
   async deleteQueue(queue: string, options: { force?: boolean } & CallOptions = {}): Promise<void> {
-    await this.call((c, o) => c.deleteQueue({ queue, force: options.force ?? false }, o), options);
+    await this.call(async (c, o, uncertain) => {
+      try {
+        await c.deleteQueue({ queue, force: options.force ?? false }, o);
+      } catch (error) {
+        // An earlier attempt of this call may have deleted it.
+        if (uncertain && toCasqError(error) instanceof NotFoundError) return;
+        throw error;
+      }
+    }, options);
   }
 
   /** Drops messages of one subscription (default "default"), or of all, and optionally the dead letters. */
@@ -167,6 +204,8 @@ export class Admin {
           o,
         ),
       options,
+      // A second purge would drop what was enqueued in between.
+      false,
     );
   }
 
@@ -207,25 +246,56 @@ export class Admin {
           o,
         ),
       options,
+      // A second redrive would move dead letters that arrived in between.
+      false,
     );
   }
 
-  /** Creates a subscription (consumer group) starting at the newest message (default) or the earliest. */
+  /**
+   * Creates a subscription (consumer group) starting at the newest message
+   * (default) or the earliest. When a resend after an attempt that may have
+   * created it (a timeout, a broken connection) finds it there, that counts as
+   * success, with `backlog` 0 (not known to this call).
+   */
   createSubscription(
     queue: string,
     subscription: string,
     options: { start?: "latest" | "earliest" } & CallOptions = {},
   ): Promise<CreateSubscriptionResponse> {
     const start = options.start === "earliest" ? SubscriptionStart.EARLIEST : SubscriptionStart.LATEST;
-    return this.call((c, o) => c.createSubscription({ queue, subscription, start }, o), options);
+    return this.call(async (c, o, uncertain) => {
+      try {
+        return await c.createSubscription({ queue, subscription, start }, o);
+      } catch (error) {
+        // An earlier attempt of this call may have created it.
+        if (uncertain && toCasqError(error) instanceof AlreadyExistsError) {
+          return create(CreateSubscriptionResponseSchema, { subscription, start });
+        }
+        throw error;
+      }
+    }, options);
   }
 
-  /** Deletes a subscription with its messages, leases and dead letters. */
+  /**
+   * Deletes a subscription with its messages, leases and dead letters. When
+   * a resend after an attempt that may have deleted it finds it gone, that
+   * counts as success, with every count 0 (not known to this call).
+   */
   deleteSubscription(
     queue: string,
     subscription: string,
     options: CallOptions = {},
   ): Promise<DeleteSubscriptionResponse> {
-    return this.call((c, o) => c.deleteSubscription({ queue, subscription }, o), options);
+    return this.call(async (c, o, uncertain) => {
+      try {
+        return await c.deleteSubscription({ queue, subscription }, o);
+      } catch (error) {
+        // An earlier attempt of this call may have deleted it.
+        if (uncertain && toCasqError(error) instanceof NotFoundError) {
+          return create(DeleteSubscriptionResponseSchema, {});
+        }
+        throw error;
+      }
+    }, options);
   }
 }

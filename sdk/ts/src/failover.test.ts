@@ -164,4 +164,65 @@ describe("callWithFailover", () => {
     expect(cluster).toEqual([SURVIVOR, DEAD, SURVIVOR, SURVIVOR, SURVIVOR]);
     expect(waits).toEqual([DEAD, DEAD]);
   });
+
+  it("idempotent: false is not resent after an attempt that may have been applied", async () => {
+    const options = { brokers: [DEAD, SURVIVOR], timeoutMs: 50, backoffInitialMs: 1, backoffMaxMs: 2 };
+    const reset = Object.assign(new Error("read ECONNRESET"), { code: "ECONNRESET" });
+    const refused = Object.assign(new Error("connect ECONNREFUSED"), { code: "ECONNREFUSED" });
+    for (const failure of [
+      new CasqError(Code.DeadlineExceeded, "the operation timed out"),
+      new UnavailableError("read ECONNRESET", { cause: reset }),
+    ]) {
+      const calls: string[] = [];
+      const call = callWithFailover(
+        new BrokerPool(resolveClientOptions(options)),
+        async ({ address }) => {
+          calls.push(address);
+          if (address === DEAD) throw failure;
+          return "stored again";
+        },
+        { idempotent: false },
+      );
+      await expect(call).rejects.toBe(failure);
+      expect(calls).toEqual([DEAD]);
+    }
+    // A connection never made, or an UNAVAILABLE answer, applied nothing: resent.
+    for (const failure of [
+      new UnavailableError("connect ECONNREFUSED", { cause: refused }),
+      new UnavailableError("store unavailable"),
+    ]) {
+      const calls: string[] = [];
+      const result = await callWithFailover(
+        new BrokerPool(resolveClientOptions(options)),
+        async ({ address, uncertain }) => {
+          calls.push(address);
+          expect(uncertain).toBe(false);
+          if (address === DEAD) throw failure;
+          return "stored";
+        },
+        { idempotent: false },
+      );
+      expect(result).toBe("stored");
+      expect(calls).toEqual([DEAD, SURVIVOR]);
+    }
+  });
+
+  it("marks the resend of an idempotent call after a possibly applied attempt as uncertain", async () => {
+    const pool = new BrokerPool(
+      resolveClientOptions({
+        brokers: [DEAD, SURVIVOR],
+        timeoutMs: 50,
+        backoffInitialMs: 1,
+        backoffMaxMs: 2,
+      }),
+    );
+    const seen: boolean[] = [];
+    const result = await callWithFailover(pool, async ({ address, uncertain }) => {
+      seen.push(uncertain);
+      if (address === DEAD) throw new CasqError(Code.DeadlineExceeded, "the operation timed out");
+      return "stored";
+    });
+    expect(result).toBe("stored");
+    expect(seen).toEqual([false, true]);
+  });
 });

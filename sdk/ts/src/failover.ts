@@ -10,6 +10,15 @@
  * (its DEADLINE_EXCEEDED means "this broker did not answer in time, try
  * another"), the caller's `deadline` bounds the whole call (its
  * DEADLINE_EXCEEDED ends the call, never retried).
+ *
+ * Resending after an attempt that may have been applied: an attempt that ran
+ * into its own timeout, or whose connection broke after the request was
+ * sent, may have landed at the broker. Only an idempotent call (the default)
+ * is resent then; such a resend is marked `uncertain` in its
+ * {@link AttemptContext}, so that a caller which made its request safe to
+ * repeat (e.g. CreateQueue with `if_not_exists`) can read an ALREADY_EXISTS
+ * or LEASE_LOST answer for what it is. A call with `idempotent: false` fails
+ * with that attempt's error instead.
  */
 import { Code } from "@connectrpc/connect";
 import { CasqError, isRetryable, RedirectError, toCasqError } from "./errors.ts";
@@ -40,6 +49,15 @@ export interface FailoverCallOptions {
    * the shard over). `delayMs` is the wait about to start.
    */
   readonly onLeaderWait?: (redirect: RedirectError, delayMs: number) => void;
+  /**
+   * `false`: the request must not reach a broker twice (e.g. an Enqueue
+   * without dedup ids, a PurgeQueue). After an attempt that may have been
+   * applied (see {@link mayHaveBeenApplied}) the call is not resent and fails
+   * with that attempt's error. Attempts that surely were not applied
+   * (redirects, refused connections, UNAVAILABLE answers) are still retried.
+   * Default `true`.
+   */
+  readonly idempotent?: boolean;
 }
 
 /** What one attempt gets: the broker to call, and the per-attempt signal and timeout. */
@@ -48,6 +66,50 @@ export interface AttemptContext {
   readonly signal: AbortSignal | undefined;
   readonly timeoutMs: number;
   readonly attempt: number;
+  /**
+   * True when an earlier attempt of this call may have been applied (it ran
+   * into its own timeout, or its connection broke after the request was
+   * sent): an answer such as ALREADY_EXISTS may be that attempt's doing.
+   */
+  readonly uncertain: boolean;
+}
+
+/** Node.js error codes of a connection that was never made: the request was not sent. */
+const NOT_SENT = new Set([
+  "ECONNREFUSED",
+  "ENOTFOUND",
+  "EAI_AGAIN",
+  "EAI_NONAME",
+  "EHOSTUNREACH",
+  "ENETUNREACH",
+]);
+
+/** The Node.js error code (`ECONNRESET`, ...) somewhere in an error's cause chain. */
+function systemErrorCode(error: unknown): string | undefined {
+  let current: unknown = error;
+  for (let depth = 0; depth < 6 && current !== undefined && current !== null; depth++) {
+    const code = (current as { code?: unknown }).code;
+    if (typeof code === "string") return code;
+    current = (current as { cause?: unknown }).cause;
+  }
+  return undefined;
+}
+
+/**
+ * True when a failed attempt may still have been applied by the broker: it
+ * ran into its own timeout (`ownTimeout`: the broker may have stored the
+ * request and hung before answering), or its connection broke after the
+ * request was sent. False for answers of the broker (redirects, UNAVAILABLE,
+ * errors) and for connections that were never made.
+ */
+export function mayHaveBeenApplied(error: CasqError, ownTimeout: boolean): boolean {
+  if (error.code === Code.DeadlineExceeded) return ownTimeout;
+  if (error instanceof RedirectError || !isRetryable(error)) return false;
+  const system = systemErrorCode(error.cause);
+  if (system !== undefined) return !NOT_SENT.has(system);
+  // No transport error behind it: an UNAVAILABLE the broker answered, or a
+  // transport failure described only in words.
+  return error.code !== Code.Unavailable && !/ECONNREFUSED|ENOTFOUND|EHOSTUNREACH/.test(error.message);
 }
 
 /** Delay before retry number `attempt` (1-based): full jitter over min(max, initial * 2^(attempt-1)). */
@@ -102,6 +164,8 @@ export async function callWithFailover<T>(
   const giveUpAt = Date.now() + retryTimeoutMs;
   let address = options.address ?? pool.preferred();
   let failures = 0;
+  // An earlier attempt may have been applied.
+  let uncertain = false;
   // Brokers that failed without a redirect during this call.
   const failed = new Set<string>();
   /** Sleeps the next backoff delay; rethrows `error` when that would pass the deadline. */
@@ -128,6 +192,7 @@ export async function callWithFailover<T>(
         signal: options.signal,
         timeoutMs: Math.min(timeoutMs, left),
         attempt: n,
+        uncertain,
       });
     } catch (thrown) {
       const error = toCasqError(thrown);
@@ -153,6 +218,11 @@ export async function callWithFailover<T>(
       // This attempt's own timeout: the broker is hung (or too slow); another may answer.
       const hung = error.code === Code.DeadlineExceeded && !callerBound;
       if (!hung && !isRetryable(error)) throw error;
+      if (mayHaveBeenApplied(error, hung)) {
+        // Resending could apply it twice.
+        if (options.idempotent === false) throw error;
+        uncertain = true;
+      }
       const from = redirectedFrom.get(address);
       if (options.retryOutages === false && from === undefined) throw error;
       failed.add(address);

@@ -270,6 +270,8 @@ export class Producer {
           ...(ctx.signal ? { signal: ctx.signal } : {}),
           ...(ctx.deadline === undefined ? {} : { deadline: ctx.deadline }),
           ...(address === undefined ? {} : { address }),
+          // Without a dedup id, a resend after an attempt that may have landed could store a message twice.
+          idempotent: messages.every((m) => (m.dedupId ?? "") !== ""),
         },
       );
     } catch (error) {

@@ -15,23 +15,21 @@ import {
   CasqError,
   DeadLetterError,
   isRetryable,
-  LeaseLostError,
   RedirectError,
   type SettleOperation,
   toCasqError,
 } from "./errors.ts";
 import { backoffDelay, callWithFailover, sleep } from "./failover.ts";
 import {
-  AckOutcome,
   type AckResult,
   HeartbeatOutcome,
   type HeartbeatResult,
-  NackOutcome,
   type NackResult,
 } from "./gen/casq/v1/message_pb.ts";
 import { QueueService } from "./gen/casq/v1/queue_service_pb.ts";
 import type { WorkResponse } from "./gen/casq/v1/work_pb.ts";
 import { type Job, jobFromClaim } from "./job.ts";
+import { settleError } from "./settle-outcome.ts";
 import { casqTracer, runInProcessSpan } from "./tracing.ts";
 import { BrokerPool } from "./transport.ts";
 import { type Command, Session, StreamClosedError } from "./work-session.ts";
@@ -585,6 +583,8 @@ class Run {
     if (held.settled) return;
     held.settled = true;
     let leader: string | undefined;
+    // The request went out on the stream, which then broke or hung: it may have been applied.
+    let sentOnStream = false;
     try {
       const session = held.session;
       if (session.usable) {
@@ -601,13 +601,17 @@ class Run {
           const error = toCasqError(thrown);
           if (error instanceof RedirectError) leader = error.leaderAddress;
           else if (!(error instanceof StreamClosedError) && !isRetryable(error)) throw error;
+          else sentOnStream = true;
         }
       }
       const client = (address: string) => this.pool.client(QueueService, address);
+      // Set when the answer comes from a resend after an attempt that may have been applied.
+      let uncertain = sentOnStream;
       const response = await callWithFailover<{ results: (AckResult | NackResult)[] }>(
         this.pool,
-        ({ address, timeoutMs }) =>
-          command.case === "ack"
+        ({ address, timeoutMs, uncertain: resent }) => {
+          uncertain = sentOnStream || resent;
+          return command.case === "ack"
             ? client(address).ack(
                 {
                   queue: this.queue,
@@ -627,10 +631,11 @@ class Run {
                   ...(command.value.delay ? { delay: command.value.delay } : {}),
                 },
                 { timeoutMs },
-              ),
+              );
+        },
         leader ? { address: leader } : {},
       );
-      this.checkSettled(held, command.case, response.results);
+      this.checkSettled(held, command.case, response.results, uncertain);
     } catch (error) {
       // Not settled: the lease expires and the job is redelivered (at-least-once).
       this.report(error, held.job, "error");
@@ -640,32 +645,18 @@ class Run {
   }
 
   /**
-   * Reports a settle that did not do what the worker asked: the lease was
-   * lost (a {@link LeaseLostError}), or the broker gave no known outcome.
+   * Reports a settle that did not do what the worker asked (see
+   * {@link settleError}); `resent`: answered to a resend after an attempt
+   * that may have been applied.
    */
   private checkSettled(
     held: Held,
     operation: SettleOperation,
     results: readonly (AckResult | NackResult)[],
+    resent = false,
   ): void {
-    const result = results.find((r) => r.receipt === held.job.receipt) ?? results[0];
-    const ok =
-      operation === "ack"
-        ? result?.outcome === AckOutcome.ACKED || result?.outcome === AckOutcome.ALREADY_ACKED
-        : result?.outcome === NackOutcome.RETRY_SCHEDULED || result?.outcome === NackOutcome.DEAD_LETTERED;
-    if (ok) return;
-    const lost =
-      operation === "ack"
-        ? result?.outcome === AckOutcome.LEASE_LOST
-        : result?.outcome === NackOutcome.LEASE_LOST;
-    const error = lost
-      ? new LeaseLostError(held.job, operation)
-      : new CasqError(
-          Code.Unknown,
-          `casq: ${operation} of job ${held.job.id} (queue ${held.job.queue}) got no known outcome ` +
-            `(${result === undefined ? "no result" : `outcome ${result.outcome}`})`,
-        );
-    this.report(error, held.job);
+    const error = settleError(held.job, operation, results, resent);
+    if (error) this.report(error, held.job);
   }
 
   /** Drops a job from the held set and grants its credit back to its stream (unless stopping). */
