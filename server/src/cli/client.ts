@@ -11,8 +11,17 @@
  * redirecting to it until the leader's lease runs out and then takes the
  * shard over: the request waits there with backoff, at most `--retry-timeout`,
  * saying so on stderr. Unlike the SDKs the CLI knows one broker, so an outage
- * of `--server` itself fails at once. Every request the CLI sends is safe to
- * resend (see the redirect convention in proto/casq/v1/errors.proto).
+ * of `--server` itself fails at once.
+ *
+ * Resending: a redirect (and a refused connection) means the request was not
+ * applied (see the redirect convention in proto/casq/v1/errors.proto), so
+ * resending it is safe. An attempt at a leader that timed out or lost its
+ * connection after sending may have been applied; it is resent only for a
+ * request marked idempotent (the default; `casq enqueue` without dedup ids is
+ * not: it gives every message a generated dedup id unless `--no-dedup`). A
+ * call that fails after such an attempt throws a {@link MaybeAppliedError}
+ * (exit 1), never "connection failed" (exit 4), which promises nothing was
+ * applied.
  *
  * Errors: {@link describeRpcError} turns a failed call into a {@link CliError}
  * a human understands, with the exit code of its kind (connection failed,
@@ -20,9 +29,9 @@
  */
 import { readFileSync } from "node:fs";
 import type * as http2 from "node:http2";
-import { CasqError, type RedirectError } from "@casq/sdk";
+import { CasqError, type RedirectError, toCasqError } from "@casq/sdk";
 import { resolveClientOptions } from "@casq/sdk/client-options.ts";
-import { callWithFailover } from "@casq/sdk/failover.ts";
+import { callWithFailover, mayHaveBeenApplied } from "@casq/sdk/failover.ts";
 import { BrokerPool } from "@casq/sdk/transport.ts";
 import { type Client, Code, ConnectError, createClient, type Interceptor } from "@connectrpc/connect";
 import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
@@ -65,6 +74,28 @@ export interface CasqClients {
   readonly queue: Client<typeof QueueService>;
   /** Administration API. */
   readonly admin: Client<typeof AdminService>;
+}
+
+/**
+ * A failed call of which an attempt may have been applied: it ran into its
+ * timeout, or its connection broke after the request was sent. Exit code 1;
+ * the message says so.
+ */
+export class MaybeAppliedError extends CliError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(ExitCode.serverError, message, options);
+    this.name = "MaybeAppliedError";
+  }
+}
+
+/** Options of {@link CasqClient.call}. */
+export interface CallOptions {
+  /**
+   * `false`: the request must not be applied twice (an Enqueue without dedup
+   * ids), so it is not resent after an attempt that may have been applied.
+   * Default `true`.
+   */
+  readonly idempotent?: boolean;
 }
 
 /** Per-call options the CLI passes to unary calls. */
@@ -187,20 +218,27 @@ export class CasqClient {
    * `--retry-timeout`, with a note on stderr. Any failure becomes a
    * {@link CliError}.
    */
-  async call<T>(request: (clients: CasqClients, options: UnaryCallOptions) => Promise<T>): Promise<T> {
+  async call<T>(
+    request: (clients: CasqClients, options: UnaryCallOptions) => Promise<T>,
+    callOptions: CallOptions = {},
+  ): Promise<T> {
     const first = this.#pool.preferred();
     let address = first;
     let waitedFor: RedirectError | undefined;
+    // An attempt before the last one may have been applied.
+    let uncertain = false;
     const announced = new Set<string>();
     try {
       return await callWithFailover(
         this.#pool,
         (attempt) => {
           address = attempt.address;
+          uncertain = attempt.uncertain;
           return request(this.clients(attempt.address), { timeoutMs: attempt.timeoutMs });
         },
         {
           retryOutages: false,
+          idempotent: callOptions.idempotent ?? true,
           onLeaderWait: (redirect) => {
             waitedFor = redirect;
             const key = `${redirect.queue}/${redirect.shard}/${redirect.leaderAddress}`;
@@ -215,15 +253,31 @@ export class CasqClient {
       );
     } catch (error) {
       const connect = connectErrorOf(error);
+      // Every attempt of the CLI runs into its own timeout: no caller deadline.
+      const maybeApplied = uncertain || mayHaveBeenApplied(toCasqError(error), true);
       if (waitedFor !== undefined && leaderAddressOf(connect) === waitedFor.leaderAddress) {
-        throw new CliError(
-          ExitCode.connectionFailed,
+        const text =
           `${address} still redirects to ${waitedFor.leaderAddress}, which is unreachable; its leader lease ` +
-            "did not run out within --retry-timeout. Retry later, or raise --retry-timeout.",
-          { cause: error },
-        );
+          "did not run out within --retry-timeout. Retry later, or raise --retry-timeout.";
+        if (maybeApplied) {
+          throw new MaybeAppliedError(`${text} ${MAYBE_APPLIED_NOTE(waitedFor.leaderAddress)}`, {
+            cause: error,
+          });
+        }
+        throw new CliError(ExitCode.connectionFailed, text, { cause: error });
       }
-      throw describeRpcError(connect, address, this.tls, address === first ? {} : { redirectedFrom: first });
+      const described = describeRpcError(
+        connect,
+        address,
+        this.tls,
+        address === first ? {} : { redirectedFrom: first },
+      );
+      if (!maybeApplied || described instanceof MaybeAppliedError) throw described;
+      const note =
+        connect instanceof ConnectError && connect.code === Code.DeadlineExceeded
+          ? ""
+          : ` ${MAYBE_APPLIED_NOTE(address)}`;
+      throw new MaybeAppliedError(`${described.message}${note}`, { cause: error });
     }
   }
 
@@ -250,6 +304,10 @@ export class CasqClient {
     return options;
   }
 }
+
+/** What a {@link MaybeAppliedError} adds to the message. */
+const MAYBE_APPLIED_NOTE = (broker: string) =>
+  `An attempt at ${broker} timed out or lost its connection after sending the request, so it may have been applied.`;
 
 function readPem(path: string, flag: string): Buffer {
   try {

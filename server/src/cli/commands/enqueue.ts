@@ -5,14 +5,27 @@
  * call, in input order, one batch at a time (so per-key order holds across
  * batches). A progress bar on stderr shows large inputs when stderr is a
  * terminal; otherwise a progress line is printed every few seconds.
+ *
+ * Every message without a dedup id gets a generated one (a random UUID, made
+ * once per message, sent again by every resend of its batch), as the SDK
+ * producers do: an attempt that timed out or lost its connection may have
+ * stored the batch, and a resend must not store it twice. `--no-dedup` turns
+ * that off; such a batch is then never resent after an ambiguous attempt.
  */
+import { randomUUID } from "node:crypto";
 import { fstatSync } from "node:fs";
 import { createInterface } from "node:readline";
 import type { Command } from "commander";
 import { InvalidArgumentError, Option } from "commander";
 import { EnqueuedMessageSchema, type NewMessage } from "../api.ts";
 import { CliError, ExitCode, usageError } from "../cli-error.ts";
-import { addConnectionOptions, type CasqClient, type ClientOptions, clientFromOptions } from "../client.ts";
+import {
+  addConnectionOptions,
+  type CasqClient,
+  type ClientOptions,
+  clientFromOptions,
+  MaybeAppliedError,
+} from "../client.ts";
 import {
   type InputMode,
   type MessageDefaults,
@@ -31,6 +44,8 @@ interface EnqueueOptions extends ClientOptions {
   delay?: number;
   header?: string[];
   dedupId?: string;
+  /** False with `--no-dedup`: no generated dedup ids. */
+  dedup: boolean;
   maxAttempts?: number;
   batchSize: number;
   json?: boolean;
@@ -53,6 +68,10 @@ export function registerEnqueue(program: Command): void {
     .option("--delay <duration>", "run no earlier than this from now, e.g. 30s, 5m", parseDurationMs)
     .option("--header <name=value>", "application header (repeatable)", collect)
     .option("--dedup-id <id>", "deduplication id of PAYLOAD: a repeat within the dedup window stores nothing")
+    .option(
+      "--no-dedup",
+      "no generated dedup ids for messages without one (a request that may have been stored is then not resent)",
+    )
     .option(
       "--max-attempts <n>",
       "deliveries before dead-lettering, 1..1000 (default: the queue's)",
@@ -85,6 +104,9 @@ PAYLOAD and each stdin line follow one rule:
   - text starting with { or [ must be valid JSON. --raw turns envelopes and this check off.
 Flags (--key, --priority, ...) are defaults for every message; an envelope's own fields win.
 
+Messages without a dedup id get a generated one, so that a request resent after a timeout or a
+broken connection is not stored twice (--no-dedup: none; such a request is then not resent).
+
 Output: the message id (one per line with --json: {"line", "id", "shard", "offset", "duplicate"}).
 When the enqueue created the queue (auto-create is on), stderr says "created queue QUEUE (auto-create ...)".
 
@@ -106,6 +128,9 @@ Examples:
         if (error instanceof MessageInputError) throw usageError(`PAYLOAD: ${error.message}`);
         throw error;
       }
+    }
+    if (options.dedup === false && options.dedupId !== undefined) {
+      throw usageError("--dedup-id and --no-dedup contradict each other: pass one of them.");
     }
     const client = clientFromOptions(options);
     try {
@@ -147,8 +172,34 @@ function flagDefaults(options: EnqueueOptions): MessageDefaults {
   };
 }
 
+/**
+ * Gives `message` a generated dedup id when it has none and generated ids
+ * are on; true when it did.
+ */
+function generateDedupId(message: NewMessage, options: EnqueueOptions): boolean {
+  if (message.dedupId !== "" || options.dedup === false) return false;
+  message.dedupId = randomUUID();
+  return true;
+}
+
+/**
+ * One Enqueue call; resent after an ambiguous attempt only when every message
+ * has a dedup id. A "duplicate" answer for a generated id is this command's
+ * own earlier attempt, which stored the message: reported as stored.
+ */
+async function send(client: CasqClient, queue: string, messages: NewMessage[], generated: boolean[]) {
+  const response = await client.call((c, o) => c.queue.enqueue({ queue, messages }, o), {
+    idempotent: messages.every((m) => m.dedupId !== ""),
+  });
+  response.messages.forEach((result, index) => {
+    if (generated[index]) result.duplicate = false;
+  });
+  return response;
+}
+
 async function enqueueOne(client: CasqClient, queue: string, message: NewMessage, options: EnqueueOptions) {
-  const response = await client.call((c, o) => c.queue.enqueue({ queue, messages: [message] }, o));
+  const generated = generateDedupId(message, options);
+  const response = await send(client, queue, [message], [generated]);
   if (response.queueCreated) noteCreated(queue);
   const result = response.messages[0];
   if (result === undefined)
@@ -174,6 +225,7 @@ async function enqueueStdin(
     : noProgress;
   let batch: NewMessage[] = [];
   let batchLines: number[] = [];
+  let batchGenerated: boolean[] = [];
   let lineNumber = 0;
   let enqueued = 0;
   let duplicates = 0;
@@ -183,37 +235,39 @@ async function enqueueStdin(
     if (batch.length === 0) return;
     const messages = batch;
     const lines = batchLines;
+    const generated = batchGenerated;
     batch = [];
     batchLines = [];
-    const response = await client
-      .call((c, o) => c.queue.enqueue({ queue, messages }, o))
-      .catch((error: unknown) => {
-        progress.stop();
-        const first = lines[0] ?? 0;
-        const last = lines[lines.length - 1] ?? 0;
-        const done =
-          enqueued === 0
-            ? "nothing was enqueued"
-            : `lines up to ${lastOkLine} are enqueued (${enqueued} messages)`;
-        const cliError = error as CliError;
-        const nothingApplied =
-          cliError.exitCode === ExitCode.usage ||
+    batchGenerated = [];
+    const response = await send(client, queue, messages, generated).catch((error: unknown) => {
+      progress.stop();
+      const first = lines[0] ?? 0;
+      const last = lines[lines.length - 1] ?? 0;
+      const done =
+        enqueued === 0
+          ? "nothing was enqueued"
+          : `lines up to ${lastOkLine} are enqueued (${enqueued} messages)`;
+      const cliError = error as CliError;
+      // A MaybeAppliedError (an attempt timed out or lost its connection) may have stored the batch.
+      const nothingApplied =
+        !(cliError instanceof MaybeAppliedError) &&
+        (cliError.exitCode === ExitCode.usage ||
           cliError.exitCode === ExitCode.notFound ||
-          cliError.exitCode === ExitCode.connectionFailed;
-        if (nothingApplied && enqueued === 0) throw cliError;
-        if (nothingApplied) {
-          throw new CliError(
-            cliError.exitCode,
-            `${cliError.message}\n  ${done}; lines from ${first} on were not.`,
-          );
-        }
+          cliError.exitCode === ExitCode.connectionFailed);
+      if (nothingApplied && enqueued === 0) throw cliError;
+      if (nothingApplied) {
         throw new CliError(
-          cliError.exitCode ?? ExitCode.serverError,
-          `${cliError.message}\n  ${done}; lines ${first}..${last} (this batch) may be partly stored ` +
-            "(each shard's part is atomic), later lines were not sent. Resume from line " +
-            `${first}; messages with dedup ids are safe to resend.`,
+          cliError.exitCode,
+          `${cliError.message}\n  ${done}; lines from ${first} on were not.`,
         );
-      });
+      }
+      throw new CliError(
+        cliError.exitCode ?? ExitCode.serverError,
+        `${cliError.message}\n  ${done}; lines ${first}..${last} (this batch) may be partly stored ` +
+          "(each shard's part is atomic), later lines were not sent. Resume from line " +
+          `${first}; lines with their own dedup_id are safe to resend (the ids this run generated are not reused).`,
+      );
+    });
     if (response.queueCreated) noteCreated(queue);
     const out: string[] = [];
     response.messages.forEach((result, index) => {
@@ -248,6 +302,7 @@ async function enqueueStdin(
         throw error;
       }
       if (message === undefined) continue;
+      batchGenerated.push(generateDedupId(message, options));
       batch.push(message);
       batchLines.push(lineNumber);
       if (batch.length >= options.batchSize) await flush();
