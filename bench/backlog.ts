@@ -20,7 +20,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
-import { Broker } from "../server/src/broker/broker.ts";
+import { Broker, NO_MANIFESTS } from "../server/src/broker/broker.ts";
 import type { CommitInfo } from "../server/src/broker/shard-observer.ts";
 import { FaultInjectingStore } from "../server/src/store/fault-injecting-store.ts";
 import { FileStore } from "../server/src/store/file-store.ts";
@@ -76,6 +76,7 @@ async function runCase(backlog: number, latencyMs: number): Promise<Case> {
     random: seededRandom(2),
     initialConfig: { leaseTtlMs: 600_000, maxDocumentBytes: 4 * 1024 ** 3 },
     observer: { onCommit: (info) => commits.push(info) },
+    documentExpected: NO_MANIFESTS,
   });
   const queue = "bench";
   // The standing backlog, loaded without latency in batches of 1000.

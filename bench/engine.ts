@@ -12,7 +12,7 @@
  * Numbers are only comparable within one run on one machine.
  */
 import { parseArgs } from "node:util";
-import { Broker, type Delivery } from "../server/src/broker/broker.ts";
+import { Broker, type Delivery, NO_MANIFESTS } from "../server/src/broker/broker.ts";
 import { applyOperation } from "../server/src/model/apply-operation.ts";
 import { ShardState } from "../server/src/model/shard-state.ts";
 import { FaultInjectingStore } from "../server/src/store/fault-injecting-store.ts";
@@ -60,6 +60,7 @@ function makeBroker(latencyMs: number, groupCommit: boolean) {
     random: seededRandom(2),
     commit: { groupCommit },
     initialConfig: { leaseTtlMs: 600_000 },
+    documentExpected: NO_MANIFESTS,
   });
   return { broker, store };
 }

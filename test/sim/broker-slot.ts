@@ -16,7 +16,7 @@
  *   of network each way; refused while the process is down or stopping; an
  *   answer still on the wire when the process dies is lost.
  */
-import { Broker } from "../../server/src/broker/broker.ts";
+import { Broker, NO_MANIFESTS } from "../../server/src/broker/broker.ts";
 import { CasqError } from "../../server/src/errors.ts";
 import { FaultInjectingStore, type FaultRule } from "../../server/src/store/fault-injecting-store.ts";
 import type { ObjectStore } from "../../server/src/store/object-store.ts";
@@ -108,6 +108,7 @@ export class BrokerSlot {
       commit: { leaseMs: this.config.leadershipLeaseMs, ...this.config.commit },
       shardsFor: () => this.config.shards,
       initialConfig: this.config.queueConfig,
+      documentExpected: NO_MANIFESTS,
     });
     this.state = "up";
     this.trace.add(`start ${this.name}-${this.incarnation}`);

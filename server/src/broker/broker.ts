@@ -18,7 +18,7 @@ import type { Random } from "../util/random.ts";
 import type { BrokerIdentity } from "./leadership.ts";
 import { newMessageId } from "./message-ids.ts";
 import { expectKind } from "./operation-effects.ts";
-import { shardDocumentExpected } from "./queue-catalog.ts";
+import { missingShardVerdict, queueNotFound } from "./queue-catalog.ts";
 import { ShardClaimer } from "./shard-claims.ts";
 import { type CommitOptions, ShardLeader } from "./shard-leader.ts";
 import type { ShardObserver } from "./shard-observer.ts";
@@ -40,11 +40,22 @@ export interface BrokerParams {
   readonly observer?: ShardObserver;
   /**
    * Whether a shard whose document is missing should have one (then it is
-   * refused with `data_loss`, not recreated empty). Default: the queue's
-   * manifest in the store says so ({@link shardDocumentExpected}).
+   * refused with `data_loss`, not recreated empty); an error it throws fails
+   * the request and nothing is written. Default: the queue's manifest in the
+   * store decides ({@link missingShardVerdict}): create only while the queue
+   * is `creating`, `not_found` without a manifest or while `deleting`.
+   * Engines that run without manifests (simulation, benchmarks) pass
+   * {@link NO_MANIFESTS}.
    */
   readonly documentExpected?: (queue: string, shard: number) => Promise<boolean>;
 }
+
+/**
+ * The `documentExpected` of an engine that runs without queue manifests (the
+ * simulation, benchmarks): a missing shard document is a new shard, created
+ * empty by its first write.
+ */
+export const NO_MANIFESTS = async (): Promise<boolean> => false;
 
 /** A message to enqueue; the broker assigns the id. */
 export type EnqueueInput = Omit<NewMessage, "id">;
@@ -131,12 +142,23 @@ export class Broker {
         ...(this.params.initialConfig ? { initialConfig: this.params.initialConfig } : {}),
         ...(this.params.observer ? { observer: this.params.observer } : {}),
         documentExpected: () =>
-          this.params.documentExpected?.(queue, shard) ??
-          shardDocumentExpected(this.params.store, queue, shard),
+          this.params.documentExpected?.(queue, shard) ?? this.manifestSaysExpected(queue, shard),
       });
       this.leaders.set(id, leader);
     }
     return leader;
+  }
+
+  /**
+   * The default `documentExpected`: what the queue's manifest says of a
+   * missing shard document ({@link missingShardVerdict}). Created only while
+   * the queue is `creating`; `data_loss` when it is `ready`; `not_found`
+   * (nothing written) when the queue has no manifest or is being deleted.
+   */
+  private async manifestSaysExpected(queue: string, shard: number): Promise<boolean> {
+    const verdict = await missingShardVerdict(this.params.store, queue, shard);
+    if (verdict === "absent") throw queueNotFound(queue);
+    return verdict === "lost";
   }
 
   /** Every shard leader this broker has opened. */

@@ -19,9 +19,20 @@
  * - `ready`: the queue is in service, and every shard document exists. A
  *   shard document missing under a `ready` manifest was lost (deleted by
  *   hand, a store lifecycle rule...): the shard is refused with `data_loss`
- *   rather than silently recreated empty ({@link shardDocumentExpected}).
+ *   rather than silently recreated empty ({@link missingShardVerdict}).
  * - `deleting`: DeleteQueue is removing the shard documents; requests get
  *   `not_found`, and a DeleteQueue that finds it finishes the job.
+ *
+ * So a shard document is only ever created while its manifest is
+ * `creating`. A broker that finds a document missing under a `deleting`
+ * manifest, or under none (a broker whose cached manifest still said
+ * `ready` when the queue was deleted through another one), answers
+ * `not_found` and writes nothing: writing would leave an orphan document
+ * that no manifest owns. And a new manifest is never written over such an
+ * orphan (one left by an older casq, or a deletion interrupted by hand):
+ * creating a queue whose name still has shard documents but no manifest is
+ * refused with `failed_precondition` naming them, instead of adopting their
+ * old messages, subscriptions and config as the "new" queue's.
  *
  * The shard count is fixed for the queue's life, so a cached manifest is
  * always right about it. Whether the queue still exists is not: each broker
@@ -122,7 +133,7 @@ export class QueueCatalog {
    */
   shardsFor(queue: string): number {
     const manifest = this.cache.get(queue)?.manifest;
-    if (manifest === undefined) throw notFound(queue);
+    if (manifest === undefined) throw queueNotFound(queue);
     return manifest.shardCount;
   }
 
@@ -150,7 +161,7 @@ export class QueueCatalog {
     } else {
       manifest = await this.load(queue);
     }
-    if (manifest === undefined) throw notFound(queue);
+    if (manifest === undefined) throw queueNotFound(queue);
     if (manifest.state === "creating")
       throw new CasqError(
         "not_found",
@@ -245,13 +256,17 @@ export class QueueCatalog {
         `shard_count must be between 1 and ${MAX_SHARD_COUNT}, got ${shardCount}`,
       );
     const fields = { queue, shardCount, createdAt: this.clock.now(), state, config };
-    try {
-      const put = await this.store.put(manifestKey(queue), encodeManifest(fields), { ifAbsent: true });
-      const manifest: QueueManifest = { ...fields, etag: put.etag };
-      this.remember(manifest);
-      return { manifest, created: true };
-    } catch (error) {
-      if (!isStoreError(error, "precondition_failed")) throw storeFailure(error, queue);
+    // A manifest that exists already is read below; without one, no shard document may exist.
+    const manifestExists = await this.refuseStrayShards(queue);
+    if (!manifestExists) {
+      try {
+        const put = await this.store.put(manifestKey(queue), encodeManifest(fields), { ifAbsent: true });
+        const manifest: QueueManifest = { ...fields, etag: put.etag };
+        this.remember(manifest);
+        return { manifest, created: true };
+      } catch (error) {
+        if (!isStoreError(error, "precondition_failed")) throw storeFailure(error, queue);
+      }
     }
     const existing = await this.load(queue);
     if (existing === undefined)
@@ -261,6 +276,32 @@ export class QueueCatalog {
         { queue },
       );
     return { manifest: existing, created: false };
+  }
+
+  /**
+   * Lists the queue's objects before its manifest is written. Resolves true
+   * when the manifest exists already (the caller reads it instead of
+   * writing); throws `failed_precondition` when it does not but shard
+   * documents do (see the module header): they are never adopted.
+   */
+  private async refuseStrayShards(queue: string): Promise<boolean> {
+    let listed: { key: string }[];
+    try {
+      listed = await this.store.list(`queues/${queue}/`);
+    } catch (error) {
+      throw storeFailure(error, queue);
+    }
+    const keys = listed.map((entry) => entry.key);
+    if (keys.includes(manifestKey(queue))) return true;
+    const heads = /^queues\/[^/]+\/[0-9]+\.json$/;
+    const strays = keys.filter((key) => heads.test(key)).sort();
+    if (strays.length === 0) return false;
+    const more = strays.length > 3 ? ` and ${strays.length - 3} more` : "";
+    throw new CasqError(
+      "failed_precondition",
+      `queue ${queue} cannot be created: shard document ${strays.slice(0, 3).join(", ")}${more} already exists but belongs to no queue (queue ${queue} has no manifest: left by a deleted queue, or written after the deletion by an older casq broker); it is not adopted as the new queue's. Delete or move it away with your store's tools (keep a copy if its messages matter), then create the queue again`,
+      { queue },
+    );
   }
 
   /** Moves a manifest to `state` with a CAS on the etag it was read with. Resolves the new manifest. */
@@ -376,35 +417,56 @@ function isAutoCreation(manifest: QueueManifest): boolean {
 }
 
 /**
- * True when the queue's manifest says shard `shard` has a document: the
- * queue is `ready` (so every shard document was created) and has that shard.
- * A shard whose document is then missing lost its data and must not be
- * recreated empty. A manifest that cannot be read counts as saying so (never
- * create under what cannot be read); no manifest, or one still `creating`
- * or `deleting`, does not. Store failures are thrown (`unavailable`).
+ * What a broker does about a shard whose document it finds missing (the
+ * module header says why):
+ *
+ * - `"create"`: create it empty — the manifest is `creating` and has the shard.
+ * - `"lost"`: refuse the shard with `data_loss` — the manifest is `ready`
+ *   and has the shard, so its document existed and was lost; or the
+ *   manifest cannot be read (never create under what cannot be read).
+ * - `"absent"`: answer `not_found` and write nothing — no manifest, a
+ *   `deleting` one, or one without this shard.
+ *
+ * Reads the manifest from the store (not a cache: a cached one may be
+ * stale). Store failures are thrown (`unavailable`).
  */
-export async function shardDocumentExpected(
+export async function missingShardVerdict(
   store: ObjectStore,
   queue: string,
   shard: number,
-): Promise<boolean> {
+): Promise<"create" | "lost" | "absent"> {
   let stored: Awaited<ReturnType<ObjectStore["get"]>>;
   try {
     stored = await store.get(manifestKey(queue));
   } catch (error) {
     throw storeFailure(error, queue);
   }
-  if (stored === undefined) return false;
+  if (stored === undefined) return "absent";
   let manifest: ManifestFields;
   try {
     manifest = decodeManifest(queue, stored.body);
   } catch {
-    return true;
+    return "lost";
   }
-  return manifest.state === "ready" && shard < manifest.shardCount;
+  if (shard >= manifest.shardCount || manifest.state === "deleting") return "absent";
+  return manifest.state === "ready" ? "lost" : "create";
 }
 
-function notFound(queue: string): CasqError {
+/**
+ * True when the queue's manifest says shard `shard` has a document (it is
+ * `ready` with that shard, or cannot be read): a shard whose document is then
+ * missing lost its data ({@link missingShardVerdict} says `"lost"`).
+ */
+export async function shardDocumentExpected(
+  store: ObjectStore,
+  queue: string,
+  shard: number,
+): Promise<boolean> {
+  return (await missingShardVerdict(store, queue, shard)) === "lost";
+}
+
+/** The `not_found` of a queue that does not exist (also of one being deleted, to a shard's leader). */
+export function queueNotFound(queue: string): CasqError {
   return new CasqError(
     "not_found",
     `queue ${queue} does not exist; create it with AdminService.CreateQueue (or \`casq queue create ${queue}\`)`,

@@ -59,6 +59,9 @@ import { shardKey } from "./shard-key.ts";
 import type { ShardObserver } from "./shard-observer.ts";
 import { resolveWrites, type WriteAttempt } from "./write-resolution.ts";
 
+/** How long a shard refused because its head is missing answers so without re-reading (ms). */
+export const MISSING_HEAD_RECHECK_MS = 1000;
+
 /** Where the head store stands with its shard. */
 export type HeadMode = "unloaded" | "leading" | "following" | "refused";
 
@@ -91,7 +94,9 @@ export interface ShardHeadStoreParams {
   /**
    * Asked when the head does not exist: true when it should (the queue's
    * manifest says the shard was created), which refuses the shard instead of
-   * creating it empty. Default: a missing head is a new shard.
+   * creating it empty; an error it throws (e.g. `not_found`: the queue was
+   * deleted) fails the commit and nothing is written. Default: a missing
+   * head is a new shard.
    */
   readonly documentExpected?: (() => Promise<boolean>) | undefined;
 }
@@ -130,6 +135,9 @@ export class ShardHeadStore {
   private headMode: HeadMode = "unloaded";
   /** The refusal message last reported to observers while refused (so a refusal is reported once per reason). */
   private refusedFor: string | undefined;
+  /** A refusal for a missing head and when it was decided: repeated without store reads for
+   * {@link MISSING_HEAD_RECHECK_MS}, so a client looping on the shard does not cost two GETs a call. */
+  private missingRefusal: { readonly error: CasqError; readonly at: number } | undefined;
   /** The committed head (mutated in place only inside {@link commit}). `undefined` = does not exist yet. */
   private committed: ShardState | undefined;
   private etag: string | undefined;
@@ -269,8 +277,12 @@ export class ShardHeadStore {
           return { kind: "failed", error: asCasqError(error, this.queue, this.shard) };
         }
         const fresh = await this.reload();
-        // No write of this commit may have landed, and the shard is now refused: say so.
-        if (isCasqError(fresh, "data_loss") && ![...attempts.values()].some((a) => a.ambiguous))
+        // No write of this commit may have landed, and the shard is now refused (or its
+        // document was deleted with its queue): say so.
+        if (
+          (isCasqError(fresh, "data_loss") || isCasqError(fresh, "not_found")) &&
+          ![...attempts.values()].some((a) => a.ambiguous)
+        )
           return { kind: "failed", error: fresh };
         if (fresh instanceof CasqError) {
           const unknown = new CasqError(
@@ -349,6 +361,12 @@ export class ShardHeadStore {
   private async ensureLoaded(): Promise<CasqError | undefined> {
     const now = this.now();
     if (
+      this.headMode === "refused" &&
+      this.missingRefusal !== undefined &&
+      now - this.missingRefusal.at < MISSING_HEAD_RECHECK_MS
+    )
+      return this.missingRefusal.error;
+    if (
       this.headMode === "following" &&
       heldByOther(this.seenRecord, this.identity, now) &&
       now - this.seenAt < this.options.leaseMs / 10
@@ -384,13 +402,15 @@ export class ShardHeadStore {
         this.headMode = "unloaded";
         return undefined;
       }
-      return this.refuse(
+      const refusal = this.refuse(
         new CasqError(
           "data_loss",
           `shard document ${this.key} is missing, but queue ${this.queue} was created with this shard: its messages were lost (deleted by hand, or by a store lifecycle rule?). It will not be recreated empty behind your back: restore it from a backup, or recreate it with \`casq repair ${this.queue} --shard ${this.shard}\`.`,
           { queue: this.queue, shard: this.shard },
         ),
       );
+      this.missingRefusal = { error: refusal, at: this.now() };
+      return refusal;
     }
     try {
       const doc = parseShardDocument(stored.body);
@@ -441,6 +461,7 @@ export class ShardHeadStore {
    * every request that meets the refused shard again.
    */
   private refuse(refusal: CasqError): CasqError {
+    this.missingRefusal = undefined;
     this.committed = undefined;
     this.etag = undefined;
     this.committedBytes = undefined;

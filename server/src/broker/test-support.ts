@@ -7,7 +7,7 @@ import type { CallOptions, ObjectStore, PutCondition, PutResult } from "../store
 import type { Clock } from "../util/clock.ts";
 import { systemClock } from "../util/clock.ts";
 import { seededRandom } from "../util/random.ts";
-import { Broker, type BrokerParams } from "./broker.ts";
+import { Broker, type BrokerParams, NO_MANIFESTS } from "./broker.ts";
 
 /** Wraps a store, counting puts and optionally holding each put until released. */
 export class GatedStore implements ObjectStore {
@@ -69,6 +69,8 @@ export function makeBroker(
     identity: { id: `broker-${name}`, address: `${name}.test:50051` },
     clock: overrides.clock ?? systemClock,
     random: seededRandom(name.length * 7919),
+    // No manifests here: a missing shard document is a new shard (tests may override).
+    documentExpected: NO_MANIFESTS,
     ...overrides,
   });
 }

@@ -173,11 +173,19 @@ export function createAdminService(ctx: ServiceContext): ServiceImpl<typeof Admi
       const queue = checkQueueName(req.queue);
       let manifest = await requireForDelete(ctx, queue);
       // Every shard must be led here (a redirect otherwise), and empty unless forced.
-      const stats = await Promise.all(
+      // Resuming a deletion, a shard whose document is gone already is `not_found`: fine.
+      const read = await Promise.all(
         shardsOf(manifest).map((shard) =>
-          ctx.broker.leader(queue, shard).read((state) => computeStats(state, ctx.clock.now())),
+          ctx.broker
+            .leader(queue, shard)
+            .read((state) => computeStats(state, ctx.clock.now()))
+            .catch((error: unknown) => {
+              if (manifest.state === "deleting" && isCasqError(error, "not_found")) return undefined;
+              throw error;
+            }),
         ),
       );
+      const stats = read.filter((s): s is ShardStats => s !== undefined);
       if (!req.force && manifest.state === "ready") {
         const busy = stats.find((s) => s.ready + s.delayed + s.inFlight + s.dead > 0);
         if (busy)
