@@ -53,10 +53,15 @@ describe("metrics when leadership moves", () => {
 
     // Freeze the leader past its lease: the other broker takes the shard over.
     first.child.kill("SIGSTOP");
-    await waitFor("the second broker to take the shard over", async () => {
-      const r = await casq(["enqueue", "moving", "two", "--server", second.address]);
-      return r.code === 0;
-    });
+    // A short per-request timeout: a redirect to the frozen leader must not use up the wait.
+    await waitFor(
+      "the second broker to take the shard over",
+      async () => {
+        const r = await casq(["enqueue", "moving", "two", "--server", second.address, "--timeout", "2s"]);
+        return r.code === 0;
+      },
+      90_000,
+    );
     first.child.kill("SIGCONT");
 
     // The old leader finds out (its next renewal loses the CAS race) and drops the shard's gauges.
