@@ -16,12 +16,17 @@
  *   and answers without queue work): the yardstick;
  * - **connect**: bench/rpc/plain-connect-server.ts, the same methods through
  *   @connectrpc/connect-node on a bare HTTP/2 server: the protocol library's
- *   floor, to tell casq's own cost from the library's.
+ *   floor, to tell casq's own cost from the library's;
+ * - **casq-grpc-js** (only when asked for with --servers): casq's engine and
+ *   handlers served by @grpc/grpc-js (bench/rpc/casq-on-grpc-js-server.ts),
+ *   what the alternative stack would cost.
  *
- * Cases: `grpc.health.v1.Health/Check` (the trivial unary call) and
- * `casq.v1.QueueService/Enqueue` with one 1 KiB message (a fresh queue per run
- * on casq, since its cost grows with the shard document). Runs alternate
- * casq, grpc-js, casq, ... so both see the same background load; reported are
+ * Cases: `grpc.health.v1.Health/Check` (the trivial unary call, for
+ * --duration seconds per run) and `casq.v1.QueueService/Enqueue` with one
+ * 1 KiB message (--enqueue-calls calls per run into a fresh queue: casq's cost
+ * per Enqueue grows with the shard document, so a fixed count compares
+ * servers at the same queue sizes). Runs alternate between the servers
+ * (casq, grpc-js, connect, casq, ...) so all see the same background load; reported are
  * medians of calls/s, p50 and p99 (ghz's own numbers) and the server's CPU
  * time per call (from /proc, the steadiest number on a busy machine).
  *
@@ -49,6 +54,7 @@ const { values } = parseArgs({
     json: { type: "boolean", default: false },
     runs: { type: "string", default: "3" },
     duration: { type: "string", default: "5" },
+    "enqueue-calls": { type: "string", default: "4000" },
     concurrency: { type: "string", default: "64" },
     connections: { type: "string", default: "1" },
     cases: { type: "string", default: "health,enqueue" },
@@ -59,23 +65,32 @@ const { values } = parseArgs({
   },
 });
 if (values.help) {
-  console.log(`usage: npm run bench:rpc -- [--json] [--runs N] [--duration SECONDS] [--concurrency N]
-                              [--connections N] [--cases health,enqueue] [--servers casq,grpc-js,connect]
+  console.log(`usage: npm run bench:rpc -- [--json] [--runs N] [--duration SECONDS] [--enqueue-calls N] [--concurrency N]
+                              [--connections N] [--cases health,enqueue] [--servers casq,grpc-js,connect,casq-grpc-js]
                               [--cpu-prof DIR] [--serve-args "ARGS"]`);
   process.exit(0);
 }
 const runs = Number(values.runs);
 const durationS = Number(values.duration);
+const enqueueCalls = Number(values["enqueue-calls"]);
 const concurrency = Number(values.concurrency);
 const connections = Number(values.connections);
 const progress = (line: string) => process.stderr.write(`${line}\n`);
 
-type ServerName = "casq" | "grpc-js" | "connect";
+type ServerName = "casq" | "grpc-js" | "connect" | "casq-grpc-js";
 type CaseName = "health" | "enqueue";
-const CASES: Record<CaseName, { call: string; data: (run: number) => unknown }> = {
-  health: { call: "grpc.health.v1.Health/Check", data: () => ({ service: "" }) },
+/** What ghz sends: for `seconds`, or `calls` calls in all. */
+type Load = { readonly seconds: number } | { readonly calls: number };
+const CASES: Record<CaseName, { call: string; load: Load; data: (run: number) => unknown }> = {
+  health: {
+    call: "grpc.health.v1.Health/Check",
+    load: { seconds: durationS },
+    data: () => ({ service: "" }),
+  },
   enqueue: {
     call: "casq.v1.QueueService/Enqueue",
+    // A fixed count: casq's cost per Enqueue grows with the queue, so every server ends at the same size.
+    load: { calls: enqueueCalls },
     data: (run) => ({
       queue: `rpc-bench-${process.pid}-${run}`,
       messages: [{ payload: Buffer.alloc(1024, 97).toString("base64") }],
@@ -163,7 +178,18 @@ async function startServer(name: ServerName): Promise<Server> {
           "127.0.0.1:0",
           ...values["serve-args"].split(" ").filter((a) => a !== ""),
         ]
-      : [...prof, "--import", "tsx", join(ROOT, "bench", "rpc", `plain-${name}-server.ts`), "127.0.0.1:0"];
+      : [
+          ...prof,
+          "--import",
+          "tsx",
+          join(
+            ROOT,
+            "bench",
+            "rpc",
+            name === "casq-grpc-js" ? "casq-on-grpc-js-server.ts" : `plain-${name}-server.ts`,
+          ),
+          "127.0.0.1:0",
+        ];
   const child = spawn(process.execPath, args, { stdio: ["ignore", "pipe", "inherit"], cwd: ROOT });
   return { name, child, address: await waitForAddress(child, name) };
 }
@@ -178,20 +204,15 @@ async function stopServer(server: Server): Promise<void> {
 /** ghz's JSON report, the fields used here. */
 interface GhzReport {
   count: number;
+  /** Wall time of the run (ns). */
+  total: number;
   rps: number;
   latencyDistribution: { percentage: number; latency: number }[] | null;
   statusCodeDistribution: Record<string, number>;
   errorDistribution: Record<string, number> | null;
 }
 
-function ghz(
-  ghzPath: string,
-  protosetFile: string,
-  server: Server,
-  call: string,
-  data: unknown,
-  seconds: number,
-) {
+function ghz(ghzPath: string, protosetFile: string, server: Server, call: string, data: unknown, load: Load) {
   const out = execFileSync(
     ghzPath,
     [
@@ -206,8 +227,7 @@ function ghz(
       String(concurrency),
       "--connections",
       String(connections),
-      "--duration",
-      `${seconds}s`,
+      ...("seconds" in load ? ["--duration", `${load.seconds}s`] : ["--total", String(load.calls)]),
       "--duration-stop",
       "ignore",
       "--format",
@@ -222,7 +242,14 @@ function ghz(
 function measureRun(ghzPath: string, protosetFile: string, server: Server, name: CaseName, run: number): Run {
   const pid = server.child.pid as number;
   const cpuBefore = cpuSecondsOf([pid]);
-  const report = ghz(ghzPath, protosetFile, server, CASES[name].call, CASES[name].data(run), durationS);
+  const report = ghz(
+    ghzPath,
+    protosetFile,
+    server,
+    CASES[name].call,
+    CASES[name].data(run),
+    CASES[name].load,
+  );
   const cpu = cpuSecondsOf([pid]) - cpuBefore;
   const ok = report.statusCodeDistribution.OK ?? 0;
   const pct = (p: number) =>
@@ -231,7 +258,7 @@ function measureRun(ghzPath: string, protosetFile: string, server: Server, name:
   if (errors > 0)
     progress(`  ${server.name} ${name}: ${errors} errors ${JSON.stringify(report.errorDistribution)}`);
   return {
-    callsPerSecond: ok / durationS,
+    callsPerSecond: ok / (report.total / 1e9),
     p50Ms: pct(50),
     p99Ms: pct(99),
     errors,
@@ -253,7 +280,8 @@ async function main() {
     for (const name of serverNames) servers.push(await startServer(name));
     for (const server of servers) {
       // Warm-up: JIT, connection setup, the first queue's creation.
-      for (const name of cases) ghz(ghzPath, protosetFile, server, CASES[name].call, CASES[name].data(0), 2);
+      for (const name of cases)
+        ghz(ghzPath, protosetFile, server, CASES[name].call, CASES[name].data(0), { seconds: 2 });
     }
     const results: Record<string, Record<string, Run[]>> = {};
     let runNumber = 0;
@@ -299,14 +327,23 @@ async function main() {
     if (values.json) {
       console.log(
         JSON.stringify(
-          { concurrency, connections, durationS, runs, serveArgs: values["serve-args"], summary, results },
+          {
+            concurrency,
+            connections,
+            durationS,
+            enqueueCalls,
+            runs,
+            serveArgs: values["serve-args"],
+            summary,
+            results,
+          },
           null,
           2,
         ),
       );
     } else {
       console.log(
-        `\nmedians of ${runs} alternating runs, ${durationS} s each, ${concurrency} concurrent calls on ${connections} connection(s) (ghz)`,
+        `\nmedians of ${runs} alternating runs (health: ${durationS} s each; enqueue: ${enqueueCalls} calls each, a fresh queue), ${concurrency} concurrent calls on ${connections} connection(s) (ghz)`,
       );
       console.log("case     server    calls/s (min-max)         p50 ms   p99 ms   server CPU µs/call");
       for (const s of summary) {
