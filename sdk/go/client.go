@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
 )
 
@@ -52,7 +53,21 @@ type Options struct {
 	// (grpc.WithChainUnaryInterceptor, grpc.WithChainStreamInterceptor), a
 	// proxy dialer (grpc.WithContextDialer), keepalive, and so on. Every
 	// call of the client, the Work streams included, goes through them.
+	//
+	// They come after the SDK's own, so they win where both set the same
+	// thing: grpc.WithKeepaliveParams here replaces the keepalive below.
 	DialOptions []grpc.DialOption
+	// KeepaliveTime is how long a connection to a broker may go without
+	// data before the client sends an HTTP/2 PING (default 10 s; grpc-go
+	// raises anything shorter to 10 s). Idle connections are pinged too. A
+	// PING unanswered within KeepaliveTimeout (default 10 s) closes the
+	// connection and fails its calls and streams: that is how a worker with
+	// no job, whose Work stream sends nothing, leaves a broker that hangs
+	// with the connection up (a process frozen by SIGSTOP) and reconnects to
+	// the next broker. A negative KeepaliveTime turns PINGs off (such a
+	// worker then waits until TCP itself fails, which may be never).
+	KeepaliveTime    time.Duration
+	KeepaliveTimeout time.Duration
 	// NoDefaultDedupIDs turns off the random dedup id the producer gives
 	// every message that has none. That id is made once per Enqueue or
 	// EnqueueBatch call, so the SDK's retries of the call reuse it: an
@@ -97,6 +112,12 @@ func Dial(ctx context.Context, opts Options) (*Client, error) {
 	if opts.BackoffMax <= 0 {
 		opts.BackoffMax = 5 * time.Second
 	}
+	if opts.KeepaliveTime == 0 {
+		opts.KeepaliveTime = 10 * time.Second
+	}
+	if opts.KeepaliveTimeout <= 0 {
+		opts.KeepaliveTimeout = 10 * time.Second
+	}
 	opts.Brokers = append([]string(nil), opts.Brokers...)
 	opts.DialOptions = append([]grpc.DialOption(nil), opts.DialOptions...)
 	return &Client{opts: opts, conns: map[string]*grpc.ClientConn{}, preferred: opts.Brokers[0]}, nil
@@ -137,7 +158,14 @@ func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
 	if c.opts.TLS != nil {
 		creds = credentials.NewTLS(c.opts.TLS)
 	}
-	conn, err := grpc.NewClient(addr, append([]grpc.DialOption{grpc.WithTransportCredentials(creds)}, c.opts.DialOptions...)...)
+	dialOpts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
+	if c.opts.KeepaliveTime > 0 {
+		dialOpts = append(dialOpts, grpc.WithKeepaliveParams(keepalive.ClientParameters{
+			Time: c.opts.KeepaliveTime, Timeout: c.opts.KeepaliveTimeout, PermitWithoutStream: true,
+		}))
+	}
+	// The user's options last: where they set the same thing, they win.
+	conn, err := grpc.NewClient(addr, append(dialOpts, c.opts.DialOptions...)...)
 	if err != nil {
 		return nil, toError(err, nil)
 	}

@@ -119,6 +119,18 @@ type restartBrokerStep struct {
 	Broker *int   `json:"broker"`
 }
 
+// freezeBrokerStep is freezeBroker or thawBroker (SIGSTOP / SIGCONT).
+type freezeBrokerStep struct {
+	Do     string `json:"do"`
+	Broker *int   `json:"broker"`
+}
+
+type awaitLeaseLapseStep struct {
+	Do        string `json:"do"`
+	Broker    *int   `json:"broker"`
+	TimeoutMs *int64 `json:"timeoutMs"`
+}
+
 type expectLeadersStep struct {
 	Do       string `json:"do"`
 	Distinct *int   `json:"distinct"`
@@ -267,6 +279,10 @@ func parseStep(raw json.RawMessage) (string, any, error) {
 		step = &restartBrokerStep{}
 	case "expectLeaders":
 		step = &expectLeadersStep{}
+	case "freezeBroker", "thawBroker":
+		step = &freezeBrokerStep{}
+	case "awaitLeaseLapse":
+		step = &awaitLeaseLapseStep{}
 	case "startWorker":
 		step = &startWorkerStep{}
 	case "awaitWorker":
@@ -356,6 +372,7 @@ type broker struct {
 	cmd    *exec.Cmd
 	log    *lockedLines
 	killed bool
+	frozen bool // SIGSTOPped and not thawed yet
 }
 
 type scenarioRun struct {
@@ -401,6 +418,9 @@ func (r *scenarioRun) startBrokers() {
 	r.dir = t.TempDir() // removed after the brokers are killed (cleanups run last-in first-out)
 	t.Cleanup(func() {
 		for _, b := range r.brokers {
+			if b.frozen {
+				_ = b.cmd.Process.Signal(syscall.SIGCONT)
+			}
 			_ = b.cmd.Process.Signal(syscall.SIGKILL)
 			_ = b.cmd.Wait()
 			if t.Failed() {
@@ -569,6 +589,10 @@ func (r *scenarioRun) step(step any) error {
 		return r.restartBroker(s)
 	case *expectLeadersStep:
 		return r.expectLeaders(ctx, s)
+	case *freezeBrokerStep:
+		return r.freezeBroker(s)
+	case *awaitLeaseLapseStep:
+		return r.awaitLeaseLapse(ctx, s)
 	case *startWorkerStep:
 		return r.startWorker(s)
 	case *awaitWorkerStep:
@@ -768,6 +792,80 @@ func (r *scenarioRun) restartBroker(s *restartBrokerStep) error {
 	}
 	if nb.addr != b.addr {
 		return fmt.Errorf("broker %d restarted on %s, not on its old address %s", *s.Broker, nb.addr, b.addr)
+	}
+	return nil
+}
+
+// freezeBroker sends broker i SIGSTOP (freezeBroker) or SIGCONT
+// (thawBroker): a frozen process keeps its connections open and answers
+// nothing.
+func (r *scenarioRun) freezeBroker(s *freezeBrokerStep) error {
+	if s.Broker == nil {
+		return errors.New("broker is required")
+	}
+	b, err := r.liveBroker(*s.Broker)
+	if err != nil {
+		return err
+	}
+	freeze := s.Do == "freezeBroker"
+	if b.frozen == freeze {
+		return fmt.Errorf("broker %d is already %s", *s.Broker, map[bool]string{true: "frozen", false: "thawed"}[freeze])
+	}
+	sig := syscall.SIGCONT
+	if freeze {
+		sig = syscall.SIGSTOP
+	}
+	if err := b.cmd.Process.Signal(sig); err != nil {
+		return err
+	}
+	b.frozen = freeze
+	return nil
+}
+
+// awaitLeaseLapse waits until no shard names broker i as its live leader,
+// asking only brokers that are not frozen.
+func (r *scenarioRun) awaitLeaseLapse(ctx context.Context, s *awaitLeaseLapseStep) error {
+	if s.Broker == nil {
+		return errors.New("broker is required")
+	}
+	if *s.Broker < 0 || *s.Broker >= len(r.brokers) {
+		return fmt.Errorf("no broker %d (the scenario has %d)", *s.Broker, len(r.brokers))
+	}
+	addr := r.brokers[*s.Broker].addr
+	var others []string
+	for _, b := range r.brokers {
+		if !b.frozen && !b.killed {
+			others = append(others, b.addr)
+		}
+	}
+	if len(others) == 0 {
+		return errors.New("every broker is frozen or killed: none to ask")
+	}
+	c, err := casq.Dial(ctx, casq.Options{Brokers: others, Timeout: 2 * time.Second})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	last := "no answer yet"
+	d := timeout(s.TimeoutMs, 20*time.Second)
+	if !poll(d, 100*time.Millisecond, func() bool {
+		q, err := c.Admin().GetQueue(ctx, r.queue)
+		if err != nil {
+			last = err.Error()
+			return false
+		}
+		now := time.Now()
+		var held []uint32
+		for _, sh := range q.GetShards() {
+			l := sh.GetLeader()
+			if l.GetAddress() == addr && l.GetLeaseUntil() != nil && l.GetLeaseUntil().AsTime().After(now) {
+				held = append(held, sh.GetShard())
+			}
+		}
+		last = fmt.Sprintf("shards still led by %s: %v", addr, held)
+		return len(held) == 0
+	}) {
+		return fmt.Errorf("the leases of broker %d did not lapse within %v: %s", *s.Broker, d, last)
 	}
 	return nil
 }
@@ -1177,6 +1275,9 @@ func TestScenarioParsingIsStrict(t *testing.T) {
 		`{"do": "stats", "expect": {"ready": 1}, "timeout": 5}`,
 		`{"do": "restartBroker", "Broker": 0}`,
 		`{"do": "expectLeaders", "distinct": 2, "shards": 2}`,
+		`{"do": "freezeBroker", "broker": 0, "signal": "STOP"}`,
+		`{"do": "thawBroker", "Broker": 0}`,
+		`{"do": "awaitLeaseLapse", "broker": 0, "timeout": 5}`,
 		`{"do": "enqueue", "VIA": 1, "messages": [{"payload": "a"}]}`,
 	} {
 		if do, _, err := parseStep(json.RawMessage(bad)); err == nil {

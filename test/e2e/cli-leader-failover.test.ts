@@ -42,10 +42,10 @@ describe("casq CLI when the leader was killed", () => {
     const stats = await casq(["stats", "waits", "--json", "--server", survivor.address]);
     expect(stats.code, stats.stderr).toBe(0);
     const queue = JSON.parse(stats.stdout) as {
-      totals?: { messages?: string };
+      totals?: { messages?: number };
       shards?: { leader?: { address?: string } }[];
     };
-    expect(queue.totals?.messages).toBe("2");
+    expect(queue.totals?.messages).toBe(2);
     expect(queue.shards?.[0]?.leader?.address).toBe(survivor.address);
   });
 

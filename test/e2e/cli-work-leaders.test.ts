@@ -27,7 +27,7 @@ afterAll(async () => {
 });
 
 interface QueueJson {
-  totals?: { messages?: string; depth?: string };
+  totals?: { messages?: number; depth?: number };
   shards?: { shard?: number; leader?: { address?: string } }[];
 }
 
@@ -59,7 +59,7 @@ describe("casq work across shard leaders", () => {
     for (const key of ["b", "c", "d", "e", "f", "g", "h"]) await enqueue("split", key, a.address);
 
     const before = await stats("split", a.address);
-    expect(before.totals?.messages).toBe("8");
+    expect(before.totals?.messages).toBe(8);
     const leaders = new Set(before.shards?.map((s) => s.leader?.address));
     expect(leaders).toEqual(new Set([a.address, b.address]));
 
@@ -85,6 +85,6 @@ describe("casq work across shard leaders", () => {
     expect(new Set(ids).size).toBe(8);
 
     const after = await stats("split", a.address);
-    expect(after.totals?.messages).toBe("0");
+    expect(after.totals?.messages).toBe(0);
   });
 });

@@ -47,8 +47,8 @@ async function ok(args: readonly string[], input?: string): Promise<string> {
 
 interface QueueJson {
   shardCount: number;
-  totals: Record<string, string>;
-  subscriptions: { subscription: string; ready: string; dead: string; depth: string }[];
+  totals: Record<string, number>;
+  subscriptions: { subscription: string; ready: number; dead: number; depth: number }[];
   shards: { shard: number }[];
 }
 
@@ -70,6 +70,13 @@ describe("casq CLI against casq serve", () => {
   it("creates a queue with 2 shards and shows it", async () => {
     const created = await ok(["queue", "create", "jobs", "--shards", "2", "--max-attempts", "4"]);
     expect(created).toContain("created queue jobs with 2 shards");
+    const twice = await cli(["queue", "create", "jobs"]);
+    expect(twice.code).toBe(1);
+    expect(twice.stderr).toContain("ALREADY_EXISTS");
+    const idempotent = await ok(["queue", "create", "jobs", "--shards", "3", "--if-not-exists"]);
+    expect(idempotent).toContain("queue jobs already exists with 2 shards (unchanged)");
+    const idempotentJson = JSON.parse(await ok(["queue", "create", "jobs", "--if-not-exists", "--json"]));
+    expect(idempotentJson).toMatchObject({ queue: "jobs", shardCount: 2, created: false });
     const listed = JSON.parse(await ok(["queue", "list", "--json"])) as { queues: { name: string }[] };
     expect(listed.queues.map((q) => q.name)).toContain("jobs");
     const info = await stats("jobs");
@@ -103,15 +110,15 @@ describe("casq CLI against casq serve", () => {
     expect(result.stderr).toContain("enqueued 2500 messages to jobs");
 
     const info = await stats("jobs");
-    expect(info.totals.messages).toBe("2501");
-    expect(info.totals.ready).toBe("2501");
+    expect(info.totals.messages).toBe(2501);
+    expect(info.totals.ready).toBe(2501);
   });
 
   it("reports a bad NDJSON line with its number and exit code 2", async () => {
-    const result = await cli(["enqueue", "jobs"], '{"payload":"fine"}\n{"payload": 12}\n');
+    const result = await cli(["enqueue", "jobs"], '{"payload":"fine"}\n{"payload": "x", "to": "y"}\n');
     expect(result.code).toBe(2);
     expect(result.stderr).toContain("stdin line 2");
-    expect(result.stderr).toContain('"payload" must be a string');
+    expect(result.stderr).toContain('"to" is not an envelope field');
   });
 
   it("shows stats for humans", async () => {
@@ -156,7 +163,7 @@ describe("casq CLI against casq serve", () => {
         "the worker to drain the queue",
         async () => {
           const info = await stats("jobs");
-          return info.totals.depth === "0";
+          return info.totals.depth === 0;
         },
         90_000,
         500,
@@ -168,7 +175,7 @@ describe("casq CLI against casq serve", () => {
     expect(exit.code, worker.stderr()).toBe(0);
     expect(worker.stderr()).toMatch(/stopped after 2502 job\(s\): 2502 acked, 0 retried, 0 dead-lettered/);
     const info = await stats("jobs");
-    expect(info.totals.messages).toBe("0");
+    expect(info.totals.messages).toBe(0);
   });
 
   it("dead-letters a job that always fails, then redrives it", async () => {
@@ -208,14 +215,14 @@ describe("casq CLI against casq serve", () => {
 
     expect(await ok(["dead", "failing", "--redrive"])).toContain("redrove 1 dead letters");
     let info = await stats("failing");
-    expect(info.totals.dead).toBe("0");
-    expect(info.totals.ready).toBe("1");
+    expect(info.totals.dead).toBe(0);
+    expect(info.totals.ready).toBe(1);
 
     // Exit code 65 asks for dead-lettering at once, whatever attempts are left.
     const once = await cli(["work", "failing", "--max-jobs", "1", "--", "sh", "-c", "exit 65"]);
     expect(once.code, once.stderr).toBe(0);
     info = await stats("failing");
-    expect(info.totals.dead).toBe("1");
+    expect(info.totals.dead).toBe(1);
     const again = JSON.parse(await ok(["dead", "failing", "--json"])) as {
       deadLetters: { reason: string }[];
     };
@@ -280,7 +287,7 @@ describe("casq CLI against casq serve", () => {
     expect(refused.code).toBe(2);
     expect(refused.stderr).toContain("re-run with --yes");
     expect(await ok(["purge", "scratch", "--yes"])).toContain("purged 3 messages");
-    expect((await stats("scratch")).totals.messages).toBe("0");
+    expect((await stats("scratch")).totals.messages).toBe(0);
     expect(await ok(["queue", "delete", "scratch", "--yes"])).toContain("deleted queue scratch");
   });
 

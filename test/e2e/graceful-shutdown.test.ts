@@ -159,7 +159,7 @@ describe("graceful shutdown of casq serve", () => {
       async () => {
         const stats = await casq(["stats", "handover", "--json", "--server", server.address]);
         return (
-          stats.code === 0 && (JSON.parse(stats.stdout) as { totals: { depth: string } }).totals.depth === "0"
+          stats.code === 0 && (JSON.parse(stats.stdout) as { totals: { depth: number } }).totals.depth === 0
         );
       },
       30_000,

@@ -58,7 +58,7 @@ describe("--leader-lease", () => {
     expect(Number(shard?.leader?.epoch)).toBe(2);
 
     const stats = await casq(["stats", "leased", "--json", "--server", second.address]);
-    expect((JSON.parse(stats.stdout) as { totals?: { messages?: string } }).totals?.messages).toBe("2");
+    expect((JSON.parse(stats.stdout) as { totals?: { messages?: number } }).totals?.messages).toBe(2);
   });
 
   it("rejects a lease outside 1s..5m as a usage error", async () => {

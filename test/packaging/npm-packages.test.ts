@@ -1,6 +1,7 @@
 /**
  * The npm packages as a user outside the repository gets them: `npm run
- * build`, `scripts/pack-npm.mjs` packs `casq` (server) and `@casq/sdk`, and a
+ * artifacts` builds and packs `casq` (server) and `@casq/sdk` (and the
+ * Python wheel and sdist, with SHA256SUMS), and a
  * fresh project under the system temp dir installs both tarballs with
  * `npm install --prefer-offline` (the SDK's own dependencies come from the
  * registry cache, nothing from this checkout's node_modules). There, with
@@ -81,9 +82,8 @@ describe("npm packages installed in a project outside the repository", () => {
   let broker: StartedBroker | undefined;
 
   beforeAll(async () => {
-    expectOk("npm run build", await runProgram("npm", ["run", "build"]));
-    const packed = expectOk("pack-npm", await runProgram("node", ["scripts/pack-npm.mjs", artifacts.path]));
-    tarballs = packed.stdout.trim().split("\n");
+    expectOk("npm run artifacts", await runProgram("npm", ["run", "artifacts", "--", artifacts.path]));
+    tarballs = [`casq-sdk-${VERSION}.tgz`, `casq-${VERSION}.tgz`].map((name) => join(artifacts.path, name));
     writeFileSync(
       join(project.path, "package.json"),
       JSON.stringify({ name: "casq-consumer", private: true, type: "module" }),
@@ -114,11 +114,26 @@ describe("npm packages installed in a project outside the repository", () => {
     store.remove();
   });
 
-  test("the tarballs are named after the packages and VERSION, and install the build only", () => {
-    expect(tarballs.map((t) => t.split("/").pop())).toEqual([
-      `casq-sdk-${VERSION}.tgz`,
+  test("npm run artifacts writes every artifact and a SHA256SUMS that verifies", async () => {
+    const names = [
       `casq-${VERSION}.tgz`,
-    ]);
+      `casq-sdk-${VERSION}.tgz`,
+      `casq_sdk-${VERSION}-py3-none-any.whl`,
+      `casq_sdk-${VERSION}.tar.gz`,
+    ];
+    expect(readdirSync(artifacts.path).sort()).toEqual([...names, "SHA256SUMS"].sort());
+    const sums = readFileSync(join(artifacts.path, "SHA256SUMS"), "utf8");
+    expect(
+      sums
+        .trim()
+        .split("\n")
+        .map((line) => line.split(/\s+/)[1])
+        .sort(),
+    ).toEqual([...names].sort());
+    expectOk("sha256sum -c", await runProgram("sha256sum", ["-c", "SHA256SUMS"], { cwd: artifacts.path }));
+  });
+
+  test("the npm tarballs install the build only, with the SDK's own dependencies", () => {
     const sdk = join(project.path, "node_modules", "@casq", "sdk");
     const server = join(project.path, "node_modules", "casq");
     // Real directories with the build, not links back into the checkout, and no TypeScript source.

@@ -68,6 +68,9 @@ export type ScenarioStep =
       readonly killLeaderAfter?: number;
     }
   | { readonly do: "restartBroker"; readonly broker: number }
+  | { readonly do: "freezeBroker"; readonly broker: number }
+  | { readonly do: "thawBroker"; readonly broker: number }
+  | { readonly do: "awaitLeaseLapse"; readonly broker: number; readonly timeoutMs?: number }
   | { readonly do: "expectLeaders"; readonly distinct: number }
   | {
       readonly do: "startWorker";
@@ -244,7 +247,12 @@ function parseStep(where: string, raw: unknown): ScenarioStep {
       });
       break;
     case "restartBroker":
+    case "freezeBroker":
+    case "thawBroker":
       checkFields(where, step, { "do!": "string", "broker!": "integer" });
+      break;
+    case "awaitLeaseLapse":
+      checkFields(where, step, { "do!": "string", "broker!": "integer", timeoutMs: "integer" });
       break;
     case "expectLeaders":
       checkFields(where, step, { "do!": "string", "distinct!": "integer" });
@@ -351,7 +359,15 @@ export function parseScenario(source: string, label = "scenario"): Scenario {
     const where = `scenario ${name}: step ${i} (${kind})`;
     const step = parseStep(where, s);
     // Broker indexes are checked here, where the broker count is known.
-    const index = step.do === "restartBroker" ? step.broker : step.do === "enqueue" ? step.via : undefined;
+    const index =
+      step.do === "restartBroker" ||
+      step.do === "freezeBroker" ||
+      step.do === "thawBroker" ||
+      step.do === "awaitLeaseLapse"
+        ? step.broker
+        : step.do === "enqueue"
+          ? step.via
+          : undefined;
     if (index !== undefined && (index < 0 || index >= brokers))
       throw new Error(`${where}: broker index ${index} is not one of the ${brokers} brokers`);
     return step;
@@ -429,6 +445,8 @@ class ScenarioContext {
   readonly workers = new Map<string, ScenarioWorker>();
   readonly children = new Set<ChildProcess>();
   readonly dedupIds = new Map<string, string>();
+  /** Indexes of the brokers frozen (SIGSTOP) and not thawed yet. */
+  readonly frozen = new Set<number>();
   /** Producers of `enqueue.via`, by broker index: each knows only that broker. */
   private readonly viaProducers = new Map<number, Producer>();
   clientOptions!: ClientOptions;
@@ -477,6 +495,7 @@ class ScenarioContext {
   async close(): Promise<void> {
     const stops = [...this.workers.values()].map((w) => w.worker.stop({ timeoutMs: 0 }).catch(() => {}));
     for (const child of this.children) child.kill("SIGKILL");
+    for (const index of this.frozen) this.brokers[index]?.child.kill("SIGCONT");
     await Promise.all(this.brokers.map((b) => b.stop("SIGKILL")));
     // Runs end once their stop found no broker; do not wait forever on a stuck one.
     await Promise.race([Promise.all(stops), sleep(10_000)]);
@@ -495,6 +514,12 @@ class ScenarioContext {
         return this.produce(step);
       case "restartBroker":
         return this.restartBroker(step);
+      case "freezeBroker":
+        return this.freezeBroker(step.broker, true);
+      case "thawBroker":
+        return this.freezeBroker(step.broker, false);
+      case "awaitLeaseLapse":
+        return this.awaitLeaseLapse(step);
       case "expectLeaders":
         return this.expectLeaders(step);
       case "startWorker":
@@ -574,6 +599,47 @@ class ScenarioContext {
     this.brokers[step.broker] = restarted;
     if (restarted.address !== old.address)
       fail(`broker ${step.broker} came back on ${restarted.address}, not on ${old.address}`);
+  }
+
+  /** SIGSTOP (`freeze`) or SIGCONT broker `index`: a frozen process keeps its connections open and answers nothing. */
+  private freezeBroker(index: number, freeze: boolean): void {
+    const broker = this.brokers[index] ?? fail(`no broker ${index}`);
+    if (freeze === this.frozen.has(index)) fail(`broker ${index} is ${freeze ? "already" : "not"} frozen`);
+    if (!broker.child.kill(freeze ? "SIGSTOP" : "SIGCONT")) fail(`could not signal broker ${index}`);
+    if (freeze) this.frozen.add(index);
+    else this.frozen.delete(index);
+  }
+
+  /** Waits until no shard names broker `step.broker` as its live leader, asking only brokers that are not frozen. */
+  private async awaitLeaseLapse(step: Extract<ScenarioStep, { do: "awaitLeaseLapse" }>): Promise<void> {
+    const address = (this.brokers[step.broker] ?? fail(`no broker ${step.broker}`)).address;
+    const others = this.brokers.filter((_, i) => !this.frozen.has(i)).map((b) => b.address);
+    if (others.length === 0) fail("every broker is frozen: none to ask");
+    const admin = new Admin({ brokers: others, timeoutMs: 2_000 });
+    const timeoutMs = step.timeoutMs ?? 20_000;
+    let last = "no answer yet";
+    const lapsed = await poll(
+      async () => {
+        try {
+          const info = await admin.getQueue(this.queue);
+          const now = Date.now();
+          const held = info.shards.filter(
+            (s) =>
+              s.leader?.address === address &&
+              s.leader.leaseUntil !== undefined &&
+              timestampMs(s.leader.leaseUntil) > now,
+          );
+          last = `shards still led by ${address}: ${JSON.stringify(held.map((s) => s.shard))}`;
+          return held.length === 0;
+        } catch (error) {
+          last = String(error);
+          return false;
+        }
+      },
+      timeoutMs,
+      100,
+    );
+    if (!lapsed) fail(`the leases of broker ${step.broker} did not lapse within ${timeoutMs} ms: ${last}`);
   }
 
   private async expectLeaders(step: Extract<ScenarioStep, { do: "expectLeaders" }>): Promise<void> {

@@ -84,6 +84,29 @@ describe("scenario parsing", () => {
     ).toThrow(/field via must be integer/);
   });
 
+  it("parses freezeBroker, thawBroker and awaitLeaseLapse, checking broker indexes", () => {
+    const two = { ...base, brokers: 2 };
+    const steps = [
+      { do: "freezeBroker", broker: 0 },
+      { do: "awaitLeaseLapse", broker: 0, timeoutMs: 5000 },
+      { do: "thawBroker", broker: 0 },
+    ];
+    expect(parseScenario(JSON.stringify({ ...two, steps })).steps.map((s) => s.do)).toEqual([
+      "freezeBroker",
+      "awaitLeaseLapse",
+      "thawBroker",
+    ]);
+    expect(() =>
+      parseScenario(JSON.stringify({ ...two, steps: [{ do: "freezeBroker", broker: 2 }] })),
+    ).toThrow(/broker index 2/);
+    expect(() => parseScenario(JSON.stringify({ ...two, steps: [{ do: "thawBroker" }] }))).toThrow(
+      /missing field "broker"/,
+    );
+    expect(() =>
+      parseScenario(JSON.stringify({ ...two, steps: [{ do: "awaitLeaseLapse", broker: 0, timeout: 1 }] })),
+    ).toThrow(/unknown field "timeout"/);
+  });
+
   it("needs exactly one wait condition in awaitWorker", () => {
     expect(() =>
       parseScenario(

@@ -8,6 +8,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import {
   Admin,
+  AlreadyExistsError,
   Code,
   DeadLetterError,
   type Job,
@@ -215,6 +216,26 @@ describe("@casq/sdk", () => {
     expect((await admin.deleteSubscription("lifecycle", "audit")).messagesDropped).toBe(0n);
     await admin.deleteQueue("lifecycle");
     await expect(admin.getQueue("lifecycle")).rejects.toBeInstanceOf(NotFoundError);
+  });
+
+  it("createQueue of an existing queue is AlreadyExistsError; ifNotExists returns the queue as it is", async () => {
+    const s = await startServer();
+    const admin = new Admin({ brokers: [s.address] });
+    const created = await admin.createQueue("once", { shardCount: 2, config: { maxAttempts: 4 } });
+    expect(created.created).toBe(true);
+    const again = admin.createQueue("once", { shardCount: 3 });
+    await expect(again).rejects.toBeInstanceOf(AlreadyExistsError);
+    await expect(again).rejects.toMatchObject({ code: Code.AlreadyExists });
+    const existing = await admin.createQueue("once", {
+      shardCount: 3,
+      config: { maxAttempts: 9 },
+      ifNotExists: true,
+    });
+    expect(existing.created).toBe(false);
+    expect(existing.shardCount).toBe(2);
+    expect(existing.config?.maxAttempts).toBe(4);
+    const fresh = await admin.createQueue("fresh", { shardCount: 3, ifNotExists: true });
+    expect(fresh).toMatchObject({ created: true, shardCount: 3 });
   });
 
   it("graceful stop waits for a running handler, acks it, and takes no more jobs", async () => {

@@ -172,6 +172,7 @@ def test_service_descriptors() -> None:
         "ListDeadLetters": unary("ListDeadLetters"),
         "RedriveDeadLetters": unary("RedriveDeadLetters"),
         "GetDocument": ("casq.v1.GetDocumentRequest", "casq.v1.GetDocumentResponse", False, True),
+        "RepairShard": unary("RepairShard"),
     }
 
 

@@ -71,10 +71,15 @@ export class Admin {
     );
   }
 
-  /** Creates a queue with `shardCount` shards (default 1) and an optional config. */
+  /**
+   * Creates a queue with `shardCount` shards (default 1) and an optional
+   * config. A queue of that name rejects with `AlreadyExistsError`,
+   * unless `ifNotExists` is set: then the existing queue is returned as it
+   * is (`created` false; `shardCount` and `config` are not applied).
+   */
   createQueue(
     queue: string,
-    options: { shardCount?: number; config?: QueueConfigInit } & CallOptions = {},
+    options: { shardCount?: number; config?: QueueConfigInit; ifNotExists?: boolean } & CallOptions = {},
   ): Promise<CreateQueueResponse> {
     return this.call(
       (c, o) =>
@@ -83,6 +88,7 @@ export class Admin {
             queue,
             shardCount: options.shardCount ?? 0,
             ...(options.config ? { config: options.config } : {}),
+            ifNotExists: options.ifNotExists === true,
           },
           o,
         ),

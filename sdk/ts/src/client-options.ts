@@ -39,6 +39,18 @@ export interface ClientOptions {
   readonly backoffInitialMs?: number;
   /** Largest retry delay in ms. Default 5 000. */
   readonly backoffMaxMs?: number;
+  /**
+   * Interval of HTTP/2 keepalive PINGs on each broker connection, in ms,
+   * counted from the last data received. A PING unanswered within
+   * `keepaliveTimeoutMs` closes the connection and fails its calls and
+   * streams, so a worker waiting on an idle Work stream to a hung broker
+   * (its process frozen: TCP stays up, nothing answers) reconnects
+   * elsewhere instead of waiting forever. Idle connections are pinged too.
+   * Default 10 000; 0 turns keepalive off.
+   */
+  readonly keepaliveMs?: number;
+  /** How long a keepalive PING may go unanswered before the connection is closed, in ms. Default 10 000. */
+  readonly keepaliveTimeoutMs?: number;
 }
 
 /** {@link ClientOptions} with defaults applied. */
@@ -51,9 +63,18 @@ export interface ResolvedClientOptions {
   readonly maxAttempts: number;
   readonly backoffInitialMs: number;
   readonly backoffMaxMs: number;
+  /** 0: no keepalive PINGs. */
+  readonly keepaliveMs: number;
+  readonly keepaliveTimeoutMs: number;
 }
 
-/** Validates options and applies defaults. Throws a TypeError for an empty broker list. */
+function nonNegative(name: string, value: number): number {
+  if (!Number.isFinite(value) || value < 0)
+    throw new TypeError(`casq: options.${name} must be a finite number of ms, at least 0 (got ${value})`);
+  return value;
+}
+
+/** Validates options and applies defaults. Throws a TypeError for an empty broker list or a negative keepalive. */
 export function resolveClientOptions(options: ClientOptions): ResolvedClientOptions {
   const brokers = options.brokers.map((b) => b.trim()).filter((b) => b !== "");
   if (brokers.length === 0) throw new TypeError("casq: options.brokers needs at least one host:port");
@@ -66,5 +87,7 @@ export function resolveClientOptions(options: ClientOptions): ResolvedClientOpti
     maxAttempts: Math.max(1, options.maxAttempts ?? Number.POSITIVE_INFINITY),
     backoffInitialMs: options.backoffInitialMs ?? 100,
     backoffMaxMs: options.backoffMaxMs ?? 5_000,
+    keepaliveMs: nonNegative("keepaliveMs", options.keepaliveMs ?? 10_000),
+    keepaliveTimeoutMs: nonNegative("keepaliveTimeoutMs", options.keepaliveTimeoutMs ?? 10_000),
   };
 }

@@ -107,6 +107,18 @@ export class NotFoundError extends CasqError {
   }
 }
 
+/**
+ * The thing to create exists already (`ALREADY_EXISTS`), e.g. `createQueue`
+ * of a queue that is there. Pass `ifNotExists: true` to get the existing
+ * queue instead.
+ */
+export class AlreadyExistsError extends CasqError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(Code.AlreadyExists, message, options);
+    this.name = "AlreadyExistsError";
+  }
+}
+
 /** The request was malformed; nothing was applied (`INVALID_ARGUMENT`). */
 export class InvalidArgumentError extends CasqError {
   constructor(message: string, options?: { cause?: unknown }) {
@@ -182,6 +194,8 @@ function build(
       return new NotFoundError(message, { cause });
     case Code.InvalidArgument:
       return new InvalidArgumentError(message, { cause });
+    case Code.AlreadyExists:
+      return new AlreadyExistsError(message, { cause });
     default:
       return new CasqError(code, message, { cause });
   }

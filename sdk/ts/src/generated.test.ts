@@ -252,6 +252,7 @@ describe("generated casq.v1 service descriptors", () => {
       unary("ListDeadLetters"),
       unary("RedriveDeadLetters"),
       ["GetDocument", "server_streaming", "casq.v1.GetDocumentRequest", "casq.v1.GetDocumentResponse"],
+      unary("RepairShard"),
     ]);
     expect(AdminService.method.getDocument.output).toBe(GetDocumentResponseSchema);
   });

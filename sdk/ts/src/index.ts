@@ -6,6 +6,7 @@
 export { Admin, type QueueConfigInit, SubscriptionStart } from "./admin.ts";
 export type { ClientOptions, TlsOptions } from "./client-options.ts";
 export {
+  AlreadyExistsError,
   BatchRedirectError,
   type BatchRoute,
   CasqError,

@@ -55,6 +55,23 @@ function pem(value: string | Uint8Array | undefined): string | Buffer | undefine
   return typeof value === "string" ? value : Buffer.from(value);
 }
 
+/**
+ * The HTTP/2 keepalive settings of connect-node's session manager for
+ * `options`: PINGs every `keepaliveMs` (idle connections too), the connection
+ * closed when one is not answered within `keepaliveTimeoutMs`. Empty when
+ * `keepaliveMs` is 0 (connect-node then sends no PINGs).
+ */
+export function keepaliveTransportOptions(
+  options: Pick<ResolvedClientOptions, "keepaliveMs" | "keepaliveTimeoutMs">,
+): { pingIntervalMs?: number; pingTimeoutMs?: number; pingIdleConnection?: boolean } {
+  if (options.keepaliveMs <= 0) return {};
+  return {
+    pingIntervalMs: options.keepaliveMs,
+    pingTimeoutMs: options.keepaliveTimeoutMs,
+    pingIdleConnection: true,
+  };
+}
+
 /** Creates the gRPC transport (HTTP/2) for one broker address. */
 export function createBrokerTransport(address: string, options: ResolvedClientOptions): Transport {
   const interceptors: Interceptor[] = [traceContextInterceptor];
@@ -72,6 +89,7 @@ export function createBrokerTransport(address: string, options: ResolvedClientOp
   return createGrpcTransport({
     baseUrl: `${scheme}://${address}`,
     interceptors,
+    ...keepaliveTransportOptions(options),
     ...(nodeOptions ? { nodeOptions } : {}),
   });
 }

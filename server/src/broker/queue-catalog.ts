@@ -168,9 +168,14 @@ export class QueueCatalog {
    * Like {@link require}, but when the queue does not exist at all and
    * `autoCreate` is set, creates it with one shard and the default config
    * (Enqueue's auto-creation; see the module header), or completes such a
-   * creation that was interrupted.
+   * creation that was interrupted. `onCreated` is called when this call is
+   * the one that made the queue ready (of racing brokers, exactly one).
    */
-  async ensure(queue: string, autoCreate: boolean): Promise<QueueManifest> {
+  async ensure(
+    queue: string,
+    autoCreate: boolean,
+    onCreated?: (manifest: QueueManifest) => void,
+  ): Promise<QueueManifest> {
     try {
       return await this.require(queue);
     } catch (error) {
@@ -181,7 +186,9 @@ export class QueueCatalog {
       if (!isAutoCreation(manifest)) return this.require(queue);
       await this.createShardDocument(queue, 0, manifest.config);
       try {
-        return await this.setState(manifest, "ready");
+        const ready = await this.setState(manifest, "ready");
+        onCreated?.(ready);
+        return ready;
       } catch (raced) {
         // Another broker completing the same creation marked it ready first.
         if (!isCasqError(raced, "unavailable")) throw raced;

@@ -1,17 +1,23 @@
 /**
- * What `casq enqueue` reads from stdin: one message per line (NDJSON).
+ * What `casq enqueue` takes as a message: the PAYLOAD argument, or each stdin
+ * line (NDJSON). One rule for both, so the same text means the same message
+ * either way:
  *
- * A line is one of
- * - a JSON object `{"payload": "text", "key": "k", "priority": 5,
- *   "delay_ms": 1000, "headers": {"h": "v"}, "dedup_id": "d",
- *   "max_attempts": 3}`; every field is optional, `payload_base64` carries
- *   binary payloads instead of `payload`, `run_at` (RFC 3339) schedules at an
- *   absolute time instead of `delay_ms`;
- * - a JSON string `"text"`: the payload;
- * - anything else: the line itself (without its line break) is the payload,
- *   so `seq 1 1000 | casq enqueue q` enqueues "1" to "1000".
- * Empty lines are skipped. A line that starts with `{` or `"` must be valid
- * JSON of that kind: a truncated object is an error, never a payload.
+ * 1. A JSON object with a `"payload"` or `"payload_base64"` field is a
+ *    message envelope: `{"payload": "text", "key": "k", "priority": 5,
+ *    "delay_ms": 1000, "headers": {"h": "v"}, "dedup_id": "d",
+ *    "max_attempts": 3}` (`run_at`, RFC 3339, instead of `delay_ms`). A
+ *    string payload is stored as its text; any other JSON value (object,
+ *    array, number, ...) as its compact JSON. Every other field must be an
+ *    envelope field: a typo is an error, never a silently different message.
+ * 2. Anything else is the payload, byte for byte: plain text, a JSON string
+ *    with its quotes, a JSON object without a payload field
+ *    (`{"to":"ada@example.com"}`). A stdin line loses only its line break.
+ * 3. Text that starts with `{` or `[` must be valid JSON: a truncated object
+ *    is an error, never stored as a payload by accident.
+ *
+ * `--raw` turns rules 1 and 3 off: every input is the payload as it is. On
+ * stdin, empty lines are skipped.
  */
 import { create } from "@bufbuild/protobuf";
 import { durationFromMs, timestampFromDate } from "@bufbuild/protobuf/wkt";
@@ -33,7 +39,15 @@ export interface MessageDefaults {
   readonly maxAttempts?: number;
 }
 
-/** A line that cannot become a message; `line` is 1-based. */
+/** An input that does not fit the rule (see the module header); the message says why and what to do. */
+export class MessageInputError extends Error {
+  constructor(problem: string) {
+    super(problem);
+    this.name = "MessageInputError";
+  }
+}
+
+/** A stdin line that cannot become a message; `line` is 1-based. */
 export class MessageLineError extends Error {
   /** 1-based line number. */
   readonly line: number;
@@ -43,6 +57,12 @@ export class MessageLineError extends Error {
     this.name = "MessageLineError";
     this.line = line;
   }
+}
+
+/** How inputs are read. */
+export interface InputMode {
+  /** Every input is the payload as it is: no envelopes, no JSON check (`--raw`). */
+  readonly raw?: boolean;
 }
 
 const FIELDS = new Set([
@@ -74,6 +94,29 @@ export function messageFromPayload(payload: Uint8Array, defaults: MessageDefault
 }
 
 /**
+ * Turns one input (the PAYLOAD argument, or a stdin line without its line
+ * break) into a message by the module's rule. Throws {@link MessageInputError}.
+ */
+export function parseMessageText(text: string, defaults: MessageDefaults, mode: InputMode = {}): NewMessage {
+  const verbatim = () => messageFromPayload(new TextEncoder().encode(text), defaults);
+  if (mode.raw) return verbatim();
+  const start = text.trimStart()[0];
+  if (start !== "{" && start !== "[") return verbatim();
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch (error) {
+    throw new MessageInputError(
+      `starts with "${start}" but is not valid JSON (${(error as Error).message}); fix it, or pass --raw to store the text as it is`,
+    );
+  }
+  if (typeof value !== "object" || value === null || Array.isArray(value)) return verbatim();
+  const object = value as Record<string, unknown>;
+  if (!("payload" in object) && !("payload_base64" in object)) return verbatim();
+  return messageFromObject(object, defaults);
+}
+
+/**
  * Parses one stdin line into a message, or returns undefined for an empty
  * line. Throws {@link MessageLineError} naming the line and the problem.
  */
@@ -81,44 +124,27 @@ export function parseMessageLine(
   text: string,
   lineNumber: number,
   defaults: MessageDefaults,
+  mode: InputMode = {},
 ): NewMessage | undefined {
   const line = text.endsWith("\r") ? text.slice(0, -1) : text;
   if (line.trim() === "") return undefined;
-  const trimmed = line.trimStart();
-  if (trimmed.startsWith('"')) {
-    const value = parseJson(trimmed, lineNumber);
-    if (typeof value !== "string") throw new MessageLineError(lineNumber, "expected a JSON string");
-    return messageFromPayload(new TextEncoder().encode(value), defaults);
-  }
-  if (!trimmed.startsWith("{")) {
-    return messageFromPayload(new TextEncoder().encode(line), defaults);
-  }
-  const value = parseJson(trimmed, lineNumber);
-  if (typeof value !== "object" || value === null || Array.isArray(value)) {
-    throw new MessageLineError(lineNumber, "expected a JSON object");
-  }
-  return messageFromObject(value as Record<string, unknown>, lineNumber, defaults);
-}
-
-function parseJson(text: string, lineNumber: number): unknown {
   try {
-    return JSON.parse(text);
+    return parseMessageText(line, defaults, mode);
   } catch (error) {
-    throw new MessageLineError(lineNumber, `not valid JSON (${(error as Error).message})`);
+    if (error instanceof MessageInputError) throw new MessageLineError(lineNumber, error.message);
+    throw error;
   }
 }
 
-function messageFromObject(
-  object: Record<string, unknown>,
-  lineNumber: number,
-  defaults: MessageDefaults,
-): NewMessage {
+function messageFromObject(object: Record<string, unknown>, defaults: MessageDefaults): NewMessage {
   const fail = (problem: string): never => {
-    throw new MessageLineError(lineNumber, problem);
+    throw new MessageInputError(problem);
   };
   for (const field of Object.keys(object)) {
     if (!FIELDS.has(field)) {
-      fail(`unknown field "${field}" (known: ${[...FIELDS].join(", ")})`);
+      fail(
+        `a JSON object with "payload" is a message envelope, and "${field}" is not an envelope field (known: ${[...FIELDS].join(", ")}); pass --raw to store the object itself as the payload`,
+      );
     }
   }
   const str = (field: string): string | undefined => {
@@ -137,7 +163,14 @@ function messageFromObject(
   };
 
   let payload: Uint8Array = new Uint8Array();
-  const text = str("payload");
+  const rawPayload = object.payload;
+  // A string is its text; any other JSON value is stored as its compact JSON.
+  const text =
+    rawPayload === undefined || rawPayload === null
+      ? undefined
+      : typeof rawPayload === "string"
+        ? rawPayload
+        : JSON.stringify(rawPayload);
   const base64 = str("payload_base64");
   if (text !== undefined && base64 !== undefined) fail('set "payload" or "payload_base64", not both');
   if (text !== undefined) payload = new TextEncoder().encode(text);

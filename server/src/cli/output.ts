@@ -4,10 +4,13 @@
  *
  * JSON output uses the protobuf JSON mapping of the API messages (the shape
  * grpcurl prints): lowerCamelCase field names, every field present (zero
- * values included), 64-bit integers as strings, durations as `"1.500s"` and
- * timestamps as RFC 3339 strings.
+ * values included), durations as `"1.500s"` and timestamps as RFC 3339
+ * strings, with one change: 64-bit integers (counts, offsets, epochs, bytes)
+ * are JSON numbers like every other number, not the mapping's strings, so
+ * `jq '.totals.ready > 0'` works. JSON numbers are exact up to 2^53 - 1
+ * (9007199254740991), which no count or offset of casq comes near.
  */
-import { type DescMessage, type MessageShape, toJson } from "@bufbuild/protobuf";
+import { type DescField, type DescMessage, type MessageShape, ScalarType, toJson } from "@bufbuild/protobuf";
 import { type Duration, durationMs, type Timestamp, timestampDate } from "@bufbuild/protobuf/wkt";
 import { Option } from "commander";
 
@@ -16,9 +19,56 @@ export function jsonOption(): Option {
   return new Option("--json", "print JSON (protobuf JSON mapping) for scripts instead of text");
 }
 
-/** A message in the protobuf JSON mapping, with zero values included. */
+/** A message in the protobuf JSON mapping, with zero values included and 64-bit integers as numbers. */
 export function messageJson<Desc extends DescMessage>(schema: Desc, message: MessageShape<Desc>): unknown {
-  return toJson(schema, message, { alwaysEmitImplicit: true });
+  return int64sAsNumbers(schema, toJson(schema, message, { alwaysEmitImplicit: true }));
+}
+
+const INT64_TYPES = new Set<ScalarType>([
+  ScalarType.INT64,
+  ScalarType.UINT64,
+  ScalarType.SINT64,
+  ScalarType.FIXED64,
+  ScalarType.SFIXED64,
+]);
+
+/** Rewrites the int64 strings of `json` (the JSON mapping of a `schema` message) as numbers. */
+function int64sAsNumbers(schema: DescMessage, json: unknown): unknown {
+  if (typeof json !== "object" || json === null || Array.isArray(json)) return json;
+  // Well-known types (Duration, Timestamp, ...) have their own string forms: kept.
+  if (schema.typeName.startsWith("google.protobuf.")) return json;
+  const object = json as Record<string, unknown>;
+  for (const field of schema.fields) {
+    const value = object[field.jsonName];
+    if (value !== undefined) object[field.jsonName] = fieldAsNumbers(field, value);
+  }
+  return object;
+}
+
+function fieldAsNumbers(field: DescField, value: unknown): unknown {
+  const number = (v: unknown) => (typeof v === "string" && /^-?\d+$/.test(v) ? Number(v) : v);
+  switch (field.fieldKind) {
+    case "scalar":
+      return INT64_TYPES.has(field.scalar) ? number(value) : value;
+    case "message":
+      return int64sAsNumbers(field.message, value);
+    case "list":
+      if (!Array.isArray(value)) return value;
+      if (field.listKind === "scalar" && INT64_TYPES.has(field.scalar)) return value.map(number);
+      if (field.listKind === "message") return value.map((v) => int64sAsNumbers(field.message, v));
+      return value;
+    case "map": {
+      if (typeof value !== "object" || value === null) return value;
+      const entries = Object.entries(value as Record<string, unknown>);
+      if (field.mapKind === "scalar" && INT64_TYPES.has(field.scalar))
+        return Object.fromEntries(entries.map(([k, v]) => [k, number(v)]));
+      if (field.mapKind === "message")
+        return Object.fromEntries(entries.map(([k, v]) => [k, int64sAsNumbers(field.message, v)]));
+      return value;
+    }
+    default:
+      return value;
+  }
 }
 
 /** Writes one JSON value, pretty-printed, to stdout. */

@@ -7,6 +7,7 @@ import { readFileSync } from "node:fs";
 import { Command } from "commander";
 import { registerDead } from "./commands/dead.ts";
 import { registerEnqueue } from "./commands/enqueue.ts";
+import { registerHealth } from "./commands/health.ts";
 import { registerInspect } from "./commands/inspect.ts";
 import { registerPurge } from "./commands/purge.ts";
 import { registerQueue } from "./commands/queue.ts";
@@ -62,5 +63,6 @@ Client commands reach the broker at --server (env CASQ_SERVER, default 127.0.0.1
   registerQueue(program);
   registerSubscription(program);
   registerRepair(program);
+  registerHealth(program);
   return program;
 }

@@ -122,6 +122,14 @@ export function createAdminService(ctx: ServiceContext): ServiceImpl<typeof Admi
       const shardCount = req.shardCount === 0 ? 1 : req.shardCount;
       const config = mergeConfig(DEFAULT_QUEUE_CONFIG, configPatchFromProto(req.config));
       let { manifest, created } = await ctx.catalog.create(queue, shardCount, config, "creating");
+      // if_not_exists: an existing, usable queue is the answer, as it is (idempotent "create if missing").
+      if (!created && req.ifNotExists && manifest.state === "ready")
+        return {
+          queue,
+          shardCount: manifest.shardCount,
+          config: configToProto(manifest.config),
+          created: false,
+        };
       if (!created) {
         const resumable =
           manifest.state === "creating" &&
@@ -142,7 +150,7 @@ export function createAdminService(ctx: ServiceContext): ServiceImpl<typeof Admi
       await eachShard(ctx.broker, manifest, { kind: "updateConfig", patch: config });
       manifest = await ctx.catalog.setState(manifest, "ready");
       ctx.logger.info({ queue, shards: shardCount }, "queue created");
-      return { queue, shardCount, config: configToProto(config) };
+      return { queue, shardCount, config: configToProto(config), created: true };
     },
 
     async updateQueue(req) {

@@ -3,7 +3,7 @@ import { BatchRedirectSchema, LeaderRedirectSchema } from "@casq/sdk/gen/casq/v1
 import { Code, ConnectError } from "@connectrpc/connect";
 import { describe, expect, it } from "vitest";
 import { CasqError, type CasqErrorCode } from "../errors.ts";
-import { UnavailableError } from "../store/store-errors.ts";
+import { StoreMisconfiguredError, UnavailableError } from "../store/store-errors.ts";
 import { GRPC_CODE_OF, LEADER_ADDRESS_TRAILER, toConnectError, toRpcStatus } from "./grpc-errors.ts";
 
 describe("grpc-errors", () => {
@@ -91,5 +91,26 @@ describe("grpc-errors", () => {
     expect(bug.rawMessage).toMatch(/internal error in casq.*x is undefined/);
     const passthrough = new ConnectError("denied", Code.PermissionDenied);
     expect(toConnectError(passthrough)).toBe(passthrough);
+  });
+
+  it("a misconfigured store, however the engine wrapped it, is FAILED_PRECONDITION that does not say retry", () => {
+    const store = new StoreMisconfiguredError(
+      "k",
+      "the bucket does not exist: create it or fix the store URL",
+    );
+    const wrapped = new CasqError(
+      "unavailable",
+      `object store: ${store.message}; retry`,
+      {},
+      { cause: store },
+    );
+    for (const error of [store, wrapped]) {
+      const mapped = toConnectError(error);
+      expect(mapped.code).toBe(Code.FailedPrecondition);
+      expect(mapped.rawMessage).toContain("the bucket does not exist: create it or fix the store URL");
+      expect(mapped.rawMessage).toContain("retrying will not help");
+      expect(mapped.rawMessage).not.toMatch(/; retry$/);
+      expect(toRpcStatus(error).code).toBe(Code.FailedPrecondition);
+    }
   });
 });

@@ -18,6 +18,7 @@
  * | `data_loss`           | DATA_LOSS            | an operator must inspect the shard document           |
  * | `cancelled`           | CANCELLED, or DEADLINE_EXCEEDED when the call's deadline passed | outcome unknown: retry idempotently |
  * | `internal`            | INTERNAL             | report a bug                                          |
+ * | store `misconfigured` (the cause of any error) | FAILED_PRECONDITION | not retry: an operator fixes the broker's store credentials, bucket or directory |
  *
  * Redirect convention (see `proto/casq/v1/errors.proto`): UNAVAILABLE, the
  * trailer `casq-leader-address: <host:port>`, and a LeaderRedirect in the
@@ -42,7 +43,7 @@ import {
 import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 import type { Logger } from "pino";
 import { type CasqErrorCode, type CasqErrorDetails, isCasqError } from "../errors.ts";
-import { isStoreError } from "../store/store-errors.ts";
+import { isStoreError, misconfiguredCause } from "../store/store-errors.ts";
 
 /** Trailer (response metadata) that carries the leader's address on a redirect. */
 export const LEADER_ADDRESS_TRAILER = "casq-leader-address";
@@ -151,6 +152,14 @@ export function toRpcStatus(error: unknown, signal?: AbortSignal): RpcStatus {
 }
 
 function mapError(error: unknown, signal: AbortSignal | undefined): MappedError {
+  // However the engine wrapped it: a store that refuses this broker's configuration is not an outage.
+  const misconfigured = misconfiguredCause(error);
+  if (misconfigured !== undefined)
+    return {
+      code: Code.FailedPrecondition,
+      message: `this broker's ${misconfigured.message}; retrying will not help until an operator fixes the broker's store configuration`,
+      internal: false,
+    };
   if (isCasqError(error)) {
     if (error.code === "redirect") return { ...redirectOf(error.message, error.details), internal: false };
     if (error.code === "batch_redirect")

@@ -45,7 +45,11 @@ export function createQueueService(ctx: ServiceContext): ServiceImpl<typeof Queu
         // (a child of the caller's traceparent), else the caller's traceparent header.
         callTraceContext(call.values) ?? traceContextFromHeaders(call.requestHeader),
       );
-      await ctx.catalog.ensure(queue, ctx.autoCreateQueues);
+      let queueCreated = false;
+      await ctx.catalog.ensure(queue, ctx.autoCreateQueues, (manifest) => {
+        queueCreated = true;
+        ctx.logger.info({ queue, shards: manifest.shardCount, autoCreated: true }, "queue created");
+      });
       // A batch over shards led by several brokers is refused whole, with the split to make.
       const outcomes = await ctx.broker.enqueue(queue, inputs, call.signal, async (shard) => {
         const route = await ctx.directory.route(queue, shard, call.signal);
@@ -58,6 +62,7 @@ export function createQueueService(ctx: ServiceContext): ServiceImpl<typeof Queu
           offset: BigInt(o.offset),
           duplicate: o.duplicate,
         })),
+        queueCreated,
       };
     },
 

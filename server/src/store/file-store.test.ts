@@ -69,6 +69,28 @@ describe("FileStore", () => {
     expect(new FileStore({ root: "./relative-dir-not-created-by-this-test/../" }).root).toBe(process.cwd());
   });
 
+  it("refuses a root it cannot create at once as misconfigured, saying what to fix (never spins)", async () => {
+    const refusal = (at: string) => {
+      try {
+        new FileStore({ root: at });
+      } catch (error) {
+        return error;
+      }
+      throw new Error(`opening ${at} succeeded`);
+    };
+    // Node 20's recursive mkdir loops forever under /proc; this returns at once with ENOENT.
+    if (existsSync("/proc/self")) {
+      const proc = refusal("/proc/casq-nope/data");
+      expect(isStoreError(proc, "misconfigured")).toBe(true);
+      expect((proc as Error).message).toContain("/proc/casq-nope/data (ENOENT)");
+    }
+    const file = path.join(root, "a-file");
+    await writeFile(file, "x");
+    const inTheWay = refusal(path.join(file, "data"));
+    expect(isStoreError(inTheWay, "misconfigured")).toBe(true);
+    expect((inTheWay as Error).message).toContain("a file is in the way");
+  });
+
   it("stores an object at its natural path: a version header line, then the exact bytes", async () => {
     const { etag } = await store.put("queues/q/0.json", bytes('{"a":1}'), { ifAbsent: true });
     const raw = await readFile(path.join(root, "queues", "q", "0.json"), "latin1");
@@ -277,7 +299,7 @@ describe("FileStore", () => {
   });
 
   it.skipIf(!existsSync("/sys/kernel"))(
-    "a root the OS refuses to create throws unavailable at construction",
+    "a root the OS refuses to create throws misconfigured at construction",
     () => {
       let thrown: unknown;
       try {
@@ -285,7 +307,7 @@ describe("FileStore", () => {
       } catch (error) {
         thrown = error;
       }
-      expect(isStoreError(thrown, "unavailable")).toBe(true);
+      expect(isStoreError(thrown, "misconfigured")).toBe(true);
     },
   );
 });

@@ -62,10 +62,12 @@
  * File-system errors are classified once, here: a missing file is "absent",
  * path collisions (ENOTDIR, EISDIR, ENAMETOOLONG) are `invalid`, everything
  * else (EACCES, ENOSPC, EIO, ...) is `unavailable`; a failed directory fsync
- * after the rename is `ambiguous` (visible, durability unknown).
+ * after the rename is `ambiguous` (visible, durability unknown). A store
+ * directory that cannot be created or written when the store opens is
+ * `misconfigured`, at once (never a retry loop).
  */
 import { createHash, randomBytes } from "node:crypto";
-import { type Dirent, mkdirSync, readFileSync, readlinkSync } from "node:fs";
+import { accessSync, constants, type Dirent, mkdirSync, readFileSync, readlinkSync, statSync } from "node:fs";
 import {
   type FileHandle,
   mkdir,
@@ -96,6 +98,7 @@ import {
   InvalidRequestError,
   PreconditionFailedError,
   StoreError,
+  StoreMisconfiguredError,
   UnavailableError,
 } from "./store-errors.ts";
 
@@ -273,6 +276,60 @@ function classify(error: unknown, key: string | undefined, doing: string): unkno
     {
       cause: error,
     },
+  );
+}
+
+/**
+ * `mkdir -p` that fails instead of spinning: Node 20's `mkdirSync(path,
+ * { recursive: true })` loops forever when `mkdir` of a missing component
+ * answers ENOENT although its parent exists (e.g. anything under /proc).
+ * This one walks up to the nearest existing ancestor, then creates each
+ * missing component once, and throws the first real error.
+ */
+function makeDirsSync(dir: string): void {
+  const missing: string[] = [];
+  let at = path.resolve(dir);
+  for (;;) {
+    try {
+      if (!statSync(at).isDirectory())
+        throw Object.assign(new Error(`${at} is not a directory`), { code: "ENOTDIR" });
+      break;
+    } catch (error) {
+      if (errnoCode(error) !== "ENOENT") throw error;
+      const parent = path.dirname(at);
+      if (parent === at) throw error;
+      missing.push(at);
+      at = parent;
+    }
+  }
+  for (const component of missing.reverse()) {
+    try {
+      mkdirSync(component);
+    } catch (error) {
+      if (errnoCode(error) !== "EEXIST" || !statSync(component).isDirectory()) throw error;
+    }
+  }
+}
+
+/** Why the store directory cannot be used, as a {@link StoreMisconfiguredError} that says what to fix. */
+function unusableRoot(error: unknown, root: string): unknown {
+  if (error instanceof StoreError) return error;
+  const code = errnoCode(error);
+  if (code === undefined) return error;
+  const why =
+    code === "EACCES" || code === "EPERM"
+      ? "permission denied: give the user running casq write access, or choose another directory"
+      : code === "EROFS"
+        ? "the file system is read-only: choose a writable directory"
+        : code === "ENOTDIR" || code === "EEXIST"
+          ? "a file is in the way where a directory must be: choose another path"
+          : code === "ENOENT"
+            ? "a parent directory does not exist and cannot be created there: choose a directory on a writable file system"
+            : "check the disk and the path";
+  return new StoreMisconfiguredError(
+    undefined,
+    `cannot create or write the store directory ${root} (${code}): ${why}`,
+    { cause: error },
   );
 }
 
@@ -485,10 +542,11 @@ export class FileStore implements ObjectStore {
     this.locksDir = path.join(this.root, FILE_STORE_INTERNAL_DIR, "locks");
     this.stagingDir = path.join(this.root, FILE_STORE_INTERNAL_DIR, "staging");
     try {
-      mkdirSync(this.locksDir, { recursive: true });
-      mkdirSync(this.stagingDir, { recursive: true });
+      makeDirsSync(this.locksDir);
+      makeDirsSync(this.stagingDir);
+      accessSync(this.locksDir, constants.W_OK);
     } catch (error) {
-      throw classify(error, undefined, `creating the store directory ${this.root}`);
+      throw unusableRoot(error, this.root);
     }
   }
 

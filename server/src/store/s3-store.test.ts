@@ -223,7 +223,22 @@ describe("S3Store error classification over HTTP", () => {
       del: "resolves",
       delIfMatch: "precondition_failed",
     },
-    { name: "404 NoSuchBucket", script: s3Error(404, "NoSuchBucket"), put: "invalid", get: "invalid" },
+    {
+      name: "404 NoSuchBucket",
+      script: s3Error(404, "NoSuchBucket"),
+      put: "misconfigured",
+      putIfMatch: "misconfigured",
+      get: "misconfigured",
+      delIfMatch: "misconfigured",
+    },
+    {
+      // VersityGW's answer to an unknown access key: a 404 that must not read as "no such key".
+      name: "404 XAdminUserNotFound",
+      script: s3Error(404, "XAdminUserNotFound"),
+      put: "misconfigured",
+      get: "misconfigured",
+      del: "misconfigured",
+    },
     { name: "503 SlowDown", script: s3Error(503, "SlowDown"), put: "unavailable", get: "unavailable" },
     { name: "429 TooManyRequests", script: s3Error(429, "TooManyRequests"), put: "unavailable" },
     {
@@ -238,9 +253,21 @@ describe("S3Store error classification over HTTP", () => {
       put: "ambiguous",
       get: "unavailable",
     },
-    { name: "403 AccessDenied", script: s3Error(403, "AccessDenied"), put: "invalid", get: "invalid" },
+    {
+      name: "403 AccessDenied",
+      script: s3Error(403, "AccessDenied"),
+      put: "misconfigured",
+      get: "misconfigured",
+    },
+    {
+      name: "403 SignatureDoesNotMatch",
+      script: s3Error(403, "SignatureDoesNotMatch"),
+      put: "misconfigured",
+      get: "misconfigured",
+    },
+    { name: "403 without a known code", script: s3Error(403, "Forbidden"), get: "misconfigured" },
     { name: "400 EntityTooLarge", script: s3Error(400, "EntityTooLarge"), put: "invalid" },
-    { name: "501 NotImplemented", script: s3Error(501, "NotImplemented"), putIfMatch: "invalid" },
+    { name: "501 NotImplemented", script: s3Error(501, "NotImplemented"), putIfMatch: "misconfigured" },
     {
       name: "socket reset after the request arrived",
       script: resetAfterRequest,
@@ -356,8 +383,16 @@ describe("classifyS3Error", () => {
   it("a failure before the request was handed to HTTP is unavailable, even for a write", () => {
     const timeout = Object.assign(new Error("timed out"), { name: "TimeoutError" });
     expect(classifyS3Error(timeout, { ...put, sent: false }).kind).toBe("unavailable");
-    const credentials = Object.assign(new Error("no credentials"), { name: "CredentialsProviderError" });
-    expect(classifyS3Error(credentials, put).kind).toBe("unavailable");
+  });
+
+  it("no credentials at all is misconfigured (retrying cannot help) and says where credentials come from", () => {
+    const credentials = Object.assign(new Error("Could not load credentials from any providers"), {
+      name: "CredentialsProviderError",
+    });
+    const classified = classifyS3Error(credentials, { ...put, sent: false });
+    expect(classified.kind).toBe("misconfigured");
+    expect(classified.message).toContain("AWS_ACCESS_KEY_ID");
+    expect(classifyS3Error(credentials, get).kind).toBe("misconfigured");
   });
 
   it("connection-level errors before sending are unavailable; resets and timeouts after are ambiguous for writes", () => {

@@ -46,6 +46,7 @@
  *   PutObject by default, which several S3-compatible servers reject or
  *   mishandle. The upload is still integrity-checked: the SDK signs the
  *   body's SHA-256 into `x-amz-content-sha256`, which S3 verifies.
+ * - The SDK's Node version banner is turned off (see {@link NODE_VERSION_NOTICE_ENV}).
  * - `requestTimeoutMs` bounds each HTTP exchange (connect + request + response
  *   headers) with `throwOnRequestTimeout`; a per-call deadline comes from
  *   `options.signal` (the SDK's `abortSignal`).
@@ -76,6 +77,7 @@ import {
   NotFoundError,
   PreconditionFailedError,
   StoreError,
+  StoreMisconfiguredError,
   UnavailableError,
 } from "./store-errors.ts";
 
@@ -155,19 +157,38 @@ const THROTTLING_CODES = new Set([
   "RequestTimeout",
 ]);
 
-/** Auth and configuration errors: retrying will not help, the operator must fix something. */
+/**
+ * Auth and configuration errors: every request fails the same way until an
+ * operator changes something, so retrying will not help
+ * ({@link StoreMisconfiguredError}). Each says what to fix.
+ */
 const CONFIGURATION_CODES = new Map<string, string>([
   ["AccessDenied", "access denied: check the credentials and the bucket policy"],
+  ["AllAccessDisabled", "all access to the bucket is disabled: check the bucket and the account"],
+  ["AccountProblem", "the account has a problem that prevents access: check the account"],
   ["InvalidAccessKeyId", "the access key id is not known to the server: check the credentials"],
+  // VersityGW answers an unknown access key with a 404 of this code.
+  ["XAdminUserNotFound", "the access key id is not known to the server: check the credentials"],
   ["SignatureDoesNotMatch", "the request signature does not match: check the secret key and region"],
+  ["ExpiredToken", "the session token has expired: refresh the credentials"],
+  ["InvalidToken", "the session token is not valid: check the credentials"],
   ["AuthorizationHeaderMalformed", "the authorization header is malformed: check the region"],
   ["PermanentRedirect", "the bucket is in another region or needs another endpoint: set region= in the URL"],
   ["NoSuchBucket", "the bucket does not exist: create it or fix the store URL"],
-  ["EntityTooLarge", "the object is larger than the server accepts"],
-  ["InvalidArgument", "the server rejected an argument"],
+  ["InvalidBucketName", "the server does not accept the bucket name: fix the store URL"],
   ["NotImplemented", "the server does not implement this request (does it support conditional writes?)"],
   ["RequestTimeTooSkewed", "this machine's clock is too far from the server's: fix the clock (NTP)"],
 ]);
+
+/** Request errors that are casq's own fault or the object's, not the configuration's. */
+const REQUEST_CODES = new Map<string, string>([
+  ["EntityTooLarge", "the object is larger than the server accepts"],
+  ["InvalidArgument", "the server rejected an argument"],
+]);
+
+/** What to do when the AWS SDK found no credentials at all. */
+const NO_CREDENTIALS =
+  "no AWS credentials found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE, or run where an instance or pod role provides them";
 
 interface ErrorShape {
   name?: unknown;
@@ -213,7 +234,11 @@ function describe(error: unknown): string {
  * - 429, 503, 500, throttling codes → {@link UnavailableError} (S3 refused or
  *   failed the request; it was not executed). 502 / 504 come from a gateway
  *   that may have forwarded the request: ambiguous for writes.
- * - auth, missing bucket, too large, not implemented → {@link InvalidRequestError}.
+ * - auth (403, unknown key, bad signature), missing bucket, wrong region,
+ *   not implemented, no credentials at all → {@link StoreMisconfiguredError}
+ *   (checked before 404, so a 404 NoSuchBucket or VersityGW's 404 for an
+ *   unknown access key never reads as "no such key");
+ * - too large, bad argument, other 400s → {@link InvalidRequestError}.
  * - no response at all: connection refused / DNS failure / connect timeout /
  *   not yet handed to HTTP → unavailable; anything else (timeout, reset,
  *   abort) after a write was sent → {@link AmbiguousWriteError}, for reads →
@@ -239,9 +264,14 @@ export function classifyS3Error(error: unknown, context: S3ErrorContext): StoreE
           : "the precondition did not hold";
       return new PreconditionFailedError(key, `${what} (${detail})`, options);
     }
+    const configuration = CONFIGURATION_CODES.get(code);
+    if (configuration !== undefined || status === 403)
+      return new StoreMisconfiguredError(
+        key,
+        `${configuration ?? "the server refused access: check the credentials and the bucket policy"} (${detail})`,
+        options,
+      );
     if (status === 404 || code === "NoSuchKey" || code === "NotFound") {
-      if (code === "NoSuchBucket")
-        return new InvalidRequestError(key, `${CONFIGURATION_CODES.get(code)} (${detail})`, options);
       if (isWrite && context.ifMatch)
         return new PreconditionFailedError(key, `the key does not exist (${detail})`, options);
       return new NotFoundError(key, options);
@@ -252,11 +282,17 @@ export function classifyS3Error(error: unknown, context: S3ErrorContext): StoreE
       return new UnavailableError(key, detail, options);
     }
     if (status === 429 || THROTTLING_CODES.has(code)) return new UnavailableError(key, detail, options);
-    const configuration = CONFIGURATION_CODES.get(code);
-    if (configuration !== undefined || status === 403 || status === 400 || status === 501)
+    if (status === 501)
+      return new StoreMisconfiguredError(
+        key,
+        `the server does not implement this request (does it support conditional writes?) (${detail})`,
+        options,
+      );
+    const request = REQUEST_CODES.get(code);
+    if (request !== undefined || status === 400)
       return new InvalidRequestError(
         key,
-        `${configuration ?? "the server rejected the request"} (${detail})`,
+        `${request ?? "the server rejected the request"} (${detail})`,
         options,
       );
     if ((status === 502 || status === 504) && isWrite)
@@ -282,15 +318,33 @@ export function classifyS3Error(error: unknown, context: S3ErrorContext): StoreE
   // No HTTP status: the failure is in this process or the network.
   const networkCode = typeof shape.code === "string" ? shape.code : "";
   const message = typeof shape.message === "string" ? shape.message : "";
+  // Without credentials nothing can ever be signed: the chain was tried and came up empty.
+  if (name === "CredentialsProviderError")
+    return new StoreMisconfiguredError(key, `${NO_CREDENTIALS} (${detail})`, options);
   const neverSent =
-    !sent ||
-    NOT_SENT_CODES.has(networkCode) ||
-    message.includes("did not establish a connection") ||
-    name === "CredentialsProviderError";
+    !sent || NOT_SENT_CODES.has(networkCode) || message.includes("did not establish a connection");
   if (neverSent) return new UnavailableError(key, `the request was not sent (${detail})`, options);
   if (isWrite)
     return new AmbiguousWriteError(key, `no answer after the request was sent (${detail})`, options);
   return new UnavailableError(key, detail, options);
+}
+
+/**
+ * The AWS SDK's switch for its Node version notice (documented by the SDK:
+ * see `emitWarningIfUnsupportedVersion` in @aws-sdk/core).
+ */
+export const NODE_VERSION_NOTICE_ENV = "AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED";
+
+/**
+ * Turns off the AWS SDK's 7-line `NodeVersionSupportWarning` banner, which
+ * every client prints on Node < 22 to announce that SDK releases from 2027
+ * on will need Node 22. casq pins its SDK version, so the banner asks
+ * nothing of a casq operator today. Only that one notice is affected (every
+ * other warning still prints), and an operator who sets the variable
+ * (`=false`) keeps the SDK's own behaviour. See docs/operations.md.
+ */
+function quietNodeVersionNotice(): void {
+  process.env[NODE_VERSION_NOTICE_ENV] ??= "true";
 }
 
 /** Normalises a store prefix: no leading/trailing `/`, validated like a key. */
@@ -337,6 +391,7 @@ export class S3Store implements ObjectStore {
       };
       if (options.endpoint) config.endpoint = options.endpoint;
       if (options.credentials) config.credentials = { ...options.credentials };
+      quietNodeVersionNotice();
       this.client = new S3Client(config);
       this.ownsClient = true;
     }

@@ -9,6 +9,8 @@
  * | `unavailable`         | 5xx, throttling, network error before the request was sent| yes                         |
  * | `ambiguous`           | the write may have landed and the answer was lost         | only after finding out      |
  * | `invalid`             | bad key, object too large, bad argument                   | no                          |
+ * | `misconfigured`       | no or wrong credentials, access denied, missing bucket,   | no: an operator must fix    |
+ * |                       | a store directory that cannot be created or written       | the configuration           |
  * | `not_found`           | a key that must exist does not                            | no                          |
  */
 
@@ -19,7 +21,8 @@ export type StoreErrorKind =
   | "conflict"
   | "unavailable"
   | "ambiguous"
-  | "invalid";
+  | "invalid"
+  | "misconfigured";
 
 /** Base class of every error a store raises. */
 export class StoreError extends Error {
@@ -85,6 +88,34 @@ export class InvalidRequestError extends StoreError {
       ...options,
     });
   }
+}
+
+/**
+ * The store refuses casq for a reason only an operator can fix: no or wrong
+ * credentials, access denied, a bucket that does not exist, a store directory
+ * that cannot be created or written. Every request fails the same way until
+ * the configuration changes, so retrying will not help; the message says
+ * what to fix.
+ */
+export class StoreMisconfiguredError extends StoreError {
+  constructor(key: string | undefined, detail: string, options?: { cause?: unknown }) {
+    super("misconfigured", `the object store cannot be used as configured: ${detail}`, {
+      ...(key === undefined ? {} : { key }),
+      ...options,
+    });
+  }
+}
+
+/**
+ * The {@link StoreMisconfiguredError} behind `error`, following `cause`
+ * links (the broker wraps store errors in engine errors), or undefined.
+ */
+export function misconfiguredCause(error: unknown): StoreMisconfiguredError | undefined {
+  for (let at: unknown = error, depth = 0; at instanceof Error && depth < 8; depth += 1) {
+    if (at instanceof StoreMisconfiguredError) return at;
+    at = at.cause;
+  }
+  return undefined;
 }
 
 /** True when `error` is a {@link StoreError} of the given kind. */

@@ -106,7 +106,13 @@ const SERVER_ERROR_CODES = new Set<Code>([
 ]);
 
 /** Store outcomes that mark a store span as an error (a lost CAS race is not a failure of the call). */
-const STORE_ERROR_OUTCOMES = new Set<string>(["unavailable", "ambiguous", "invalid", "error"]);
+const STORE_ERROR_OUTCOMES = new Set<string>([
+  "unavailable",
+  "ambiguous",
+  "invalid",
+  "misconfigured",
+  "error",
+]);
 
 /** Tracing of one casq server. See the module header. */
 export class CasqTracing {

@@ -12,6 +12,7 @@ library logger.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from casq.errors import DeadLetter
 from casq.job import Job
@@ -51,3 +52,22 @@ def log_worker_error(error: BaseException, job: Job | None) -> None:
         logger.warning("casq: job %s (attempt %d): %s", job.id, job.attempt, error, extra={"casq_job_id": job.id})
     else:
         logger.warning("casq: %s", error)
+
+
+def report_failure(
+    error: Exception,
+    job: Job | None,
+    on_error: Callable[[Exception, Job | None], None] | None,
+    *,
+    handler_failed: bool = False,
+) -> None:
+    """A failure that does not end ``run()``: logged (a handler's with its job), then given to ``on_error``."""
+    if handler_failed and job is not None:
+        log_handler_failure(job, error)
+    else:
+        log_worker_error(error, job)
+    if on_error is not None:
+        try:
+            on_error(error, job)
+        except Exception:  # noqa: BLE001 - a failing callback must not kill the worker
+            pass

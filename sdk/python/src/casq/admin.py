@@ -1,104 +1,57 @@
-"""Admin: queues, subscriptions, statistics and dead letters (synchronous).
+# Generated from casq/aio/admin.py by sdk/python/scripts/generate-sync.py (unasync): do not edit;
+# edit the asyncio source and run the script again (tests/test_generated_sync.py checks it).
+"""Admin: queues, subscriptions, statistics and dead letters.
 
-Every method goes through :meth:`casq.Client.call`, so it follows leader
-redirects and fails over between brokers like the producer does. Changes are
-safe to resend (the server leaves shards that already have the requested
-state alone), which is what makes those retries safe.
+Every method goes through ``Client.call``, so it follows leader redirects and
+fails over between brokers like the producer does. Changes are safe to resend
+(the server leaves shards that already have the requested state alone), which
+is what makes those retries safe.
+
+The asyncio casq/aio/admin.py is the source of the threaded casq/admin.py, which
+sdk/python/scripts/generate-sync.py writes from it with unasync: edit that one.
 """
 
 from __future__ import annotations
 
-import datetime
-from collections.abc import Callable, Sequence
-from typing import Literal, TypeVar
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, TypeVar
 
-from casq._messages import to_duration
-from casq.client import Client, Metadata
-from casq.v1 import admin_service_pb2, admin_service_pb2_grpc, queue_config_pb2
+from casq._admin_requests import (
+    Seconds,
+    SubscriptionStartName,
+    build_config,
+    purge_request,
+    redrive_request,
+    subscription_start,
+)
+from casq.v1 import admin_service_pb2, admin_service_pb2_grpc
+
+from ._concurrency import StubCall
+from .client import Client
 
 _R = TypeVar("_R")
-_AdminCall = Callable[[admin_service_pb2_grpc.AdminServiceStub, Metadata], _R]
+if TYPE_CHECKING:  # the asyncio stub class exists only in the generated type stubs
+    _AdminCall = StubCall[admin_service_pb2_grpc.AdminServiceStub, _R]
 
-Seconds = float | datetime.timedelta
-SubscriptionStartName = Literal["earliest", "latest"]
-
-_STARTS: dict[str, admin_service_pb2.SubscriptionStart.ValueType] = {
-    "earliest": admin_service_pb2.SUBSCRIPTION_START_EARLIEST,
-    "latest": admin_service_pb2.SUBSCRIPTION_START_LATEST,
-}
-
-
-def subscription_start(start: str) -> admin_service_pb2.SubscriptionStart.ValueType:
-    """The proto enum value of ``"earliest"`` or ``"latest"``."""
-    try:
-        return _STARTS[start]
-    except KeyError:
-        raise ValueError(f"start must be 'earliest' or 'latest', not {start!r}") from None
-
-
-def build_config(
-    *,
-    lease_ttl: Seconds | None = None,
-    max_attempts: int | None = None,
-    backoff_initial: Seconds | None = None,
-    backoff_max: Seconds | None = None,
-    backoff_multiplier: float | None = None,
-    backoff_jitter: float | None = None,
-    dedup_window: Seconds | None = None,
-    retention: Seconds | None = None,
-) -> queue_config_pb2.QueueConfig:
-    """A QueueConfig with only the given fields set (unset ones: defaults, or unchanged on update)."""
-    config = queue_config_pb2.QueueConfig()
-    if lease_ttl is not None:
-        config.lease_ttl.CopyFrom(to_duration(lease_ttl))
-    if max_attempts is not None:
-        config.max_attempts = max_attempts
-    if backoff_initial is not None:
-        config.backoff.initial_delay.CopyFrom(to_duration(backoff_initial))
-    if backoff_max is not None:
-        config.backoff.max_delay.CopyFrom(to_duration(backoff_max))
-    if backoff_multiplier is not None:
-        config.backoff.multiplier = backoff_multiplier
-    if backoff_jitter is not None:
-        config.backoff.jitter = backoff_jitter
-    if dedup_window is not None:
-        config.dedup_window.CopyFrom(to_duration(dedup_window))
-    if retention is not None:
-        config.retention.CopyFrom(to_duration(retention))
-    return config
-
-
-def redrive_request(
-    queue: str, subscription: str, ids: Sequence[str] | None, limit: int
-) -> admin_service_pb2.RedriveDeadLettersRequest:
-    """All dead letters when ``ids`` is None (up to ``limit`` if set), else those ids."""
-    if isinstance(ids, str):
-        raise TypeError("ids must be a sequence of message ids, not a string")
-    request = admin_service_pb2.RedriveDeadLettersRequest(queue=queue, subscription=subscription, limit=limit)
-    if ids is None:
-        request.all = True
-    else:
-        request.ids.extend(ids)
-    return request
-
-
-def purge_request(
-    queue: str, subscription: str | None, all_subscriptions: bool, dead_letters: bool
-) -> admin_service_pb2.PurgeQueueRequest:
-    """Exactly one of ``subscription`` and ``all_subscriptions``, checked before any call."""
-    if (subscription is None) == (not all_subscriptions):
-        raise ValueError("purge needs exactly one of subscription and all_subscriptions=True")
-    return admin_service_pb2.PurgeQueueRequest(
-        queue=queue, subscription=subscription or "", all_subscriptions=all_subscriptions, dead_letters=dead_letters
-    )
+# The request builders, also importable from here.
+__all__ = [
+    "Admin",
+    "Seconds",
+    "SubscriptionStartName",
+    "build_config",
+    "purge_request",
+    "redrive_request",
+    "subscription_start",
+]
 
 
 class Admin:
-    """The casq AdminService over a :class:`casq.Client` (redirects and failover included).
+    """The casq AdminService over a Client (redirects and failover included).
 
     Durations are float seconds or ``timedelta``. Methods return the generated
     ``casq.v1.admin_service_pb2`` responses, except the paged lists (every page,
-    as a list) and :meth:`get_document` (the document's bytes).
+    as a list) and :meth:`get_document` (the document's bytes). ``casq.aio.Admin``
+    has the same methods, arguments and results, as coroutines.
     """
 
     def __init__(self, client: Client) -> None:
@@ -188,12 +141,16 @@ class Admin:
         request = admin_service_pb2.CreateSubscriptionRequest(
             queue=queue, subscription=subscription, start=subscription_start(start)
         )
-        return self._call(lambda stub, md: stub.CreateSubscription(request, timeout=self.client.timeout, metadata=md))
+        return self._call(
+            lambda stub, md: stub.CreateSubscription(request, timeout=self.client.timeout, metadata=md)
+        )
 
     def delete_subscription(self, queue: str, subscription: str) -> admin_service_pb2.DeleteSubscriptionResponse:
         """Removes a subscription with its leases, ack state and dead letters."""
         request = admin_service_pb2.DeleteSubscriptionRequest(queue=queue, subscription=subscription)
-        return self._call(lambda stub, md: stub.DeleteSubscription(request, timeout=self.client.timeout, metadata=md))
+        return self._call(
+            lambda stub, md: stub.DeleteSubscription(request, timeout=self.client.timeout, metadata=md)
+        )
 
     def purge(
         self,
@@ -215,7 +172,9 @@ class Admin:
             request = admin_service_pb2.ListDeadLettersRequest(
                 queue=queue, subscription=subscription, page_size=1000, page_token=token
             )
-            page = self._call(lambda stub, md: stub.ListDeadLetters(request, timeout=self.client.timeout, metadata=md))
+            page = self._call(
+                lambda stub, md: stub.ListDeadLetters(request, timeout=self.client.timeout, metadata=md)
+            )
             letters.extend(page.dead_letters)
             token = page.next_page_token
             if not token:
@@ -226,22 +185,27 @@ class Admin:
     ) -> admin_service_pb2.RedriveDeadLettersResponse:
         """Makes dead letters runnable again: all of them (``ids=None``) or those ids, at most ``limit`` if set."""
         request = redrive_request(queue, subscription, ids, limit)
-        return self._call(lambda stub, md: stub.RedriveDeadLetters(request, timeout=self.client.timeout, metadata=md))
+        return self._call(
+            lambda stub, md: stub.RedriveDeadLetters(request, timeout=self.client.timeout, metadata=md)
+        )
 
     def get_document(self, queue: str, shard: int = 0) -> bytes:
         """The raw stored JSON document of one shard, its chunks put back together."""
         request = admin_service_pb2.GetDocumentRequest(queue=queue, shard=shard)
+        metadata = self.client.metadata()
 
         def read(address: str) -> bytes:
             # The whole stream is read inside one attempt so that a retry starts over.
-            stream = self.client.admin_stub(address).GetDocument(
-                request, timeout=self.client.timeout, metadata=self.client.metadata()
-            )
-            return b"".join(chunk.chunk for chunk in stream)
+            stub = self.client.admin_stub(address)
+            stream = stub.GetDocument(request, timeout=self.client.timeout, metadata=metadata)
+            return b"".join([chunk.chunk for chunk in stream])
 
         return self.client.call(read)
 
     def _call(self, fn: _AdminCall[_R]) -> _R:
         metadata = self.client.metadata()
-        return self.client.call(lambda address: fn(self.client.admin_stub(address), metadata))
 
+        def attempt(address: str) -> _R:
+            return fn(self.client.admin_stub(address), metadata)
+
+        return self.client.call(attempt)

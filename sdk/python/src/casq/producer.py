@@ -1,25 +1,34 @@
-"""Producer: durable enqueues (synchronous)."""
+# Generated from casq/aio/producer.py by sdk/python/scripts/generate-sync.py (unasync): do not edit;
+# edit the asyncio source and run the script again (tests/test_generated_sync.py checks it).
+"""Producer: durable enqueues.
+
+The asyncio casq/aio/producer.py is the source of the threaded casq/producer.py, which
+sdk/python/scripts/generate-sync.py writes from it with unasync: edit that one.
+"""
 
 from __future__ import annotations
 
 import datetime
+import functools
 import time
 from collections.abc import Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 
+from casq._connection import Metadata
 from casq._messages import (
     EnqueueResult,
     NewMessage,
     Payload,
-    SubBatch,
     build_batch,
     merge_results,
     split_batch,
     to_results,
 )
-from casq.client import Client, Metadata, attempt_timeout
+from casq._retry import attempt_timeout
 from casq.errors import BatchRedirectError
 from casq.v1 import queue_service_pb2
+
+from ._concurrency import run_parallel
+from .client import Client
 
 
 class Producer:
@@ -30,7 +39,8 @@ class Producer:
     part in parallel (following redirects, splitting again up to
     ``MAX_BATCH_SPLITS`` times if leadership moved meanwhile) and returns
     the results in request order, all within the call's ``retry_timeout``
-    (+ ``timeout``).
+    (+ ``timeout``). ``casq.Producer`` sends the parts from threads,
+    ``casq.aio.Producer`` as tasks (cancelling the call cancels every part).
 
     A call is retried after failures that leave it unknown whether the
     broker stored the messages (an attempt that timed out at a hung broker),
@@ -62,7 +72,8 @@ class Producer:
         tracestate: str | None = None,
     ) -> EnqueueResult:
         message = NewMessage(payload, key, priority, delay, headers, max_attempts, dedup_id)
-        return self.enqueue_batch(queue, [message], traceparent=traceparent, tracestate=tracestate)[0]
+        results = self.enqueue_batch(queue, [message], traceparent=traceparent, tracestate=tracestate)
+        return results[0]
 
     def enqueue_batch(
         self,
@@ -73,8 +84,8 @@ class Producer:
         tracestate: str | None = None,
     ) -> list[EnqueueResult]:
         batch = build_batch(queue, messages, self.auto_dedup)
-        # Computed once, in the caller's thread: the sub-batches of a split run
-        # in other threads, which do not see the caller's active span.
+        # Computed once, by the caller: the sub-batches of a split run in other
+        # threads (casq.Producer), which do not see the caller's active span.
         metadata = self.client.metadata(traceparent, tracestate)
         deadline = time.monotonic() + self.client.retry_timeout
         return batch.results(self._send(batch.request, metadata, deadline, None, 0))
@@ -88,29 +99,19 @@ class Producer:
         splits: int,
     ) -> list[EnqueueResult]:
         """Enqueue ``request`` starting at ``start``, splitting it on a BatchRedirect (``splits`` done so far)."""
-        try:
-            response = self.client.call(
-                lambda address: self.client.queue_stub(address).Enqueue(
-                    request, timeout=attempt_timeout(self.client.timeout, deadline), metadata=metadata
-                ),
-                start=start,
-                deadline=deadline,
+
+        def attempt(address: str) -> queue_service_pb2.EnqueueResponse:
+            return self.client.queue_stub(address).Enqueue(
+                request, timeout=attempt_timeout(self.client.timeout, deadline), metadata=metadata
             )
+
+        try:
+            response = self.client.call(attempt, start=start, deadline=deadline)
         except BatchRedirectError as redirect:
             parts = split_batch(request, redirect, splits + 1)
-            return merge_results(len(request.messages), self._send_parts(parts, metadata, deadline, splits + 1))
+            sends = [functools.partial(self._send, p.request, metadata, deadline, p.address, splits + 1) for p in parts]
+            # Every part is over before this returns, also when one failed: once
+            # the call is over, nothing more is stored on its behalf.
+            results = run_parallel(sends)
+            return merge_results(len(request.messages), list(zip(parts, results, strict=True)))
         return to_results(response, len(request.messages))
-
-    def _send_parts(
-        self, parts: list[SubBatch], metadata: Metadata, deadline: float, splits: int
-    ) -> list[tuple[SubBatch, list[EnqueueResult]]]:
-        """Send the sub-batches in parallel, each to its broker; raises the first failure (in route order)."""
-        if len(parts) == 1:
-            return [(parts[0], self._send(parts[0].request, metadata, deadline, parts[0].address, splits))]
-        # Leaving the with block waits for every sub-batch, also when one
-        # failed: once the call is over, nothing more is stored on its behalf.
-        with ThreadPoolExecutor(max_workers=len(parts), thread_name_prefix="casq-enqueue-split") as pool:
-            futures = [
-                pool.submit(self._send, part.request, metadata, deadline, part.address, splits) for part in parts
-            ]
-            return [(part, future.result()) for part, future in zip(parts, futures, strict=True)]

@@ -1,7 +1,7 @@
 /**
  * `casq enqueue QUEUE [PAYLOAD]`: stores messages durably and prints their
  * ids. With PAYLOAD, one message; without it, one message per stdin line
- * (NDJSON, see message-input.ts), sent in batches of up to 1000 per Enqueue
+ * (NDJSON), both read by the one rule of message-input.ts, sent in batches of up to 1000 per Enqueue
  * call, in input order, one batch at a time (so per-key order holds across
  * batches). A progress bar on stderr shows large inputs when stderr is a
  * terminal; otherwise a progress line is printed every few seconds.
@@ -14,10 +14,12 @@ import { EnqueuedMessageSchema, type NewMessage } from "../api.ts";
 import { CliError, ExitCode, usageError } from "../cli-error.ts";
 import { addConnectionOptions, type CasqClient, type ClientOptions, clientFromOptions } from "../client.ts";
 import {
+  type InputMode,
   type MessageDefaults,
+  MessageInputError,
   MessageLineError,
-  messageFromPayload,
   parseMessageLine,
+  parseMessageText,
 } from "../message-input.ts";
 import { formatMs, jsonOption, messageJson, note, printLines } from "../output.ts";
 import { collect, intIn, parseDurationMs } from "../parse.ts";
@@ -33,6 +35,7 @@ interface EnqueueOptions extends ClientOptions {
   batchSize: number;
   json?: boolean;
   progress: boolean;
+  raw?: boolean;
 }
 
 /** Registers `casq enqueue`. */
@@ -41,7 +44,10 @@ export function registerEnqueue(program: Command): void {
     .command("enqueue")
     .description("enqueue one message (PAYLOAD) or one message per stdin line (NDJSON) and print the ids")
     .argument("<queue>", "queue name")
-    .argument("[payload]", "payload text; omit it to read messages from stdin, one per line")
+    .argument(
+      "[payload]",
+      "the message, read like a stdin line (see below); omit it to read messages from stdin, one per line",
+    )
     .option("--key <key>", "partition key: messages with the same key share a shard and keep their order")
     .option("--priority <n>", "claim priority, -1000..1000 (higher first)", intIn(-1000, 1000))
     .option("--delay <duration>", "run no earlier than this from now, e.g. 30s, 5m", parseDurationMs)
@@ -57,37 +63,54 @@ export function registerEnqueue(program: Command): void {
         .default(1000)
         .argParser(intIn(1, 1000)),
     )
+    .option(
+      "--raw",
+      "every input is the payload as it is: no message envelopes, no JSON check (for payloads that look like envelopes)",
+    )
     .addOption(jsonOption().default(false))
     .option("--no-progress", "no progress bar or progress lines on stderr");
   addConnectionOptions(command);
   command.addHelpText(
     "after",
     `
-Each stdin line is a JSON object, a JSON string, or plain text (the line is the payload):
-  {"payload": "text", "key": "user-7", "priority": 5, "delay_ms": 1000, "headers": {"type": "email"},
-   "dedup_id": "order-42", "max_attempts": 3}
-  {"payload_base64": "AAEC"}        binary payload; "run_at": "2030-01-01T00:00:00Z" schedules absolutely
-Flags (--key, --priority, ...) are defaults for every line; a line's own fields win.
+PAYLOAD and each stdin line follow one rule:
+  - a JSON object with "payload" (or "payload_base64") is a message envelope:
+      {"payload": "text", "key": "user-7", "priority": 5, "delay_ms": 1000, "headers": {"type": "email"},
+       "dedup_id": "order-42", "max_attempts": 3}
+      {"payload_base64": "AAEC"}    binary payload; "run_at": "2030-01-01T00:00:00Z" schedules absolutely
+    a string payload is stored as its text, any other JSON value as its compact JSON;
+    any other field is an error;
+  - anything else is the payload byte for byte: plain text, "a JSON string" with its quotes,
+    {"to":"ada@example.com"} (an object without "payload");
+  - text starting with { or [ must be valid JSON. --raw turns envelopes and this check off.
+Flags (--key, --priority, ...) are defaults for every message; an envelope's own fields win.
 
 Output: the message id (one per line with --json: {"line", "id", "shard", "offset", "duplicate"}).
+When the enqueue created the queue (auto-create is on), stderr says "created queue QUEUE (auto-create ...)".
 
 Examples:
   $ casq enqueue emails '{"to":"ada@example.com"}'
   $ casq enqueue emails hello --key user-7 --delay 10s --header content-type=text/plain
   $ seq 1 10000 | casq enqueue numbers
-  $ jq -c '.[] | {payload: tojson, key: .user}' orders.json | casq enqueue orders --json > ids.ndjson`,
+  $ echo '{"payload": {"to": "ada@example.com"}, "priority": 5}' | casq enqueue emails
+  $ jq -c '.[] | {payload: ., key: .user}' orders.json | casq enqueue orders --json > ids.ndjson`,
   );
   command.action(async (queue: string, payload: string | undefined, options: EnqueueOptions) => {
     const defaults = flagDefaults(options);
+    const mode: InputMode = { raw: options.raw === true };
+    let message: NewMessage | undefined;
+    if (payload !== undefined) {
+      try {
+        message = parseMessageText(payload, defaults, mode);
+      } catch (error) {
+        if (error instanceof MessageInputError) throw usageError(`PAYLOAD: ${error.message}`);
+        throw error;
+      }
+    }
     const client = clientFromOptions(options);
     try {
-      if (payload !== undefined) {
-        await enqueueOne(
-          client,
-          queue,
-          messageFromPayload(new TextEncoder().encode(payload), defaults),
-          options,
-        );
+      if (message !== undefined) {
+        await enqueueOne(client, queue, message, options);
       } else {
         if (options.dedupId !== undefined) {
           throw usageError(
@@ -99,7 +122,7 @@ Examples:
             "no payload: pass PAYLOAD, or pipe messages to stdin one per line (see casq enqueue --help).",
           );
         }
-        await enqueueStdin(client, queue, defaults, options);
+        await enqueueStdin(client, queue, defaults, mode, options);
       }
     } finally {
       client.close();
@@ -126,6 +149,7 @@ function flagDefaults(options: EnqueueOptions): MessageDefaults {
 
 async function enqueueOne(client: CasqClient, queue: string, message: NewMessage, options: EnqueueOptions) {
   const response = await client.call((c, o) => c.queue.enqueue({ queue, messages: [message] }, o));
+  if (response.queueCreated) noteCreated(queue);
   const result = response.messages[0];
   if (result === undefined)
     throw new CliError(ExitCode.serverError, "the server answered without a message id");
@@ -140,6 +164,7 @@ async function enqueueStdin(
   client: CasqClient,
   queue: string,
   defaults: MessageDefaults,
+  mode: InputMode,
   options: EnqueueOptions,
 ) {
   const started = Date.now();
@@ -189,6 +214,7 @@ async function enqueueStdin(
             `${first}; messages with dedup ids are safe to resend.`,
         );
       });
+    if (response.queueCreated) noteCreated(queue);
     const out: string[] = [];
     response.messages.forEach((result, index) => {
       if (result.duplicate) duplicates++;
@@ -210,7 +236,7 @@ async function enqueueStdin(
       progress.addBytes(Buffer.byteLength(text) + 1);
       let message: NewMessage | undefined;
       try {
-        message = parseMessageLine(text, lineNumber, defaults);
+        message = parseMessageLine(text, lineNumber, defaults, mode);
       } catch (error) {
         if (error instanceof MessageLineError) {
           await flush();
@@ -238,6 +264,16 @@ async function enqueueStdin(
   if (options.json) note(summary);
   else printLines(summary);
   if (enqueued === 0) note("stdin held no messages (empty lines are skipped)");
+}
+
+/**
+ * Says on stderr that the enqueue created the queue (the broker's auto-create
+ * is on), so that a typo in the name does not go unnoticed.
+ */
+function noteCreated(queue: string): void {
+  note(
+    `created queue ${queue} (auto-create: it did not exist; casq serve --auto-create-queues off refuses unknown queues instead)`,
+  );
 }
 
 /** Size of stdin in bytes when it is a regular file (for a percentage), else undefined. */

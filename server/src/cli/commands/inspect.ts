@@ -70,7 +70,7 @@ Examples:
           queue,
           shard: options.shard,
           etag,
-          totalBytes: totalBytes.toString(),
+          totalBytes: Number(totalBytes),
           document: parses ? parsed : null,
           ...(parses ? {} : { raw: text }),
         });

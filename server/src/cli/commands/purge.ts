@@ -76,9 +76,9 @@ Examples:
       );
       if (options.json) {
         printJson({
-          messagesPurged: response.messagesPurged.toString(),
-          leasesDropped: response.leasesDropped.toString(),
-          deadLettersPurged: response.deadLettersPurged.toString(),
+          messagesPurged: Number(response.messagesPurged),
+          leasesDropped: Number(response.leasesDropped),
+          deadLettersPurged: Number(response.deadLettersPurged),
         });
         return;
       }

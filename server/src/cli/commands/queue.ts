@@ -36,6 +36,7 @@ interface ConfigFlags {
 
 interface QueueCommandOptions extends ClientOptions, ConfigFlags {
   shards?: number;
+  ifNotExists?: boolean;
   force?: boolean;
   yes?: boolean;
   json?: boolean;
@@ -130,6 +131,10 @@ Examples:
       new Option("--shards <n>", "number of shards, 1..256, fixed for the queue's life")
         .default(1)
         .argParser(intIn(1, 256)),
+    )
+    .option(
+      "--if-not-exists",
+      "a queue of that name is fine: show it as it is (flags not applied) and exit 0 instead of failing",
     );
   addConfigOptions(create).addOption(jsonOption());
   addConnectionOptions(create);
@@ -138,27 +143,42 @@ Examples:
     `
 More shards spread load over more documents (and brokers); order then holds only per key.
 
+Without --if-not-exists, an existing queue is an error (exit 1, ALREADY_EXISTS).
+
 Examples:
   $ casq queue create jobs
-  $ casq queue create events --shards 4 --retention 1h --dedup-window 0s`,
+  $ casq queue create events --shards 4 --retention 1h --dedup-window 0s
+  $ casq queue create jobs --if-not-exists    # idempotent, e.g. in a deploy script`,
   );
   create.action(async (name: string, options: QueueCommandOptions) => {
     const { config } = configFromFlags(options);
     const client = clientFromOptions(options);
     try {
       const response = await client.call((c, o) =>
-        c.admin.createQueue({ queue: name, shardCount: options.shards ?? 1, config }, o),
+        c.admin.createQueue(
+          {
+            queue: name,
+            shardCount: options.shards ?? 1,
+            config,
+            ifNotExists: options.ifNotExists === true,
+          },
+          o,
+        ),
       );
       if (options.json) {
         printJson({
           queue: response.queue,
           shardCount: response.shardCount,
           config: response.config === undefined ? null : messageJson(QueueConfigSchema, response.config),
+          created: response.created,
         });
         return;
       }
+      const shards = `${response.shardCount} shard${response.shardCount === 1 ? "" : "s"}`;
       printLines(
-        `created queue ${response.queue} with ${response.shardCount} shard${response.shardCount === 1 ? "" : "s"}`,
+        response.created
+          ? `created queue ${response.queue} with ${shards}`
+          : `queue ${response.queue} already exists with ${shards} (unchanged)`,
         `  config: ${describeConfig(response.config)}`,
       );
     } finally {
@@ -191,7 +211,7 @@ Examples:
       if (options.json) {
         printJson({
           config: response.config === undefined ? null : messageJson(QueueConfigSchema, response.config),
-          deadLettersEvicted: response.deadLettersEvicted.toString(),
+          deadLettersEvicted: Number(response.deadLettersEvicted),
         });
         return;
       }

@@ -95,9 +95,9 @@ Examples:
           problem: r.problem,
           backupKey: r.backupKey,
           etag: r.etag,
-          messagesSalvaged: r.messagesSalvaged.toString(),
+          messagesSalvaged: Number(r.messagesSalvaged),
           subscriptions: r.subscriptions,
-          nextOffset: r.nextOffset.toString(),
+          nextOffset: Number(r.nextOffset),
           configSource: r.configSource,
         });
         return;

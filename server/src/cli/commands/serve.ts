@@ -169,7 +169,9 @@ Store URLs:
 Stopping: SIGTERM or Ctrl-C stops gracefully (in-flight writes finish, workers are told to
 drain, shard leases are released so another broker takes over at once) and exits 0; a second
 signal exits at once (130 for SIGINT, 143 for SIGTERM).
-Exit codes: 0 stopped cleanly, 1 failed (store, port in use, ...), 2 bad flag or store URL.
+Exit codes: 0 stopped cleanly, 1 failed (store misconfigured: credentials, bucket, directory;
+port in use, ...), 2 bad flag or store URL. A store that does not answer at start (outage)
+is not fatal: the broker starts NOT_SERVING and serves once the store answers.
 
 Examples:
   $ casq serve
@@ -253,6 +255,7 @@ async function serve(options: ServeOptions): Promise<void> {
   }
 
   const logger = pino({ level: options.logLevel, base: { service: "casq" } }, pino.destination(2));
+  await checkStoreAtStartup(options.store, logger);
   const { startCasqServer } = await import("../../service/casq-server.ts");
   // Telemetry: tracing from OTEL_TRACES_EXPORTER (default none: the SDK is not even loaded).
   let tracing: import("../../telemetry/trace-setup.ts").EnvTracing | undefined;
@@ -339,6 +342,31 @@ async function serve(options: ServeOptions): Promise<void> {
   }
   logger.flush();
   out("stopped");
+}
+
+/**
+ * One probe of the store before anything listens (store-probe.ts). A store
+ * that cannot work as configured (no or wrong credentials, access denied, a
+ * missing bucket, a directory that cannot be created or written) ends the
+ * start with exit 1 and what to fix: restarting cannot help. An outage (no
+ * answer, 5xx) is logged and the broker starts NOT_SERVING, serving as soon
+ * as the store answers.
+ */
+async function checkStoreAtStartup(store: string, logger: import("pino").Logger): Promise<void> {
+  const { probeStoreUrl } = await import("../../store/store-probe.ts");
+  const probe = await probeStoreUrl(store);
+  if (probe.ok) return;
+  if (probe.permanent) {
+    logger.error({ store, cause: probe.reason }, "object store misconfigured: not starting");
+    logger.flush();
+    throw new CliError(ExitCode.serverError, `--store ${store}: ${probe.reason}`, {
+      cause: probe.error,
+    });
+  }
+  logger.warn(
+    { store, cause: probe.reason },
+    "object store not answering at startup: starting NOT_SERVING until it answers",
+  );
 }
 
 function startFailure(error: unknown, options: ServeOptions): CliError {

@@ -25,6 +25,19 @@ interface StatsOptions extends ClientOptions {
   json?: boolean;
 }
 
+/** What the figures mean; printed under the tables and in --help. */
+export const LEGEND = [
+  "READY claimable now · IN-FLIGHT leased to workers · DELAYED waiting for run_at or a retry backoff ·",
+  "DEAD dead letters · OLDEST age of the oldest unsettled message · LAG offsets from the oldest unsettled",
+  "message to the newest, per shard (settled messages in between count too, so LAG can exceed READY).",
+  "A message pending for two subscriptions counts once per subscription in READY..LAG, once in MESSAGES.",
+];
+
+/** `n` and the noun, in the singular for 1: `1 message`, `2 messages`. */
+function count(n: number | bigint, noun: string, plural = `${noun}s`): string {
+  return `${n} ${BigInt(n) === 1n ? noun : plural}`;
+}
+
 /** Registers `casq stats`. */
 export function registerStats(program: Command): void {
   const command = program
@@ -36,9 +49,8 @@ export function registerStats(program: Command): void {
   command.addHelpText(
     "after",
     `
-Columns: READY claimable now, IN-FLIGHT leased to workers, DELAYED waiting for run_at or backoff,
-DEAD dead letters, LAG offsets not yet settled, OLDEST age of the oldest unsettled message.
-A message pending for two subscriptions counts twice in READY..LAG, once in MESSAGES.
+${LEGEND.join("\n")}
+--json prints numbers as JSON numbers (exact up to 2^53), durations as "1.500s".
 
 Examples:
   $ casq stats
@@ -94,6 +106,8 @@ Examples:
             }),
           ),
           ...problems.map((p) => `${p.queue}: CANNOT BE READ: ${p.problem}`),
+          "",
+          ...LEGEND,
         );
       }
       if (problems.length > 0) {
@@ -112,10 +126,10 @@ Examples:
 export function describeQueue(q: GetQueueResponse): string[] {
   const t = q.totals;
   const lines = [
-    `queue ${q.queue}: ${q.shardCount} shard${q.shardCount === 1 ? "" : "s"}, ${t?.messages ?? 0n} messages stored ` +
+    `queue ${q.queue}: ${count(q.shardCount, "shard")}, ${count(t?.messages ?? 0n, "message")} stored ` +
       `(${formatBytes(t?.documentBytes ?? 0n)}), ${t?.enqueued ?? 0n} enqueued since creation`,
     `  totals: ready ${t?.ready ?? 0n}, in flight ${t?.inFlight ?? 0n}, delayed ${t?.delayed ?? 0n}, ` +
-      `dead ${t?.dead ?? 0n}, lag ${t?.lag ?? 0n}, oldest unsettled ${formatDuration(t?.oldestUnackedAge)}`,
+      `dead ${t?.dead ?? 0n}, offset lag ${t?.lag ?? 0n}, oldest unsettled ${formatDuration(t?.oldestUnackedAge)}`,
     `  config: ${describeConfig(q.config)}`,
     "",
     ...table(
@@ -163,6 +177,7 @@ export function describeQueue(q: GetQueueResponse): string[] {
     ),
     "",
     `observed at ${formatTimestamp(q.observedAt)}`,
+    ...LEGEND,
   ];
   return lines;
 }

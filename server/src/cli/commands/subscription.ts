@@ -56,7 +56,7 @@ Examples:
         printJson({
           subscription: response.subscription,
           start: options.from,
-          backlog: response.backlog.toString(),
+          backlog: Number(response.backlog),
         });
         return;
       }
@@ -84,9 +84,9 @@ Examples:
       const r = await client.call((c, o) => c.admin.deleteSubscription({ queue, subscription: name }, o));
       if (options.json) {
         printJson({
-          messagesDropped: r.messagesDropped.toString(),
-          leasesDropped: r.leasesDropped.toString(),
-          deadLettersDropped: r.deadLettersDropped.toString(),
+          messagesDropped: Number(r.messagesDropped),
+          leasesDropped: Number(r.leasesDropped),
+          deadLettersDropped: Number(r.deadLettersDropped),
         });
         return;
       }

@@ -906,7 +906,12 @@ type CreateQueueRequest struct {
 	// only per key.
 	ShardCount uint32 `protobuf:"varint,2,opt,name=shard_count,json=shardCount,proto3" json:"shard_count,omitempty"`
 	// Initial config; unset fields take their defaults.
-	Config        *QueueConfig `protobuf:"bytes,3,opt,name=config,proto3" json:"config,omitempty"`
+	Config *QueueConfig `protobuf:"bytes,3,opt,name=config,proto3" json:"config,omitempty"`
+	// When the queue exists already: false (the default) answers
+	// ALREADY_EXISTS; true answers OK with the existing queue as it is
+	// (shard_count and config of the request are not applied or compared) and
+	// `created` false. Makes "create if missing" idempotent.
+	IfNotExists   bool `protobuf:"varint,4,opt,name=if_not_exists,json=ifNotExists,proto3" json:"if_not_exists,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -962,7 +967,15 @@ func (x *CreateQueueRequest) GetConfig() *QueueConfig {
 	return nil
 }
 
-// CreateQueueResponse describes the created queue.
+func (x *CreateQueueRequest) GetIfNotExists() bool {
+	if x != nil {
+		return x.IfNotExists
+	}
+	return false
+}
+
+// CreateQueueResponse describes the created (or, with if_not_exists, the
+// existing) queue.
 type CreateQueueResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Queue name.
@@ -970,7 +983,10 @@ type CreateQueueResponse struct {
 	// Number of shards.
 	ShardCount uint32 `protobuf:"varint,2,opt,name=shard_count,json=shardCount,proto3" json:"shard_count,omitempty"`
 	// The config in force, every field set.
-	Config        *QueueConfig `protobuf:"bytes,3,opt,name=config,proto3" json:"config,omitempty"`
+	Config *QueueConfig `protobuf:"bytes,3,opt,name=config,proto3" json:"config,omitempty"`
+	// True when this call created the queue; false when if_not_exists found it
+	// already there.
+	Created       bool `protobuf:"varint,4,opt,name=created,proto3" json:"created,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1024,6 +1040,13 @@ func (x *CreateQueueResponse) GetConfig() *QueueConfig {
 		return x.Config
 	}
 	return nil
+}
+
+func (x *CreateQueueResponse) GetCreated() bool {
+	if x != nil {
+		return x.Created
+	}
+	return false
 }
 
 // UpdateQueueRequest changes a queue's config.
@@ -2338,17 +2361,19 @@ const file_casq_v1_admin_service_proto_rawDesc = "" +
 	"\bmessages\x18\x06 \x01(\x04R\bmessages\x12\x12\n" +
 	"\x04etag\x18\a \x01(\tR\x04etag\x12@\n" +
 	"\rsubscriptions\x18\b \x03(\v2\x1a.casq.v1.SubscriptionStatsR\rsubscriptions\x12\x18\n" +
-	"\aproblem\x18\t \x01(\tR\aproblem\"y\n" +
+	"\aproblem\x18\t \x01(\tR\aproblem\"\x9d\x01\n" +
 	"\x12CreateQueueRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x1f\n" +
 	"\vshard_count\x18\x02 \x01(\rR\n" +
 	"shardCount\x12,\n" +
-	"\x06config\x18\x03 \x01(\v2\x14.casq.v1.QueueConfigR\x06config\"z\n" +
+	"\x06config\x18\x03 \x01(\v2\x14.casq.v1.QueueConfigR\x06config\x12\"\n" +
+	"\rif_not_exists\x18\x04 \x01(\bR\vifNotExists\"\x94\x01\n" +
 	"\x13CreateQueueResponse\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x1f\n" +
 	"\vshard_count\x18\x02 \x01(\rR\n" +
 	"shardCount\x12,\n" +
-	"\x06config\x18\x03 \x01(\v2\x14.casq.v1.QueueConfigR\x06config\"X\n" +
+	"\x06config\x18\x03 \x01(\v2\x14.casq.v1.QueueConfigR\x06config\x12\x18\n" +
+	"\acreated\x18\x04 \x01(\bR\acreated\"X\n" +
 	"\x12UpdateQueueRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12,\n" +
 	"\x06config\x18\x02 \x01(\v2\x14.casq.v1.QueueConfigR\x06config\"u\n" +

@@ -87,7 +87,11 @@ func (x *EnqueueRequest) GetMessages() []*NewMessage {
 type EnqueueResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// One entry per request message, in request order.
-	Messages      []*EnqueuedMessage `protobuf:"bytes,1,rep,name=messages,proto3" json:"messages,omitempty"`
+	Messages []*EnqueuedMessage `protobuf:"bytes,1,rep,name=messages,proto3" json:"messages,omitempty"`
+	// True when this call created the queue: it did not exist and the broker
+	// runs with auto-create on (`casq serve --auto-create-queues on`, the
+	// default), so the queue was created with one shard and the default config.
+	QueueCreated  bool `protobuf:"varint,2,opt,name=queue_created,json=queueCreated,proto3" json:"queue_created,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -127,6 +131,13 @@ func (x *EnqueueResponse) GetMessages() []*EnqueuedMessage {
 		return x.Messages
 	}
 	return nil
+}
+
+func (x *EnqueueResponse) GetQueueCreated() bool {
+	if x != nil {
+		return x.QueueCreated
+	}
+	return false
 }
 
 // EnqueuedMessage identifies one message stored by an Enqueue call.
@@ -837,9 +848,10 @@ const file_casq_v1_queue_service_proto_rawDesc = "" +
 	"\x1bcasq/v1/queue_service.proto\x12\acasq.v1\x1a\x15casq/v1/message.proto\x1a\x13casq/v1/shard.proto\x1a\x12casq/v1/work.proto\x1a\x1egoogle/protobuf/duration.proto\"W\n" +
 	"\x0eEnqueueRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12/\n" +
-	"\bmessages\x18\x02 \x03(\v2\x13.casq.v1.NewMessageR\bmessages\"G\n" +
+	"\bmessages\x18\x02 \x03(\v2\x13.casq.v1.NewMessageR\bmessages\"l\n" +
 	"\x0fEnqueueResponse\x124\n" +
-	"\bmessages\x18\x01 \x03(\v2\x18.casq.v1.EnqueuedMessageR\bmessages\"m\n" +
+	"\bmessages\x18\x01 \x03(\v2\x18.casq.v1.EnqueuedMessageR\bmessages\x12#\n" +
+	"\rqueue_created\x18\x02 \x01(\bR\fqueueCreated\"m\n" +
 	"\x0fEnqueuedMessage\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05shard\x18\x02 \x01(\rR\x05shard\x12\x16\n" +

@@ -1,24 +1,55 @@
-"""Admin for the asyncio API: the same methods as :class:`casq.Admin`, awaited."""
+"""Admin: queues, subscriptions, statistics and dead letters.
+
+Every method goes through ``Client.call``, so it follows leader redirects and
+fails over between brokers like the producer does. Changes are safe to resend
+(the server leaves shards that already have the requested state alone), which
+is what makes those retries safe.
+
+The asyncio casq/aio/admin.py is the source of the threaded casq/admin.py, which
+sdk/python/scripts/generate-sync.py writes from it with unasync: edit that one.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, TypeVar
 
-from casq.admin import Seconds, SubscriptionStartName, build_config, purge_request, redrive_request, subscription_start
-from casq.aio.client import Client
-from casq.client import Metadata
+from casq._admin_requests import (
+    Seconds,
+    SubscriptionStartName,
+    build_config,
+    purge_request,
+    redrive_request,
+    subscription_start,
+)
 from casq.v1 import admin_service_pb2, admin_service_pb2_grpc
 
+from ._concurrency import StubCall
+from .client import Client
+
 _R = TypeVar("_R")
-if TYPE_CHECKING:  # the async stub class exists only in the generated type stubs
-    _AdminCall = Callable[[admin_service_pb2_grpc.AdminServiceAsyncStub, Metadata], Awaitable[_R]]
+if TYPE_CHECKING:  # the asyncio stub class exists only in the generated type stubs
+    _AdminCall = StubCall[admin_service_pb2_grpc.AdminServiceAsyncStub, _R]
+
+# The request builders, also importable from here.
+__all__ = [
+    "Admin",
+    "Seconds",
+    "SubscriptionStartName",
+    "build_config",
+    "purge_request",
+    "redrive_request",
+    "subscription_start",
+]
 
 
 class Admin:
-    """The casq AdminService over a :class:`casq.aio.Client` (redirects and failover included).
+    """The casq AdminService over a Client (redirects and failover included).
 
-    See :class:`casq.Admin`: same methods, arguments and results, as coroutines.
+    Durations are float seconds or ``timedelta``. Methods return the generated
+    ``casq.v1.admin_service_pb2`` responses, except the paged lists (every page,
+    as a list) and :meth:`get_document` (the document's bytes). ``casq.aio.Admin``
+    has the same methods, arguments and results, as coroutines.
     """
 
     def __init__(self, client: Client) -> None:

@@ -1,34 +1,54 @@
-"""Producer for the asyncio API: durable enqueues."""
+"""Producer: durable enqueues.
+
+The asyncio casq/aio/producer.py is the source of the threaded casq/producer.py, which
+sdk/python/scripts/generate-sync.py writes from it with unasync: edit that one.
+"""
 
 from __future__ import annotations
 
-import asyncio
 import datetime
+import functools
 import time
 from collections.abc import Iterable, Mapping
 
+from casq._connection import Metadata
 from casq._messages import (
     EnqueueResult,
     NewMessage,
     Payload,
-    SubBatch,
     build_batch,
     merge_results,
     split_batch,
     to_results,
 )
-from casq.aio.client import Client
-from casq.client import Metadata, attempt_timeout
+from casq._retry import attempt_timeout
 from casq.errors import BatchRedirectError
 from casq.v1 import queue_service_pb2
+
+from ._concurrency import run_parallel
+from .client import Client
 
 
 class Producer:
     """Enqueues messages; each call returns once the messages are durable.
 
-    A batch spanning shards led by different brokers is split and sent to
-    them in parallel, as by :class:`casq.Producer`; cancelling the call
-    cancels every sub-batch. ``auto_dedup`` as for :class:`casq.Producer`.
+    A batch whose messages fall on shards led by different brokers is
+    answered with a BatchRedirect; the producer then sends each broker its
+    part in parallel (following redirects, splitting again up to
+    ``MAX_BATCH_SPLITS`` times if leadership moved meanwhile) and returns
+    the results in request order, all within the call's ``retry_timeout``
+    (+ ``timeout``). ``casq.Producer`` sends the parts from threads,
+    ``casq.aio.Producer`` as tasks (cancelling the call cancels every part).
+
+    A call is retried after failures that leave it unknown whether the
+    broker stored the messages (an attempt that timed out at a hung broker),
+    so with ``auto_dedup`` (the default) every message enqueued without a
+    ``dedup_id`` gets a random one, chosen once per call: a retry that meets
+    the stored original is answered with it instead of storing it twice.
+    Such a message is routed by that id (like a key) and its result never
+    says ``duplicate``. The id costs ~150 bytes of the shard document for the
+    queue's dedup window (5 min by default); ``auto_dedup=False`` saves that
+    at the price of possible duplicates after such retries.
     """
 
     def __init__(self, client: Client, *, auto_dedup: bool = True) -> None:
@@ -62,6 +82,8 @@ class Producer:
         tracestate: str | None = None,
     ) -> list[EnqueueResult]:
         batch = build_batch(queue, messages, self.auto_dedup)
+        # Computed once, by the caller: the sub-batches of a split run in other
+        # threads (casq.Producer), which do not see the caller's active span.
         metadata = self.client.metadata(traceparent, tracestate)
         deadline = time.monotonic() + self.client.retry_timeout
         return batch.results(await self._send(batch.request, metadata, deadline, None, 0))
@@ -85,23 +107,9 @@ class Producer:
             response = await self.client.call(attempt, start=start, deadline=deadline)
         except BatchRedirectError as redirect:
             parts = split_batch(request, redirect, splits + 1)
-            return merge_results(len(request.messages), await self._send_parts(parts, metadata, deadline, splits + 1))
+            sends = [functools.partial(self._send, p.request, metadata, deadline, p.address, splits + 1) for p in parts]
+            # Every part is over before this returns, also when one failed: once
+            # the call is over, nothing more is stored on its behalf.
+            results = await run_parallel(sends)
+            return merge_results(len(request.messages), list(zip(parts, results, strict=True)))
         return to_results(response, len(request.messages))
-
-    async def _send_parts(
-        self, parts: list[SubBatch], metadata: Metadata, deadline: float, splits: int
-    ) -> list[tuple[SubBatch, list[EnqueueResult]]]:
-        """Send the sub-batches concurrently, each to its broker; raises the first failure (in route order)."""
-        # return_exceptions: wait for every sub-batch even when one failed, so
-        # that once the call is over nothing more is stored on its behalf (as
-        # in casq.Producer). Cancelling the call still cancels them all.
-        outcomes = await asyncio.gather(
-            *(self._send(part.request, metadata, deadline, part.address, splits) for part in parts),
-            return_exceptions=True,
-        )
-        parts_results: list[tuple[SubBatch, list[EnqueueResult]]] = []
-        for part, outcome in zip(parts, outcomes, strict=True):
-            if isinstance(outcome, BaseException):
-                raise outcome
-            parts_results.append((part, outcome))
-        return parts_results

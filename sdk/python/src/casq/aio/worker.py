@@ -1,27 +1,36 @@
-"""Worker for the asyncio API: runs an async handler over the bidirectional Work stream."""
+"""Worker for the asyncio API: runs an async handler over the bidirectional Work stream.
+
+The asyncio driver of the Work protocol core (casq/_work_core.py): tasks for
+the stream readers, handlers, settles, heartbeats and the watchdog; the core
+decides what each event means and what to send.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import itertools
 import socket
-import time
 import uuid
-from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
-from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import grpc
 from grpc import aio
 
-from casq._backoff import backoff_delay
-from casq._log import log_handler_failure, log_worker_error
-from casq._messages import to_duration
+from casq._log import log_handler_failure, report_failure
+from casq._retry import is_outage
 from casq._settle import ack_failures, nack_failures
 from casq._tracing import processing_span
+from casq._work_core import (
+    MAX_CREDITS,
+    PRIMARY,
+    Held,
+    Heartbeat,
+    Reaction,
+    Stream,
+    StreamClosed,
+    WorkCore,
+)
 from casq.aio.client import Client
-from casq.client import is_outage
 from casq.errors import (
     CasqError,
     DeadLetter,
@@ -30,11 +39,9 @@ from casq.errors import (
     StreamTimeoutError,
     UnavailableError,
     error_from_rpc,
-    error_from_status,
 )
 from casq.job import Job
-from casq.v1 import message_pb2, queue_service_pb2, work_pb2
-from casq.worker import FATAL_CODES  # the same failures end run() in both workers
+from casq.v1 import message_pb2, work_pb2
 
 T = TypeVar("T")
 
@@ -44,166 +51,57 @@ Handler = Callable[[Job], Awaitable[None]]
 ErrorCallback = Callable[[Exception, "Job | None"], None]
 """Called with failures that do not end ``run()``: handler errors, failed settles, broken streams."""
 
-
-# Receipts per heartbeat request: a worker holds at most 1000 jobs, and the
-# smaller batches stay within limits.max_batch unless a queue lowered it a lot.
-_HEARTBEAT_CHUNK = 500
-# Opened.max_credits: more outstanding credit ends the stream.
-_MAX_CREDITS = 1000
 # After the handlers: how long stop() lets acks/nacks in flight land, and how
 # long it waits for the broker's OK after the half-close before cancelling.
 _SETTLE_GRACE = 5.0
 _CLOSE_GRACE = 2.0
-# The lane of the primary stream; a secondary stream's lane is its broker address.
-_PRIMARY = ""
+_MAX_CREDITS = MAX_CREDITS
+
+WorkCall = aio.StreamStreamCall[work_pb2.WorkRequest, work_pb2.WorkResponse]
 
 
-class _StreamClosed(Exception):
-    """The Work stream ended before answering a request (the request is resent unary)."""
+def _outbox() -> asyncio.Queue[work_pb2.WorkRequest | None]:
+    return asyncio.Queue()
 
 
-@dataclass(eq=False)
-class _Held:
-    """A job this worker holds a lease for, from delivery until it is settled or given up."""
-
-    job: Job
-    lane: str
-    # The stream whose credit the job uses: the one that delivered it, or the
-    # lane's next stream if that one opened while the job was still held.
-    session: _Session | None
-    started: bool = False
-    in_handler: bool = False
-    settled: bool = False
-    # Cancelled by stop() after its deadline: never settled, not heartbeated.
-    abandoned: bool = False
-    task: asyncio.Task[None] | None = None
-
-
-@dataclass(eq=False)
-class _Session:
-    """One Work stream: its lane, outbox (None half-closes) and requests awaiting a reply."""
-
-    lane: str
-    address: str
-    outbox: asyncio.Queue[work_pb2.WorkRequest | None] = field(default_factory=asyncio.Queue)
-    pending: dict[int, asyncio.Future[work_pb2.WorkResponse]] = field(default_factory=dict)
-    sent_at: dict[int, float] = field(default_factory=dict)  # request id -> time.monotonic() it was sent
-    started_at: float = field(default_factory=time.monotonic)
-    opened: bool = False
-    # Set by the watchdog when the broker left the open or a request unanswered
-    # for the client's timeout (a hung broker); the call is then cancelled.
-    hung: StreamTimeoutError | None = None
-    call: aio.StreamStreamCall[work_pb2.WorkRequest, work_pb2.WorkResponse] | None = None
-    closed: bool = False
-    half_closed: bool = False
-    draining: bool = False
-    reader: asyncio.Task[None] | None = None
-    routing: work_pb2.WorkRouting | None = None  # the latest the broker sent
-
-    @property
-    def usable(self) -> bool:
-        return not self.closed and not self.half_closed
-
-    async def requests(self) -> AsyncIterator[work_pb2.WorkRequest]:
-        while True:
-            item = await self.outbox.get()
-            if item is None:
-                return
-            yield item
-
-    def send(self, request: work_pb2.WorkRequest) -> None:
-        self.outbox.put_nowait(request)
-
-    def request(self, request_id: int, request: work_pb2.WorkRequest) -> asyncio.Future[work_pb2.WorkResponse]:
-        future: asyncio.Future[work_pb2.WorkResponse] = asyncio.get_running_loop().create_future()
-        self.pending[request_id] = future
-        self.sent_at[request_id] = time.monotonic()
-        self.outbox.put_nowait(request)
-        return future
-
-    def reply(self, response: work_pb2.WorkResponse) -> None:
-        future = self.pending.pop(response.request_id, None)
-        self.sent_at.pop(response.request_id, None)
-        if future is None or future.done():
+async def _requests(stream: Stream) -> AsyncIterator[work_pb2.WorkRequest]:
+    outbox = stream.outbox
+    assert isinstance(outbox, asyncio.Queue)
+    while True:
+        item = await outbox.get()
+        if item is None:
             return
-        if response.WhichOneof("event") == "request_failed":
-            future.set_exception(error_from_status(response.request_failed.status))
-        else:
-            future.set_result(response)
-
-    def half_close(self) -> None:
-        if self.usable:
-            self.half_closed = True
-            self.outbox.put_nowait(None)
-
-    def close(self) -> None:
-        """The stream is over: whoever awaits a reply resends the request unary."""
-        self.closed = True
-        self.outbox.put_nowait(None)
-        pending = list(self.pending.values())
-        self.pending.clear()
-        self.sent_at.clear()
-        for future in pending:
-            if not future.done():
-                future.set_exception(_StreamClosed("casq: work stream ended"))
-                # Read it here so an abandoned waiter does not log "exception never retrieved".
-                future.exception()
+        yield item
 
 
 class _Run:
-    """One ``Worker.run()``: its streams, held jobs, handler tasks and shutdown."""
+    """One ``Worker.run()``: the core's I/O, handler tasks and shutdown."""
 
-    def __init__(
-        self,
-        client: Client,
-        worker_id: str,
-        queue: str,
-        handler: Handler,
-        *,
-        subscription: str,
-        concurrency: int,
-        prefetch: int,
-        lease_ttl: float | None,
-        on_error: ErrorCallback | None,
-    ) -> None:
+    def __init__(self, client: Client, core: WorkCore, handler: Handler, on_error: ErrorCallback | None) -> None:
         self.client = client
-        self.worker_id = worker_id
-        self.queue = queue
-        self.subscription = subscription
+        self.core = core
         self.handler = handler
-        self.concurrency = concurrency
-        self.prefetch = prefetch
-        self.lease_ttl = lease_ttl
         self.on_error = on_error
-        self.held: dict[str, _Held] = {}
-        self.waiting: deque[_Held] = deque()
-        self.running = 0
-        self.stopping = False
-        self.sessions: dict[str, _Session] = {}  # lane -> open or opening stream
+        self.readers: dict[Stream, asyncio.Task[None]] = {}
+        self.handlers: dict[Held, asyncio.Task[None]] = {}
         self.secondaries: set[asyncio.Task[None]] = set()
-        self.recheck_failures: dict[str, int] = {}  # address -> secondary streams that failed in a row
-        self.tasks: set[asyncio.Task[None]] = set()
+        self.tasks: set[asyncio.Task[None]] = set()  # handlers, settles and releases
         self.heartbeat_task: asyncio.Task[None] | None = None
         self.watchdog_task: asyncio.Task[None] | None = None
-        self.heartbeat_interval = 20.0
-        self.failures = 0  # consecutive failed streams: the backoff's exponent
-        self.redirects = 0  # consecutive redirects without an opened stream
-        self.ids = itertools.count(1)
-        self.wake = asyncio.Event()  # set by stop(): cuts a reconnect backoff short
+        self.wake = asyncio.Event()  # set by stop(): cuts a backoff short
         self.shutdown_task: asyncio.Task[None] | None = None
         self.done = asyncio.Event()  # set when run() has returned (or raised)
 
-    # -- the stream -------------------------------------------------------------
+    # -- the streams ------------------------------------------------------------
 
     async def loop(self) -> None:
-        """Opens streams until stopped; raises a fatal CasqError."""
+        """Opens primary streams until stopped; raises a fatal CasqError."""
         self.watchdog_task = asyncio.create_task(self._watchdog())
-        while not self.stopping:
-            address = self.client.current_broker
-            session = self._new_session(_PRIMARY, address)
-            if session is None:
+        while not self.core.stopping:
+            stream = self._open(PRIMARY, self.client.current_broker)
+            if stream is None:
                 break
-            reader = self._start(session)
+            reader = self.readers[stream]
             try:
                 await asyncio.wait({reader})
             except asyncio.CancelledError:
@@ -211,98 +109,45 @@ class _Run:
                 await asyncio.wait({reader}, timeout=_CLOSE_GRACE)
                 raise
             finally:
-                self._drop(session)
-            if reader.cancelled() or self.stopping:
+                self._drop(stream)
+            if reader.cancelled() or self.core.stopping:
                 break
             failure = reader.exception()
-            if failure is None:
-                # The broker ended the stream without being asked: try the next one.
-                self.report(UnavailableError(grpc.StatusCode.UNAVAILABLE, "casq: work stream ended"), None)
-                self.client.fail_over()
-                await self._pause()
-                continue
-            if not isinstance(failure, (grpc.RpcError, StreamTimeoutError)):
+            if failure is not None and not isinstance(failure, (grpc.RpcError, StreamTimeoutError)):
                 raise failure
-            error = failure if isinstance(failure, StreamTimeoutError) else error_from_rpc(failure)
-            if error.code in FATAL_CODES:
-                raise error from None
-            if isinstance(error, RedirectError) and error.leader_address:
-                self.client.current_broker = error.leader_address
-                self.redirects += 1
-                # Follow at once; but brokers that keep redirecting (a stale view of
-                # leadership, or to themselves) get the backoff so we do not spin.
-                if error.leader_address == address or self.redirects > len(self.client.brokers) + 1:
-                    await self._pause()
-                continue
-            self.report(error, None)
-            # A draining broker asked us to go elsewhere at once; anything else backs off.
-            if not session.draining:
-                await self._pause()
-            self.client.fail_over(address)
+            error = None if failure is None else _casq_error(failure)
+            step = self.core.primary_ended(stream, error)  # raises a fatal error
+            if step.report is not None:
+                self.report(step.report, None)
+            step.move(self.client, stream)
+            if step.pause:
+                await self._pause(self.core.pause_delay())
 
-    def _new_session(self, lane: str, address: str) -> _Session | None:
-        """Registers the lane's new stream and queues its open; None once stopping."""
-        if self.stopping:
-            return None
-        session = _Session(lane, address)
-        # Jobs still held from the lane's earlier stream keep their leases and count
-        # against prefetch; their credit comes back to this stream.
-        mine = [held for held in self.held.values() if held.lane == lane]
-        for held in mine:
-            held.session = session
-        open_request = work_pb2.WorkOpen(
-            queue=self.queue,
-            subscription=self.subscription,
-            worker_id=self.worker_id,
-            credits=max(0, min(_MAX_CREDITS, self.prefetch - len(mine))),
-        )
-        if self.lease_ttl is not None:
-            open_request.lease_ttl.CopyFrom(to_duration(self.lease_ttl))
-        session.send(work_pb2.WorkRequest(open=open_request))
-        self.sessions[lane] = session
-        return session
+    def _open(self, lane: str, address: str) -> Stream | None:
+        stream = self.core.open_stream(lane, address, _outbox())
+        if stream is not None:
+            self._start(stream)
+        return stream
 
-    def _start(self, session: _Session) -> asyncio.Task[None]:
-        """Opens the stream; it is read in its own task so that ending it (grpc.aio raises
+    def _start(self, stream: Stream) -> None:
+        """Opens the stream's call; it is read in its own task so that ending it (grpc.aio raises
         CancelledError for a cancelled call) is never mistaken for a cancel of run()."""
-        call = self.client.queue_stub(session.address).Work(session.requests(), metadata=self.client.metadata())
-        session.call = call
-        reader = asyncio.create_task(self._read(session, call))
-        session.reader = reader
-        return reader
-
-    def _drop(self, session: _Session) -> None:
-        """The stream ended: unregister it; requests awaiting a reply go unary."""
-        if self.sessions.get(session.lane) is session:
-            del self.sessions[session.lane]
-        session.close()
-
-    def _route(self, session: _Session, routing: work_pb2.WorkRouting) -> None:
-        """Opens a secondary stream to every leader of a shard ``session`` does not serve and no stream reaches."""
-        session.routing = routing
-        if self.stopping or not session.usable:
-            return
-        served = set(routing.serving_shards)
-        reached = {s.address for s in self.sessions.values()}
-        for route in routing.shards:
-            # A shard nobody leads is taken over by a broker we already reach,
-            # which then announces it in a routing event of its own.
-            if route.shard in served or not route.HasField("leader"):
-                continue
-            address = route.leader.address
-            if not address or address in reached:
-                continue
-            reached.add(address)
-            secondary = self._new_session(address, address)
-            if secondary is None:
-                return
-            task = asyncio.create_task(self._secondary(secondary))
+        call = self.client.queue_stub(stream.address).Work(_requests(stream), metadata=self.client.metadata())
+        stream.cancel = call.cancel
+        self.readers[stream] = asyncio.create_task(self._read(stream, call))
+        if stream.lane != PRIMARY:
+            task = asyncio.create_task(self._secondary(stream))
             self.secondaries.add(task)
             task.add_done_callback(self.secondaries.discard)
 
-    async def _secondary(self, session: _Session) -> None:
+    def _drop(self, stream: Stream) -> None:
+        """The stream ended: unregister it; requests awaiting a reply go unary."""
+        self.core.close_stream(stream)
+        self.readers.pop(stream, None)
+
+    async def _secondary(self, stream: Stream) -> None:
         """A secondary stream has no reconnect loop: when it ends it is dropped, and its jobs settle by unary call."""
-        reader = self._start(session)
+        reader = self.readers[stream]
         try:
             await asyncio.wait({reader})
         except asyncio.CancelledError:
@@ -310,129 +155,76 @@ class _Run:
             await asyncio.wait({reader}, timeout=_CLOSE_GRACE)
             raise
         finally:
-            self._drop(session)
-        if reader.cancelled() or self.stopping:
+            self._drop(stream)
+        if reader.cancelled() or self.core.stopping:
             return
         failure = reader.exception()
-        if isinstance(failure, StreamTimeoutError):
-            self.report(failure, None)
-        elif failure is not None and not isinstance(failure, grpc.RpcError):
+        error: CasqError | None = None
+        if failure is not None and not isinstance(failure, (grpc.RpcError, StreamTimeoutError)):
             self.report(failure if isinstance(failure, Exception) else RuntimeError(repr(failure)), None)
         elif failure is not None:
-            error = error_from_rpc(failure)
-            if not isinstance(error, RedirectError):
-                self.report(error, None)
-        # Routing events come only when a broker's served shards change, so a
-        # stream lost to a passing outage would not be reopened by one: after a
-        # backoff, apply the routing the open streams last reported once more
-        # (it reopens this stream only if that routing still names the broker).
-        failures = self.recheck_failures.get(session.address, 0)
-        self.recheck_failures[session.address] = failures + 1
-        delay = backoff_delay(failures, self.client.backoff_initial, self.client.backoff_max)
-        try:
-            await asyncio.wait_for(self.wake.wait(), delay)
-        except asyncio.TimeoutError:
-            pass
-        for other in list(self.sessions.values()):
-            if other.routing is not None:
-                self._route(other, other.routing)
+            error = _casq_error(failure)
+        report, delay = self.core.secondary_ended(stream, error)
+        if report is not None:
+            self.report(report, None)
+        await self._pause(delay)
+        self._react(Reaction(streams=self.core.reroute(_outbox)))
 
-    async def _read(
-        self, session: _Session, call: aio.StreamStreamCall[work_pb2.WorkRequest, work_pb2.WorkResponse]
-    ) -> None:
+    async def _read(self, stream: Stream, call: WorkCall) -> None:
         try:
             async for response in call:
-                self._on_response(session, response)
+                self._react(self.core.on_response(stream, response, _outbox))
         except (asyncio.CancelledError, grpc.RpcError):
-            if session.hung is not None:
-                raise session.hung from None  # the watchdog cancelled the call: an outage, not a cancel of run()
+            if stream.hung is not None:
+                raise stream.hung from None  # the watchdog cancelled the call: an outage, not a cancel of run()
             raise
         finally:
             call.cancel()  # a no-op once the stream has ended
 
+    def _react(self, reaction: Reaction) -> None:
+        for stream in reaction.streams:
+            self._start(stream)
+        if reaction.start_heartbeats:
+            self.heartbeat_task = asyncio.create_task(self._heartbeats())
+        for held in reaction.release:
+            self._release(held)
+        for held in reaction.start:
+            self.handlers[held] = self._track(self._execute(held))
+
     async def _watchdog(self) -> None:
-        """Ends every stream whose broker left its open or a request unanswered for the client's timeout.
-
-        See casq.Worker._watchdog: a hung broker keeps the connection up and
-        never answers; cancelling the call fails what awaits an answer over to
-        unary calls (which move on from the hung broker) and reconnects the
-        primary stream at the next broker.
-        """
-        timeout = self.client.timeout
+        """Cancels every stream the core finds hung (see WorkCore.hung_streams)."""
         while True:
-            await asyncio.sleep(max(0.05, min(1.0, timeout / 4)))
-            now = time.monotonic()
-            for session in list(self.sessions.values()):
-                if session.hung is not None or session.call is None or session.closed:
-                    continue
-                waited = [] if session.opened else [now - session.started_at]
-                waited += [now - sent for sent in session.sent_at.values()]
-                if waited and max(waited) > timeout:
-                    what = "a request" if session.opened else "the stream's open"
-                    session.hung = StreamTimeoutError(
-                        grpc.StatusCode.UNAVAILABLE,
-                        f"casq: broker {session.address} left {what} unanswered for {timeout:g}s "
-                        "(hung?): work stream ended, going elsewhere",
-                    )
-                    session.call.cancel()
+            await asyncio.sleep(self.core.watchdog_interval)
+            for stream in self.core.hung_streams():
+                if stream.cancel is not None:
+                    stream.cancel()
 
-    async def _pause(self) -> None:
-        delay = backoff_delay(self.failures, self.client.backoff_initial, self.client.backoff_max)
-        self.failures += 1
+    async def _pause(self, delay: float) -> None:
         try:
             await asyncio.wait_for(self.wake.wait(), delay)
         except asyncio.TimeoutError:
             pass
-
-    def _on_response(self, session: _Session, response: work_pb2.WorkResponse) -> None:
-        event = response.WhichOneof("event")
-        if event == "opened":
-            session.opened = True
-            if session.lane == _PRIMARY:
-                self.failures = self.redirects = 0
-            self.recheck_failures.pop(session.address, None)
-            interval = response.opened.heartbeat_interval.ToTimedelta().total_seconds()
-            self.heartbeat_interval = max(0.05, interval) if interval > 0 else 20.0
-            if self.heartbeat_task is None:
-                self.heartbeat_task = asyncio.create_task(self._heartbeats())
-            self._route(session, response.opened.routing)
-        elif event == "job":
-            held = _Held(Job(response.job), session.lane, session)
-            self.held[held.job.receipt] = held
-            if self.stopping:
-                self._release(held)
-            else:
-                self.waiting.append(held)
-                self._pump()
-        elif event == "leases_lost":
-            for receipt in response.leases_lost.receipts:
-                self._lost(receipt)
-        elif event in ("heartbeated", "acked", "nacked", "request_failed"):
-            session.reply(response)
-        elif event == "routing":
-            self._route(session, response.routing)
-        elif event == "draining":
-            session.draining = True
 
     # -- requests: on the stream, else unary -------------------------------------
 
     async def _request(
         self,
-        session: _Session | None,
+        stream: Stream | None,
         build: Callable[[int], work_pb2.WorkRequest],
         unary: Callable[[str], Awaitable[T]],
         from_reply: Callable[[work_pb2.WorkResponse], T],
     ) -> T:
-        """Sends on ``session``; when it is gone, redirected or ends first, calls ``unary`` instead."""
+        """Sends on ``stream``; when it is gone, redirected or ends first, calls ``unary`` instead."""
         leader: str | None = None
-        if session is not None and session.usable:
-            request_id = next(self.ids)
-            try:
-                return from_reply(await session.request(request_id, build(request_id)))
-            except RedirectError as redirect:
-                leader = redirect.leader_address or None
-            except (_StreamClosed, UnavailableError):
-                pass  # StreamTimeoutError included
+        if stream is not None:
+            waiter: asyncio.Future[work_pb2.WorkResponse] = asyncio.get_running_loop().create_future()
+            if self.core.send(stream, build, waiter):
+                try:
+                    return from_reply(await waiter)
+                except RedirectError as redirect:
+                    leader = redirect.leader_address or None
+                except (StreamClosed, UnavailableError):
+                    pass  # StreamTimeoutError included
         if leader:
             try:
                 return await unary(leader)
@@ -450,21 +242,13 @@ class _Run:
         task.add_done_callback(self.tasks.discard)
         return task
 
-    def _pump(self) -> None:
-        while not self.stopping and self.running < self.concurrency and self.waiting:
-            held = self.waiting.popleft()
-            held.started = True
-            held.in_handler = True
-            self.running += 1
-            held.task = self._track(self._execute(held))
-
-    async def _execute(self, held: _Held) -> None:
+    async def _execute(self, held: Held) -> None:
         job = held.job
         ack = False
         dead_letter = False
         reason = ""
         try:
-            with processing_span(job, self.queue):
+            with processing_span(job, self.core.queue):
                 await self.handler(job)
             ack = True
         except DeadLetter as dead:
@@ -479,190 +263,92 @@ class _Run:
                 self.report(error, job, handler_failed=True)
             reason = f"{type(error).__name__}: {error}"
         finally:
-            held.in_handler = False
-            self.running -= 1
-            if held.abandoned:
-                self._forget(held, credit=False)
-            else:
-                self._pump()
-        if held.abandoned:  # the handler swallowed stop()'s cancel: too late to settle
-            return
-        # A lost lease does not skip the settle: the broker still accepts it if nobody
-        # claimed the message since, which spares a duplicate delivery.
-        if ack:
-            await self._settle(held, ack=True)
-        else:
-            await self._settle(held, ack=False, dead_letter=dead_letter, reason=reason)
+            self.handlers.pop(held, None)
+            self._react(Reaction(start=self.core.handler_done(held)))
+        # Abandoned (the handler swallowed stop()'s cancel): too late to settle, the core refuses.
+        await self._settle(held, ack=ack, dead_letter=dead_letter, reason=reason)
 
-    def _release(self, held: _Held) -> None:
-        """Gives a job that never started back at once (nack, no delay, no attempt used up by waiting)."""
-        # A release: claimable again at once, and the delivery does not count as an attempt.
+    def _release(self, held: Held) -> None:
+        """Gives a job that never started back at once: claimable again, and the delivery counts no attempt."""
         self._track(self._settle(held, ack=False, reason="worker stopping", release=True))
 
     async def _settle(
-        self,
-        held: _Held,
-        *,
-        ack: bool,
-        dead_letter: bool = False,
-        reason: str = "",
-        delay: float | None = None,
-        release: bool = False,
+        self, held: Held, *, ack: bool, dead_letter: bool = False, reason: str = "", release: bool = False
     ) -> None:
         """Acks or nacks a held job exactly once: on the stream, else by unary call."""
-        if held.settled:
+        settle = self.core.settle(held, ack=ack, dead_letter=dead_letter, reason=reason, release=release)
+        if settle is None:
             return
-        held.settled = True
-        receipts = [held.job.receipt]
         client = self.client
+
+        async def unary(address: str) -> list[LeaseLostError]:
+            stub = client.queue_stub(address)
+            if settle.ack is not None:
+                acked = await stub.Ack(settle.ack, timeout=client.timeout, metadata=client.metadata())
+                return ack_failures(acked.results)
+            assert settle.nack is not None
+            nacked = await stub.Nack(settle.nack, timeout=client.timeout, metadata=client.metadata())
+            return nack_failures(nacked.results)
+
         try:
-            if ack:
-                acked = queue_service_pb2.AckRequest(
-                    queue=self.queue, subscription=self.subscription, receipts=receipts
-                )
-
-                async def unary_ack(address: str) -> list[LeaseLostError]:
-                    response = await client.queue_stub(address).Ack(
-                        acked, timeout=client.timeout, metadata=client.metadata()
-                    )
-                    return ack_failures(response.results)
-
-                failures = await self._request(
-                    held.session,
-                    lambda rid: work_pb2.WorkRequest(request_id=rid, ack=work_pb2.WorkAck(receipts=receipts)),
-                    unary_ack,
-                    lambda reply: ack_failures(reply.acked.results),
-                )
-                for failure in failures:
-                    self.report(failure, held.job)
-                return
-            nack = work_pb2.WorkNack(receipts=receipts, dead_letter=dead_letter, reason=reason, release=release)
-            if delay is not None:
-                nack.delay.CopyFrom(to_duration(delay))
-            nacked = queue_service_pb2.NackRequest(
-                queue=self.queue,
-                subscription=self.subscription,
-                receipts=receipts,
-                dead_letter=dead_letter,
-                reason=reason,
-                release=release,
-            )
-            if delay is not None:
-                nacked.delay.CopyFrom(nack.delay)
-
-            async def unary_nack(address: str) -> list[LeaseLostError]:
-                response = await client.queue_stub(address).Nack(
-                    nacked, timeout=client.timeout, metadata=client.metadata()
-                )
-                return nack_failures(response.results)
-
-            failures = await self._request(
-                held.session,
-                lambda rid: work_pb2.WorkRequest(request_id=rid, nack=nack),
-                unary_nack,
-                lambda reply: nack_failures(reply.nacked.results),
-            )
-            for failure in failures:
+            for failure in await self._request(held.stream, settle.stream_request, unary, settle.from_reply):
                 self.report(failure, held.job)
         except CasqError as error:
             # Not settled: the lease expires and casq redelivers the job (at-least-once).
             self.report(error, held.job)
         finally:
-            self._forget(held, credit=True)
-
-    def _forget(self, held: _Held, *, credit: bool) -> None:
-        """Drops a job from the held set; gives its credit back to the stream it uses, so that one sends another."""
-        if self.held.pop(held.job.receipt, None) is None:
-            return
-        session = held.session
-        if credit and not self.stopping and session is not None and session.usable:
-            session.send(work_pb2.WorkRequest(credit=work_pb2.WorkCredit(credits=1)))
-
-    def _lost(self, receipt: str) -> None:
-        held = self.held.get(receipt)
-        if held is None or held.job.lost.is_set():
-            return
-        held.job.lost.set()
-        if not held.started:
-            # Never started: drop it without settling and take another job instead.
-            try:
-                self.waiting.remove(held)
-            except ValueError:
-                pass
-            self._forget(held, credit=True)
+            self.core.forget(held, credit=True)
 
     # -- heartbeats -------------------------------------------------------------
 
     async def _heartbeats(self) -> None:
         """Heartbeats every held job on the stream it uses (unary once that one is gone)."""
         while True:
-            await asyncio.sleep(self.heartbeat_interval)
-            groups: dict[_Session | None, list[str]] = {}
-            for receipt, held in self.held.items():
-                if not held.settled and not held.abandoned and not held.job.lost.is_set():
-                    groups.setdefault(held.session, []).append(receipt)
-            for session, receipts in groups.items():
-                for start in range(0, len(receipts), _HEARTBEAT_CHUNK):
-                    try:
-                        results = await self._heartbeat(session, receipts[start : start + _HEARTBEAT_CHUNK])
-                    except CasqError as error:
-                        self.report(error, None)
-                        continue
-                    for result in results:
-                        if result.outcome == message_pb2.HEARTBEAT_OUTCOME_LOST:
-                            self._lost(result.receipt)
+            await asyncio.sleep(self.core.heartbeat_interval)
+            for stream, heartbeat in self.core.heartbeats():
+                try:
+                    results = await self._heartbeat(stream, heartbeat)
+                except CasqError as error:
+                    self.report(error, None)
+                    continue
+                self.core.heartbeated(results)
 
-    async def _heartbeat(self, session: _Session | None, receipts: list[str]) -> list[message_pb2.HeartbeatResult]:
+    async def _heartbeat(self, stream: Stream | None, heartbeat: Heartbeat) -> list[message_pb2.HeartbeatResult]:
         client = self.client
-        request = queue_service_pb2.HeartbeatRequest(
-            queue=self.queue, subscription=self.subscription, worker_id=self.worker_id, receipts=receipts
-        )
 
         async def unary(address: str) -> list[message_pb2.HeartbeatResult]:
             response = await client.queue_stub(address).Heartbeat(
-                request, timeout=client.timeout, metadata=client.metadata()
+                heartbeat.unary, timeout=client.timeout, metadata=client.metadata()
             )
             return list(response.results)
 
-        return await self._request(
-            session,
-            lambda rid: work_pb2.WorkRequest(request_id=rid, heartbeat=work_pb2.WorkHeartbeat(receipts=receipts)),
-            unary,
-            lambda reply: list(reply.heartbeated.results),
-        )
+        return await self._request(stream, heartbeat.stream_request, unary, Heartbeat.from_reply)
 
     # -- shutdown ---------------------------------------------------------------
 
     def shutdown(self, timeout: float | None) -> asyncio.Task[None]:
         """Starts the shutdown once (the first caller's timeout counts); every caller awaits the same task."""
-        self.stopping = True
-        self.wake.set()
         if self.shutdown_task is None:
-            self.shutdown_task = asyncio.create_task(self._shutdown(timeout))
+            streams = list(self.core.streams.values())
+            for held in self.core.stop():  # jobs received but not started go back at once
+                self._release(held)
+            self.wake.set()
+            self.shutdown_task = asyncio.create_task(self._shutdown(streams, timeout))
         return self.shutdown_task
 
-    async def _shutdown(self, timeout: float | None) -> None:
-        # Half-close first: credit cannot be taken back, so an open stream would keep
-        # sending jobs only for us to hand them back. The broker still answers what
-        # was sent before; later acks and nacks go as unary calls.
-        sessions = list(self.sessions.values())
-        for session in sessions:
-            session.half_close()
-        # Jobs received but not started go back at once.
-        while self.waiting:
-            self._release(self.waiting.popleft())
-        running = {h.task for h in self.held.values() if h.in_handler and h.task is not None}
+    async def _shutdown(self, streams: list[Stream], timeout: float | None) -> None:
+        running = {task for held, task in self.handlers.items() if held.in_handler}
         if running and (timeout is None or timeout > 0):
             await asyncio.wait(running, timeout=timeout)
-        for held in list(self.held.values()):
-            if held.in_handler and held.task is not None:
-                held.abandoned = True
-                held.task.cancel()
+        for held in self.core.abandon():
+            task = self.handlers.get(held)
+            if task is not None:
+                task.cancel()
         # Let cancelled handlers unwind and acks/nacks in flight land (bounded).
         if self.tasks:
             await asyncio.wait(set(self.tasks), timeout=_SETTLE_GRACE)
         # The broker ends a half-closed stream with OK once it has answered it; do not wait forever.
-        readers = {s.reader for s in sessions if s.reader is not None and not s.reader.done()}
+        readers = {r for s in streams if (r := self.readers.get(s)) is not None and not r.done()}
         if readers:
             await asyncio.wait(readers, timeout=_CLOSE_GRACE)
             for reader in readers:
@@ -670,8 +356,6 @@ class _Run:
 
     async def close(self) -> None:
         """After the loop: nothing of this run may outlive run()."""
-        if self.heartbeat_task is not None:
-            self.heartbeat_task.cancel()
         leftovers = set(self.tasks) | set(self.secondaries)
         for task in (self.heartbeat_task, self.watchdog_task):
             if task is not None:
@@ -682,16 +366,15 @@ class _Run:
             await asyncio.wait(leftovers, timeout=_CLOSE_GRACE)
 
     def report(self, error: Exception, job: Job | None, *, handler_failed: bool = False) -> None:
-        """Logs a failure that does not end the run (see casq._log), then tells ``on_error``."""
-        if handler_failed and job is not None:
-            log_handler_failure(job, error)
-        else:
-            log_worker_error(error, job)
-        if self.on_error is not None:
-            try:
-                self.on_error(error, job)
-            except Exception:  # noqa: BLE001 - a failing callback must not kill the worker
-                pass
+        report_failure(error, job, self.on_error, handler_failed=handler_failed)
+
+
+def _casq_error(failure: BaseException) -> CasqError:
+    """A broken stream's failure as a CasqError (the watchdog's StreamTimeoutError as it is)."""
+    if isinstance(failure, CasqError):
+        return failure
+    assert isinstance(failure, grpc.RpcError)
+    return error_from_rpc(failure)
 
 
 class Worker:
@@ -747,17 +430,16 @@ class Worker:
             raise ValueError(f"prefetch must be between 1 and {_MAX_CREDITS}")
         if self._run is not None:
             raise RuntimeError("this casq.aio.Worker is already running")
-        run = _Run(
+        core = WorkCore(
             self.client,
-            self.worker_id,
-            queue,
-            handler,
+            queue=queue,
             subscription=subscription,
+            worker_id=self.worker_id,
             concurrency=concurrency,
             prefetch=credits,
             lease_ttl=lease_ttl,
-            on_error=on_error,
         )
+        run = _Run(self.client, core, handler, on_error)
         self._run = run
         try:
             try:

@@ -485,12 +485,19 @@ class CreateQueueRequest(_message.Message):
     QUEUE_FIELD_NUMBER: _builtins.int
     SHARD_COUNT_FIELD_NUMBER: _builtins.int
     CONFIG_FIELD_NUMBER: _builtins.int
+    IF_NOT_EXISTS_FIELD_NUMBER: _builtins.int
     queue: _builtins.str
     """Queue name, matching [a-z0-9][a-z0-9._-]{0,127}."""
     shard_count: _builtins.int
     """Number of shards, 1..256; 0 means 1. Fixed for the queue's life: more
     shards spread load over more documents (and brokers), but ordering holds
     only per key.
+    """
+    if_not_exists: _builtins.bool
+    """When the queue exists already: false (the default) answers
+    ALREADY_EXISTS; true answers OK with the existing queue as it is
+    (shard_count and config of the request are not applied or compared) and
+    `created` false. Makes "create if missing" idempotent.
     """
     @_builtins.property
     def config(self) -> _queue_config_pb2.QueueConfig:
@@ -502,10 +509,11 @@ class CreateQueueRequest(_message.Message):
         queue: _builtins.str = ...,
         shard_count: _builtins.int = ...,
         config: _queue_config_pb2.QueueConfig | None = ...,
+        if_not_exists: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["config", b"config"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["config", b"config", "queue", b"queue", "shard_count", b"shard_count"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["config", b"config", "if_not_exists", b"if_not_exists", "queue", b"queue", "shard_count", b"shard_count"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -513,17 +521,24 @@ Global___CreateQueueRequest: _TypeAlias = CreateQueueRequest  # noqa: Y015
 
 @_typing.final
 class CreateQueueResponse(_message.Message):
-    """CreateQueueResponse describes the created queue."""
+    """CreateQueueResponse describes the created (or, with if_not_exists, the
+    existing) queue.
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
     QUEUE_FIELD_NUMBER: _builtins.int
     SHARD_COUNT_FIELD_NUMBER: _builtins.int
     CONFIG_FIELD_NUMBER: _builtins.int
+    CREATED_FIELD_NUMBER: _builtins.int
     queue: _builtins.str
     """Queue name."""
     shard_count: _builtins.int
     """Number of shards."""
+    created: _builtins.bool
+    """True when this call created the queue; false when if_not_exists found it
+    already there.
+    """
     @_builtins.property
     def config(self) -> _queue_config_pb2.QueueConfig:
         """The config in force, every field set."""
@@ -534,10 +549,11 @@ class CreateQueueResponse(_message.Message):
         queue: _builtins.str = ...,
         shard_count: _builtins.int = ...,
         config: _queue_config_pb2.QueueConfig | None = ...,
+        created: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["config", b"config"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["config", b"config", "queue", b"queue", "shard_count", b"shard_count"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["config", b"config", "created", b"created", "queue", b"queue", "shard_count", b"shard_count"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -62,6 +62,12 @@ class EnqueueResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     MESSAGES_FIELD_NUMBER: _builtins.int
+    QUEUE_CREATED_FIELD_NUMBER: _builtins.int
+    queue_created: _builtins.bool
+    """True when this call created the queue: it did not exist and the broker
+    runs with auto-create on (`casq serve --auto-create-queues on`, the
+    default), so the queue was created with one shard and the default config.
+    """
     @_builtins.property
     def messages(self) -> _containers.RepeatedCompositeFieldContainer[Global___EnqueuedMessage]:
         """One entry per request message, in request order."""
@@ -70,10 +76,11 @@ class EnqueueResponse(_message.Message):
         self,
         *,
         messages: _abc.Iterable[Global___EnqueuedMessage] | None = ...,
+        queue_created: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["messages", b"messages"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["messages", b"messages", "queue_created", b"queue_created"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
