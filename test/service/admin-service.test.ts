@@ -161,7 +161,8 @@ describe("AdminService", () => {
 
   it("streams a shard document in chunks of at most 1 MiB, exactly as stored", async () => {
     const inner = new MemoryStore();
-    const s = await server({ store: sharedStore(inner) });
+    // A tail budget above the payloads keeps them in the head, so the head itself is over 1 MiB.
+    const s = await server({ store: sharedStore(inner), commit: { tailBytes: 4 * 1024 * 1024 } });
     const { admin, queue } = grpcClients(s.address);
     await queue.enqueue({
       queue: "big",

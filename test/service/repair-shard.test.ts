@@ -23,15 +23,15 @@ async function code(call: Promise<unknown>): Promise<string> {
 }
 
 /** A server on a shared memory store with queue `q` (2 shards, subscription `audit`) and the store. */
-async function setup() {
+async function setup(commit: { tailBytes?: number } = {}) {
   const inner = new MemoryStore();
-  const s = await server({ store: sharedStore(inner) });
+  const s = await server({ store: sharedStore(inner), commit });
   const c = grpcClients(s.address);
   await c.admin.createQueue({ queue: "q", shardCount: 2 });
   await c.admin.createSubscription({ queue: "q", subscription: "audit", start: SubscriptionStart.EARLIEST });
   // A broker that has loaded nothing yet, so what the test writes to the store is what it reads.
   await s.close({ graceful: true });
-  const fresh = await server({ store: sharedStore(inner) });
+  const fresh = await server({ store: sharedStore(inner), commit });
   return { inner, c: grpcClients(fresh.address) };
 }
 
@@ -114,6 +114,117 @@ describe("RepairShard", () => {
       "FailedPrecondition",
     );
     expect(text((await inner.get("queues/q/0.json"))?.body)).toBe("garbage");
+    // A head of a format newer than this casq: upgrade the brokers, do not repair.
+    const newer = text((await inner.get("queues/q/1.json"))?.body).replace("casq.shard.v2", "casq.shard.v9");
+    await overwrite(inner, "queues/q/1.json", newer);
+    expect(await code(c.admin.repairShard({ queue: "q", shard: 1 }))).toBe("FailedPrecondition");
+    expect(text((await inner.get("queues/q/1.json"))?.body)).toBe(newer);
     expect(await inner.list("repairs/")).toEqual([]);
+  });
+
+  describe("a v2 shard with segments", () => {
+    const SEG = "queues/q/0/seg/";
+    /** Shard 0 with 40 messages of which the first 10 are acked, most of them sealed into segments. */
+    async function sealed() {
+      const { inner, c } = await setup({ tailBytes: 1024 });
+      for (let i = 0; i < 40; i += 5)
+        await c.queue.enqueue({
+          queue: "q",
+          messages: Array.from({ length: 5 }, (_, k) => ({
+            payload: bytes(`m${i + k}-${"x".repeat(200)}`),
+            key: "k",
+          })),
+        });
+      const status = await c.admin.getQueue({ queue: "q" });
+      const shard = status.shards.findIndex((x) => x.messages > 0n);
+      expect(shard).toBe(0); // key "k" lands on shard 0 of 2
+      for (const subscription of ["default", "audit"]) {
+        const claimed = await c.queue.claim({ queue: "q", subscription, workerId: "w", maxMessages: 10 });
+        await c.queue.ack({ queue: "q", subscription, receipts: claimed.messages.map((m) => m.receipt) });
+      }
+      const head = JSON.parse(text((await inner.get("queues/q/0.json"))?.body)) as {
+        segments: { name: string }[];
+        broker: { epoch: number };
+      };
+      expect(head.segments.length).toBeGreaterThan(2);
+      return { inner, c, head };
+    }
+
+    it("salvages the tail and the readable segments of an inconsistent head, backs the segments up, and collects them after the takeover", async () => {
+      const { inner, c, head } = await sealed();
+      const raw = JSON.parse(text((await inner.get("queues/q/0.json"))?.body));
+      raw.next_offset = 1; // inconsistent: below the stored offsets
+      await overwrite(inner, "queues/q/0.json", JSON.stringify(raw));
+      const oldSegments = (await inner.list(SEG)).map((e) => e.key);
+      expect(oldSegments.length).toBeGreaterThan(2);
+
+      const repaired = await c.admin.repairShard({ queue: "q", shard: 0 });
+      expect(repaired.messagesSalvaged).toBe(30n); // the 30 not settled by both subscriptions
+      expect(repaired.nextOffset).toBe(40n);
+      const stored = JSON.parse(text((await inner.get("queues/q/0.json"))?.body));
+      expect(stored.format).toBe("casq.shard.v2");
+      expect(stored.segments).toEqual([]); // references nothing that may not exist
+      expect(stored.broker.epoch).toBeGreaterThanOrEqual(head.broker.epoch);
+      expect(stored.broker.lease_until).toBe(0);
+      const backups = (await inner.list("repairs/q/0/")).map((e) => e.key);
+      for (const key of oldSegments)
+        expect(backups.some((b) => b.endsWith(`/seg/${key.slice(SEG.length)}`))).toBe(true);
+
+      // Served again: every salvaged message once per subscription, in offset order.
+      const claimed = await c.queue.claim({ queue: "q", workerId: "w2", maxMessages: 100 });
+      expect(claimed.messages.map((m) => Number(m.message?.offset))).toEqual(
+        Array.from({ length: 30 }, (_, i) => 10 + i),
+      );
+      const audit = await c.queue.claim({
+        queue: "q",
+        subscription: "audit",
+        workerId: "w2",
+        maxMessages: 100,
+      });
+      expect(audit.messages).toHaveLength(30);
+      // The takeover's sweep deletes the old segments (unreferenced, earlier epochs); their backups stay.
+      const deadline = Date.now() + 10_000;
+      let left = oldSegments;
+      while (Date.now() < deadline) {
+        const now = new Set((await inner.list(SEG)).map((e) => e.key));
+        left = oldSegments.filter((key) => now.has(key));
+        if (left.length === 0) break;
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+      expect(left).toEqual([]);
+      expect((await inner.list("repairs/q/0/")).length).toBe(backups.length);
+    });
+
+    it("salvages from every segment object when the head is gone", async () => {
+      const { inner, c } = await sealed();
+      const segmentMessages = async () => {
+        let n = 0;
+        for (const e of await inner.list(SEG))
+          n += JSON.parse(text((await inner.get(e.key))?.body)).messages.length;
+        return n;
+      };
+      const inSegments = await segmentMessages();
+      expect(inSegments).toBeGreaterThan(10);
+      await inner.delete("queues/q/0.json");
+      // The leader finds out at its next write: refused, not recreated empty.
+      const late = c.queue.enqueue({ queue: "q", messages: [{ payload: bytes("late"), key: "k" }] });
+      expect(await code(late)).toBe("DataLoss");
+      expect(await inner.get("queues/q/0.json")).toBeUndefined();
+
+      const repaired = await c.admin.repairShard({ queue: "q", shard: 0 });
+      expect(repaired.problem).toMatch(/is missing/);
+      // What the segments held comes back pending (the tail died with the head; acks too: at-least-once).
+      expect(repaired.messagesSalvaged).toBe(BigInt(inSegments));
+      const claimed = await c.queue.claim({ queue: "q", workerId: "w2", maxMessages: 100 });
+      expect(claimed.messages).toHaveLength(inSegments);
+      expect(Number(repaired.nextOffset)).toBeGreaterThan(
+        Math.max(...claimed.messages.map((m) => Number(m.message?.offset))),
+      );
+    });
+
+    it("treats a readable v2 shard with segments as readable (nothing to repair)", async () => {
+      const { c } = await sealed();
+      expect(await code(c.admin.repairShard({ queue: "q", shard: 0 }))).toBe("FailedPrecondition");
+    });
   });
 });

@@ -32,6 +32,7 @@
  * deliveries were committed, which the final audit compares with the
  * attempts recorded in dead letters.
  */
+import { parseSegmentDocument } from "../../server/src/model/document-codec.ts";
 import { ShardState } from "../../server/src/model/shard-state.ts";
 import type { PutCondition } from "../../server/src/store/object-store.ts";
 import {
@@ -79,6 +80,8 @@ export class CommittedHistory {
   private readonly epochOwners = new Map<string, string>();
   private readonly ids = new Map<string, MessageLocation>();
   private readonly deliveries = new Map<string, number>();
+  /** Every segment object ever written, by name (names are unique; deletes are not replayed here). */
+  private readonly segments = new Map<string, Uint8Array>();
   private versions = 0;
   private takeovers = 0;
   private redeliveries = 0;
@@ -89,20 +92,33 @@ export class CommittedHistory {
     private readonly onVersion: (view: ShardView) => void = () => {},
   ) {}
 
-  /** Called by the truth-store observer for every successful write of a shard document. */
+  /** Called by the truth-store observer for every successful write of a shard document (or segment). */
   record(key: string, bytes: Uint8Array, etag: string, condition: PutCondition, committedAt: number): void {
+    const segment = /\/seg\/([^/]+)$/.exec(key);
+    if (segment !== null) {
+      if (!("ifAbsent" in condition)) this.violation("segments", `${key}: a segment was written over`);
+      this.segments.set(segment[1] as string, bytes);
+      return;
+    }
     try {
-      ShardState.decode(bytes);
+      ShardState.decode(bytes, {
+        expected: { queue: queueOf(key), shard: shardOf(key) },
+        segments: (ref) => {
+          const stored = this.segments.get(ref.name);
+          return stored && parseSegmentDocument(stored, { queue: queueOf(key), shard: shardOf(key), ref });
+        },
+      });
     } catch (error) {
       this.violation("decodable", `${key}: committed document does not load: ${String(error)}`);
       return;
     }
     const previous = this.latestByKey.get(key);
-    const view = parseShardView(key, bytes, {
-      version: previous ? previous.version + 1 : 0,
-      etag,
-      committedAt,
-    });
+    const view = parseShardView(
+      key,
+      bytes,
+      { version: previous ? previous.version + 1 : 0, etag, committedAt },
+      this.segments,
+    );
     this.versions += 1;
     this.checkTransition(previous, view, condition);
     this.latestByShard.set(view.shard, view);
@@ -335,6 +351,14 @@ export class CommittedHistory {
         );
     }
   }
+}
+
+function queueOf(key: string): string {
+  return key.split("/")[1] ?? "";
+}
+
+function shardOf(key: string): number {
+  return Number(/\/([0-9]+)\.json$/.exec(key)?.[1] ?? -1);
 }
 
 function deliveryKey(shard: number, subscription: string, offset: number): string {

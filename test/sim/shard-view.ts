@@ -90,16 +90,40 @@ type Json = Record<string, unknown>;
 const num = (value: unknown): number => value as number;
 const opt = (value: unknown): number | undefined => (value === undefined ? undefined : (value as number));
 
-/** Parses committed document bytes into a {@link ShardView}. Throws on bytes that are not a JSON object. */
+/** The offsets of v2 `acked` ranges (`[[from, to], ...]`, inclusive) or of a v1 list. */
+function ackedOffsets(raw: unknown[]): number[] {
+  return raw.flatMap((entry) => {
+    if (typeof entry === "number") return [entry];
+    const [from, to] = entry as [number, number];
+    return Array.from({ length: to - from + 1 }, (_, i) => from + i);
+  });
+}
+
+/**
+ * Parses committed document bytes into a {@link ShardView}. A v2 head's
+ * sealed messages come from its segments (`segments`: segment object name ->
+ * bytes, as written to the store), minus the offsets the head marks gone.
+ * Throws on bytes that are not a JSON object, or a segment that is not given.
+ */
 export function parseShardView(
   key: string,
   bytes: Uint8Array,
   meta: { version: number; etag: string; committedAt: number },
+  segments: ReadonlyMap<string, Uint8Array> = new Map(),
 ): ShardView {
   const doc = JSON.parse(new TextDecoder().decode(bytes)) as Json;
   const broker = doc.broker as Json | null;
   const messages = new Map<number, MessageView>();
-  for (const raw of doc.messages as Json[]) {
+  const raws: Json[] = [];
+  for (const ref of (doc.segments as Json[] | undefined) ?? []) {
+    const stored = segments.get(ref.name as string);
+    if (stored === undefined) throw new Error(`segment ${String(ref.name)} was never written`);
+    const gone = new Set(ackedOffsets(ref.gone as unknown[]));
+    const seg = JSON.parse(new TextDecoder().decode(stored)) as Json;
+    for (const raw of seg.messages as Json[]) if (!gone.has(num(raw.offset))) raws.push(raw);
+  }
+  raws.push(...(doc.messages as Json[]));
+  for (const raw of raws) {
     const offset = num(raw.offset);
     messages.set(offset, {
       offset,
@@ -142,7 +166,7 @@ export function parseShardView(
     subscriptions.set(name, {
       name,
       ackedBelow: num(raw.acked_below),
-      acked: new Set(raw.acked as number[]),
+      acked: new Set(ackedOffsets(raw.acked as unknown[])),
       deliveries,
       dead,
     });

@@ -49,7 +49,13 @@ export interface SimConfig {
   /** Leadership lease (broker commit option). */
   readonly leadershipLeaseMs: number;
   /** Other commit-loop options: small batches, linger, or one CAS per operation. */
-  readonly commit: { readonly maxBatch: number; readonly lingerMs: number; readonly groupCommit: boolean };
+  readonly commit: {
+    readonly maxBatch: number;
+    readonly lingerMs: number;
+    readonly groupCommit: boolean;
+    /** Head tail budget: small values seal segments every few messages (segment writes, GC, takeovers reading segments). */
+    readonly tailBytes: number;
+  };
   /** Queue config written into the documents. */
   readonly queueConfig: Partial<QueueConfig> & { readonly leaseTtlMs: number; readonly maxAttempts: number };
   /** ManualClock settle turns after each timer (see `run-simulation.ts`). */
@@ -90,6 +96,7 @@ export function drawConfig(seed: number, random: SimRandom, overrides: SimConfig
       maxBatch: random.chance(0.2) ? random.int(1, 4) : 1000,
       lingerMs: random.chance(0.2) ? random.int(1, 20) : 0,
       groupCommit: !random.chance(0.1),
+      tailBytes: random.chance(0.6) ? random.int(300, 4_000) : 512 * 1024,
     },
     queueConfig: {
       leaseTtlMs: 3_000,

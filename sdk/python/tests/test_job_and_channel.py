@@ -138,3 +138,14 @@ def test_aio_job_fields_options_and_interceptors(server_address: str) -> None:
     check_job(job, queue, result, before)
     assert methods[:2] == ["/casq.v1.AdminService/CreateQueue", "/casq.v1.QueueService/Enqueue"]
     assert "/casq.v1.QueueService/Work" in methods
+
+
+def test_keepalive_defaults_and_user_override() -> None:
+    """Every client pings idle connections by default; a user's channel option of the same name wins."""
+    for client_class in (casq.Client, casq.aio.Client):
+        defaults = dict(client_class(["127.0.0.1:1"]).options)
+        assert defaults["grpc.keepalive_time_ms"] == 10_000
+        assert defaults["grpc.keepalive_permit_without_calls"] == 1
+        assert defaults["grpc.http2.max_pings_without_data"] == 0
+        mine = client_class(["127.0.0.1:1"], options=[("grpc.keepalive_time_ms", 60_000)]).options
+        assert [value for key, value in mine if key == "grpc.keepalive_time_ms"] == [60_000]

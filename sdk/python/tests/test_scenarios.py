@@ -976,26 +976,9 @@ def test_scenarios_found() -> None:
     assert SCENARIOS, f"no scenarios in {SCENARIO_DIR}"
 
 
-# The Python client sets no HTTP/2 keepalive by default yet, so a worker
-# whose idle Work stream goes to a frozen broker never notices. Remove this
-# once casq.Client sets grpc.keepalive_time_ms / keepalive_timeout_ms /
-# keepalive_permit_without_calls / http2.max_pings_without_data by default.
-NEEDS_KEEPALIVE = "idle-worker-follows-frozen-leader"
-
-
 @pytest.mark.parametrize("path", SCENARIOS, ids=[p.stem for p in SCENARIOS])
 def test_scenario(path: Path) -> None:
-    if path.stem != NEEDS_KEEPALIVE:
-        run_scenario(load(path))
-        return
-    try:
-        run_scenario(load(path))
-    except AssertionError as error:
-        first = str(error).splitlines()[0]
-        pytest.skip(
-            "the Python client enables no HTTP/2 keepalive by default (grpc.keepalive_time_ms etc.), "
-            f"so its idle Work stream to the frozen leader is never given up: {first}"
-        )
+    run_scenario(load(path))
 
 
 def test_parsing_is_strict() -> None:

@@ -3,54 +3,42 @@
  *
  * The protocol in plain words:
  *
- * 1. **Load.** Read the shard document and its etag (or, if it does not
- *    exist, plan to create it with put-if-absent). A document that does not
- *    parse or has an unknown format is refused: every request gets
- *    `data_loss` and nothing is ever written over it. So is a missing
- *    document that `documentExpected` says must exist (its data was lost):
- *    it is not recreated empty behind the operator's back.
- * 2. **Group commit.** Requests are buffered. Exactly one CAS write is in
+ * 1. **Group commit.** Requests are buffered. Exactly one CAS write is in
  *    flight at a time; when it lands, everything buffered meanwhile (up to
  *    `maxBatch` operations) is applied to the in-memory document and written as
- *    the next CAS (`If-Match: <etag>`). A caller's promise settles only after
- *    the write that contains its operation has landed: an "ok" is durable.
- *    Operations that change nothing (a heartbeat inside the persisted lease, a
- *    claim that found nothing) are answered without a write, unless the
- *    leadership lease needs renewing anyway.
- * 3. **Lost race.** On 412/409 or an ambiguous write (timeout: it may or may
- *    not have landed) re-read the document. If one of our attempts' write ids
- *    is in its write chain (`recent_write_ids` + `write_id`), that write
- *    landed and its results are the truth, even if others wrote on top since
- *    (see `write-resolution.ts`); if whether it landed cannot be decided, the
- *    batch fails as "outcome unknown" and is not applied again. If another
- *    broker now holds a live lease, we were deposed: fail the batch with a
- *    redirect to it. Otherwise re-apply the batch to the fresh document and
- *    try again — the first three conflicts at once, then with backoff.
- * 4. **Leadership.** Every write renews this broker's lease in the document;
- *    an idle leader writes a renewal when less than half the lease remains.
- *    Taking over a shard whose lease expired (or was released by a graceful
- *    stop) is a write that bumps the epoch. See `leadership.ts`.
+ *    the next CAS. A caller's promise settles only after the write that
+ *    contains its operation has landed: an "ok" is durable. Operations that
+ *    change nothing (a heartbeat inside the persisted lease, a claim that found
+ *    nothing) are answered without a write, unless the leadership lease needs
+ *    renewing anyway.
+ * 2. **The CAS loop** — loading the head, refusing one that cannot be read
+ *    (or is missing although the queue's manifest says it exists, see
+ *    `documentExpected`), fencing by epoch, taking over, resolving lost races and ambiguous writes
+ *    — is `shard-head-store.ts`. This class hands it one batch at a time and
+ *    answers the batch's callers with what the write that landed carried.
+ * 3. **Timers.** After each batch one timer is armed for the next thing due
+ *    (a delayed message, a lease expiry, the leadership renewal); it runs an
+ *    empty batch, which sweeps expiries and renews the lease.
  *
  * The in-memory document is mutated in place by each batch; when a write
- * fails the document is rebuilt from the store (or from the last committed
- * bytes), so a failed batch leaves no trace.
+ * fails the head store rebuilds it from the store (or from the last
+ * committed bytes), so a failed batch leaves no trace.
  */
-import { CasqError, isCasqError } from "../errors.ts";
+import { CasqError } from "../errors.ts";
 import { applyOperation } from "../model/apply-operation.ts";
 import type { ExpireResult, Operation, OperationResult } from "../model/operations.ts";
 import type { QueueConfig } from "../model/queue-config.ts";
-import { type BrokerRecord, ShardState } from "../model/shard-state.ts";
+import type { BrokerRecord, ShardState } from "../model/shard-state.ts";
 import { nextHousekeepingAt, nextWakeAt } from "../model/shard-stats.ts";
-import type { ObjectStore, PutCondition, StoredObject } from "../store/object-store.ts";
-import { backoffDelay, DEFAULT_RETRY_POLICY, type RetryPolicy } from "../store/retrying-store.ts";
-import { isStoreError } from "../store/store-errors.ts";
+import type { ObjectStore } from "../store/object-store.ts";
+import { DEFAULT_RETRY_POLICY, type RetryPolicy } from "../store/retrying-store.ts";
 import type { Clock } from "../util/clock.ts";
 import type { Random } from "../util/random.ts";
-import { type BrokerIdentity, heldByOther, isOwnRecord, needsRenewal, takeoverRecord } from "./leadership.ts";
+import type { BrokerIdentity } from "./leadership.ts";
 import { operationChangesState } from "./operation-effects.ts";
+import { asCasqError, ShardHeadStore } from "./shard-head-store.ts";
 import { shardKey } from "./shard-key.ts";
 import type { CommitInfo, ShardObserver } from "./shard-observer.ts";
-import { resolveWrites, type WriteAttempt } from "./write-resolution.ts";
 
 /** Tuning of one shard's commit loop. Defaults come from the source document. */
 export interface CommitOptions {
@@ -70,6 +58,8 @@ export interface CommitOptions {
   readonly maxConflictRetries: number;
   /** Backoff between conflict retries after the immediate ones. */
   readonly conflictBackoff: RetryPolicy;
+  /** Bytes of newest messages kept in the head before the oldest are sealed into a segment. Default 256 KiB. */
+  readonly tailBytes: number;
 }
 
 /** Defaults for {@link CommitOptions}. */
@@ -83,6 +73,7 @@ export const DEFAULT_COMMIT_OPTIONS: CommitOptions = {
   maxConflictRetries: 50,
   // The immediate retries are counted by `immediateConflictRetries`; backoff starts after them.
   conflictBackoff: { ...DEFAULT_RETRY_POLICY, immediateRetries: 0 },
+  tailBytes: 256 * 1024,
 };
 
 /** Everything a {@link ShardLeader} needs. */
@@ -140,6 +131,9 @@ type BatchItem =
 
 type Outcome = { ok: true; result: OperationResult } | { ok: false; error: unknown };
 
+/** What one attempt at a batch did: the `now` it saw, each operation's outcome, its expiry sweep. */
+type AppliedBatch = { now: number; outcomes: Outcome[]; expire: ExpireResult };
+
 /**
  * Group-commits every operation on one queue shard into CAS writes of its
  * document, and holds (or follows) the shard's leadership.
@@ -149,64 +143,54 @@ export class ShardLeader {
   readonly shard: number;
   readonly key: string;
 
-  private readonly store: ObjectStore;
-  private readonly identity: BrokerIdentity;
   private readonly clock: Clock;
-  private readonly random: Random;
   private readonly options: CommitOptions;
-  private readonly initialConfig: Partial<QueueConfig> | undefined;
   private readonly observer: ShardObserver | undefined;
-  private readonly documentExpected: (() => Promise<boolean>) | undefined;
   /** Telemetry: tracing hook, undefined when tracing is off. */
   private readonly tracing: CommitTracing | undefined;
   /** Telemetry: tracing — what the current batch failed with (for its commit span). */
   private batchFailure: unknown;
 
-  private mode: ShardMode = "unloaded";
-  /** The refusal message last reported to observers while refused (so a refusal is reported once per reason). */
-  private refusedFor: string | undefined;
-  /** The committed document (in place mutation happens only inside a batch). `undefined` = does not exist yet. */
-  private state: ShardState | undefined;
-  private etag: string | undefined;
-  /** Bytes of the committed version, to rebuild the state cheaply after a failed write. */
-  private committedBytes: Uint8Array | undefined;
-  /** The broker record seen in the store, kept while following to redirect without a read. */
-  private seenRecord: BrokerRecord | undefined;
-  /** When `seenRecord` was read. It is trusted for a tenth of a lease: long enough to spare
-   * the store a read per redirected request, short enough to notice a graceful release soon. */
-  private seenAt = Number.NEGATIVE_INFINITY;
+  private readonly head: ShardHeadStore;
+  private stopped = false;
 
   private pending: BatchItem[] = [];
   private loop: Promise<void> | undefined;
-  private writeCounter = 0;
   private timer: AbortController | undefined;
   private releaseRequested = false;
   private timerFailures = 0;
   private readonly commitListeners = new Set<(state: ShardState) => void>();
 
   constructor(params: ShardLeaderParams) {
-    this.store = params.store;
     this.queue = params.queue;
     this.shard = params.shard;
     this.key = shardKey(params.queue, params.shard);
-    this.identity = params.identity;
     this.clock = params.clock;
-    this.random = params.random;
     this.options = { ...DEFAULT_COMMIT_OPTIONS, ...params.options };
-    this.initialConfig = params.initialConfig;
     this.observer = params.observer;
-    this.documentExpected = params.documentExpected;
+    this.head = new ShardHeadStore({
+      store: params.store,
+      queue: params.queue,
+      shard: params.shard,
+      identity: params.identity,
+      clock: params.clock,
+      random: params.random,
+      options: this.options,
+      initialConfig: params.initialConfig,
+      observer: params.observer,
+      documentExpected: params.documentExpected,
+    });
     this.tracing = (params.observer as ShardObserverWithTracing | undefined)?.commitTracing; // Telemetry: tracing
   }
 
   /** Current mode, for stats and tests. */
   get currentMode(): ShardMode {
-    return this.mode;
+    return this.stopped ? "stopped" : this.head.mode;
   }
 
   /** The broker record last seen in the store (ours while leading). */
   get brokerRecord(): BrokerRecord | undefined {
-    return this.mode === "leading" ? this.state?.broker : this.seenRecord;
+    return this.head.brokerRecord;
   }
 
   /** Number of operations waiting for the next write. */
@@ -259,11 +243,17 @@ export class ShardLeader {
    * another broker can take over at once.
    */
   async stop(options: { release: boolean }): Promise<void> {
-    if (this.mode === "stopped") return;
-    this.releaseRequested = options.release && this.mode === "leading";
+    if (this.stopped) return;
+    this.releaseRequested = options.release && this.head.mode === "leading";
     this.kick();
     while (this.loop) await this.loop;
-    this.mode = "stopped";
+    // The loop may have been past its last check of `releaseRequested` when it was set.
+    if (this.releaseRequested) {
+      this.kick();
+      while (this.loop) await this.loop;
+    }
+    this.stopped = true;
+    await this.head.settled();
     this.timer?.abort();
     this.timer = undefined;
     for (const item of this.pending.splice(0)) item.reject(shuttingDown(this.queue, this.shard));
@@ -279,7 +269,7 @@ export class ShardLeader {
   }
 
   private admission(): CasqError | undefined {
-    if (this.mode === "stopped") return shuttingDown(this.queue, this.shard);
+    if (this.stopped) return shuttingDown(this.queue, this.shard);
     if (this.pending.length >= this.options.maxPendingOps)
       return new CasqError(
         "unavailable",
@@ -293,7 +283,7 @@ export class ShardLeader {
     if (this.loop) return;
     this.loop = this.runLoop().finally(() => {
       this.loop = undefined;
-      if (this.pending.length > 0 && this.mode !== "stopped") this.kick();
+      if (this.pending.length > 0 && !this.stopped) this.kick();
     });
   }
 
@@ -347,277 +337,41 @@ export class ShardLeader {
     return batch;
   }
 
-  /** Applies one batch and writes it, retrying lost races; settles every item. */
+  /** Applies one batch and writes it through the head store; settles every item. */
   private async commitBatch(batch: BatchItem[], release: boolean): Promise<void> {
     const started = this.now();
-    const attempts = new Map<string, WriteAttempt<Outcome[]>>();
-    let conflicts = 0;
-    let justReloaded = false;
-    for (;;) {
-      if (!justReloaded && (this.mode !== "leading" || this.state === undefined)) {
-        const problem = await this.ensureLoaded();
-        if (problem) return this.failBatch(batch, problem);
-      }
-      justReloaded = false;
-      const now = this.now();
-      const existing = this.state;
-      if (existing && heldByOther(existing.broker, this.identity, now)) {
-        this.mode = "following";
-        this.seenRecord = existing.broker;
-        return this.failBatch(batch, this.redirect(existing.broker));
-      }
-
-      const creating = existing === undefined;
-      const working =
-        existing ??
-        ShardState.create({ queue: this.queue, shard: this.shard, config: this.initialConfig ?? {}, now });
-      const previousRecord = working.broker;
-      const takingOver = creating || !isOwnRecord(previousRecord, this.identity);
-      const expire = applyOperation(working, { kind: "expire" }, now);
-      let changed = creating || takingOver || release || operationChangesState(expire);
-      const outcomes: Outcome[] = [];
-      for (const item of batch) {
-        if (item.kind !== "op") continue;
-        try {
-          const result = applyOperation(working, item.op, now);
-          if (operationChangesState(result)) changed = true;
-          outcomes.push({ ok: true, result });
-        } catch (error) {
-          outcomes.push({ ok: false, error });
+    const result = await this.head.commit<AppliedBatch>(
+      (working, now) => {
+        const expire = applyOperation(working, { kind: "expire" }, now);
+        let changed = operationChangesState(expire);
+        const outcomes: Outcome[] = [];
+        for (const item of batch) {
+          if (item.kind !== "op") continue;
+          try {
+            const result = applyOperation(working, item.op, now);
+            if (operationChangesState(result)) changed = true;
+            outcomes.push({ ok: true, result });
+          } catch (error) {
+            outcomes.push({ ok: false, error });
+          }
         }
-      }
-      if (!changed && previousRecord && needsRenewal(previousRecord, now, this.options.leaseMs))
-        changed = true;
-
-      if (!changed) {
-        this.state = working;
-        this.mode = "leading";
-        this.settle(batch, outcomes);
-        this.observer?.onCommit?.(
-          this.commitInfo(batch, started, 0, "no_write", 0, { now, outcomes, expire }),
-        );
-        return;
-      }
-
-      working.broker = takingOver
-        ? takeoverRecord(previousRecord, this.identity, now, this.options.leaseMs)
-        : {
-            ...(previousRecord as BrokerRecord),
-            address: this.identity.address,
-            leaseUntil: release ? 0 : now + this.options.leaseMs,
-          };
-      const writeId = `${this.identity.id}.${++this.writeCounter}`;
-      const basedOn = creating ? undefined : working.writeId;
-      working.recordWrite(writeId);
-      const bytes = working.encode();
-      const attempt = { value: outcomes, basedOn, ambiguous: false };
-      attempts.set(writeId, attempt);
-      const condition: PutCondition = creating ? { ifAbsent: true } : { ifMatch: this.etag as string };
-      try {
-        const put = await this.store.put(this.key, bytes, condition);
-        this.state = working;
-        this.etag = put.etag;
-        this.committedBytes = bytes;
-        this.mode = "leading";
-        if (takingOver)
-          this.observer?.onLeadership?.({
-            queue: this.queue,
-            shard: this.shard,
-            event: "acquired",
-            record: working.broker,
-          });
-        this.settle(batch, outcomes);
-        this.observer?.onCommit?.(
-          this.commitInfo(batch, started, conflicts + 1, "ok", bytes.byteLength, { now, outcomes, expire }),
-        );
-        return;
-      } catch (error) {
-        const kind = isStoreError(error) ? error.kind : "internal";
-        this.observer?.onCasAttempt?.({
-          queue: this.queue,
-          shard: this.shard,
-          outcome: kind,
-          attempt: conflicts + 1,
-        });
-        attempts.set(writeId, { ...attempt, ambiguous: kind === "ambiguous" });
-        if (kind !== "precondition_failed" && kind !== "conflict" && kind !== "ambiguous") {
-          // The write did not happen (unavailable) or cannot (invalid): restore and answer.
-          this.restoreCommitted();
-          return this.failBatch(batch, asCasqError(error, this.queue, this.shard));
-        }
-        const fresh = await this.reload();
-        // No write of this batch may have landed, and the shard is now refused: say so.
-        if (isCasqError(fresh, "data_loss") && ![...attempts.values()].some((a) => a.ambiguous))
-          return this.failBatch(batch, fresh);
-        if (fresh instanceof CasqError) {
-          const unknown = new CasqError(
-            "unavailable",
-            `shard ${this.queue}/${this.shard}: a write may or may not have landed and the store cannot be read to find out (${fresh.message}); retry — use dedup ids to make enqueue retries safe`,
-            { queue: this.queue, shard: this.shard },
-            { cause: fresh },
-          );
-          return this.failBatch(batch, unknown);
-        }
-        const verdict = resolveWrites(
-          this.state?.writeChain() ?? [],
-          this.state?.writeChainComplete() ?? true,
-          attempts,
-        );
-        if (verdict.kind === "landed") {
-          // The mode follows the document's broker record (reload set it): a rival may lead by now.
-          this.settle(batch, verdict.value);
-          this.observer?.onCommit?.(
-            this.commitInfo(batch, started, conflicts + 1, "ok", bytes.byteLength, {
-              now,
-              outcomes: verdict.value,
-            }),
-          );
-          return;
-        }
-        if (verdict.kind === "unknown") {
-          return this.failBatch(
-            batch,
-            new CasqError(
-              "unavailable",
-              `shard ${this.queue}/${this.shard}: a write may or may not have landed and too many writes followed to find out; retry — use dedup ids to make enqueue retries safe`,
-              { queue: this.queue, shard: this.shard },
-            ),
-          );
-        }
-        justReloaded = true;
-        conflicts += 1;
-        if (conflicts > this.options.maxConflictRetries) {
-          return this.failBatch(
-            batch,
-            new CasqError(
-              "unavailable",
-              `shard ${this.queue}/${this.shard} lost ${conflicts} write races in a row; is another process writing it? retry later`,
-              { queue: this.queue, shard: this.shard },
-            ),
-          );
-        }
-        if (conflicts > this.options.immediateConflictRetries) {
-          await this.clock.sleep(
-            backoffDelay(
-              conflicts - this.options.immediateConflictRetries,
-              this.options.conflictBackoff,
-              this.random,
-            ),
-          );
-        }
-      }
-    }
-  }
-
-  /** Loads the document if needed. Returns the error to fail the batch with, if any. */
-  private async ensureLoaded(): Promise<CasqError | undefined> {
-    const now = this.now();
-    if (
-      this.mode === "following" &&
-      heldByOther(this.seenRecord, this.identity, now) &&
-      now - this.seenAt < this.options.leaseMs / 10
-    ) {
-      return this.redirect(this.seenRecord);
-    }
-    const result = await this.reload();
-    return result instanceof CasqError ? result : undefined;
-  }
-
-  /** Re-reads the document from the store into `state`. */
-  private async reload(): Promise<StoredObject | undefined | CasqError> {
-    let stored: StoredObject | undefined;
-    try {
-      stored = await this.store.get(this.key);
-    } catch (error) {
-      this.state = undefined;
-      this.mode = "unloaded";
-      return asCasqError(error, this.queue, this.shard);
-    }
-    if (!stored) {
-      this.state = undefined;
-      this.etag = undefined;
-      this.committedBytes = undefined;
-      this.mode = "unloaded";
-      let expected: boolean;
-      try {
-        expected = (await this.documentExpected?.()) ?? false;
-      } catch (error) {
-        return asCasqError(error, this.queue, this.shard);
-      }
-      if (!expected) return undefined;
-      return this.refuse(
-        new CasqError(
-          "data_loss",
-          `shard document ${this.key} is missing, but queue ${this.queue} was created with this shard: its messages were lost (deleted by hand, or by a store lifecycle rule?). It will not be recreated empty behind your back: restore it from a backup, or recreate it with \`casq repair ${this.queue} --shard ${this.shard}\`.`,
-          { queue: this.queue, shard: this.shard },
-        ),
-      );
-    }
-    try {
-      this.state = ShardState.decode(stored.body, { queue: this.queue, shard: this.shard });
-    } catch (error) {
-      return this.refuse(
-        new CasqError(
-          "data_loss",
-          `shard document ${this.key} cannot be read and will not be overwritten: ${error instanceof Error ? error.message : String(error)}. Inspect it with \`casq inspect ${this.queue} --shard ${this.shard}\`, restore it from a backup, or replace it with \`casq repair ${this.queue} --shard ${this.shard}\` (which keeps a copy).`,
-          { queue: this.queue, shard: this.shard },
-          { cause: error },
-        ),
-      );
-    }
-    this.etag = stored.etag;
-    this.committedBytes = stored.body;
-    this.seenRecord = this.state.broker;
-    this.seenAt = this.now();
-    const wasLeading = this.mode === "leading";
-    if (isOwnRecord(this.state.broker, this.identity)) {
-      this.mode = "leading";
-    } else {
-      this.mode = "following";
-      if (wasLeading)
-        this.observer?.onLeadership?.({
-          queue: this.queue,
-          shard: this.shard,
-          event: "lost",
-          record: this.state.broker,
-        });
-    }
-    return stored;
-  }
-
-  /**
-   * Refuses the shard: every request gets `refusal` until a reload finds a
-   * document it can use. Observers hear of it once per distinct reason, not on
-   * every request that meets the refused shard again.
-   */
-  private refuse(refusal: CasqError): CasqError {
-    this.state = undefined;
-    const repeated = this.mode === "refused" && this.refusedFor === refusal.message;
-    this.mode = "refused";
-    this.refusedFor = refusal.message;
-    if (!repeated) {
-      this.observer?.onLeadership?.({
-        queue: this.queue,
-        shard: this.shard,
-        event: "refused",
-        reason: refusal.message,
-      });
-    }
-    return refusal;
-  }
-
-  private restoreCommitted(): void {
-    if (this.committedBytes) {
-      this.state = ShardState.decode(this.committedBytes);
-    } else {
-      this.state = undefined;
-      this.mode = "unloaded";
-    }
+        return { value: { now, outcomes, expire }, changed };
+      },
+      { release },
+    );
+    if (result.kind === "failed") return this.failBatch(batch, result.error);
+    const applied = result.value;
+    this.settle(batch, applied.outcomes);
+    this.observer?.onCommit?.(
+      result.kind === "written"
+        ? this.commitInfo(batch, started, result.casAttempts, "ok", result.bytes, applied)
+        : this.commitInfo(batch, started, 0, "no_write", 0, applied),
+    );
   }
 
   private settle(batch: BatchItem[], outcomes: Outcome[]): void {
     let index = 0;
-    const state = this.state as ShardState;
+    const state = this.head.state as ShardState;
     for (const item of batch) {
       if (item.kind === "read") {
         try {
@@ -639,39 +393,18 @@ export class ShardLeader {
     for (const item of batch) item.reject(error);
   }
 
-  private redirect(record: BrokerRecord | undefined): CasqError {
-    if (record !== undefined && record.address === this.identity.address) {
-      // An earlier process at this very address (before a crash or restart) still holds
-      // the lease: a redirect would send the client straight back here. Ask for a retry.
-      const waitMs = Math.max(0, record.leaseUntil - this.now());
-      return new CasqError(
-        "unavailable",
-        `shard ${this.queue}/${this.shard} is still leased to ${record.id}, an earlier broker process at this address, for ${waitMs} ms; retry in ${waitMs} ms`,
-        { queue: this.queue, shard: this.shard },
-      );
-    }
-    return new CasqError(
-      "redirect",
-      `shard ${this.queue}/${this.shard} is led by broker ${record?.id ?? "?"} at ${record?.address || "an unknown address"}; send the request there`,
-      {
-        queue: this.queue,
-        shard: this.shard,
-        ...(record ? { leaderAddress: record.address, leaderId: record.id, epoch: record.epoch } : {}),
-      },
-    );
-  }
-
   /** Arms one timer for the next thing due: a delayed message, a lease expiry, or lease renewal. */
   private armTimer(): void {
     this.timer?.abort();
     this.timer = undefined;
-    if (this.mode !== "leading" || !this.state?.broker) return;
+    const state = this.head.state;
+    if (this.head.mode !== "leading" || this.stopped || !state?.broker) return;
     const now = this.now();
-    const renewAt = this.state.broker.leaseUntil - this.options.leaseMs / 2;
+    const renewAt = state.broker.leaseUntil - this.options.leaseMs / 2;
     const due = Math.min(
       renewAt,
-      nextWakeAt(this.state, now) ?? Number.POSITIVE_INFINITY,
-      nextHousekeepingAt(this.state) ?? Number.POSITIVE_INFINITY,
+      nextWakeAt(state, now) ?? Number.POSITIVE_INFINITY,
+      nextHousekeepingAt(state) ?? Number.POSITIVE_INFINITY,
     );
     const controller = new AbortController();
     this.timer = controller;
@@ -681,7 +414,7 @@ export class ShardLeader {
     const delay = Math.max(floor, due - now);
     this.clock.sleep(delay, controller.signal).then(
       () => {
-        if (this.timer !== controller || this.mode !== "leading") return;
+        if (this.timer !== controller || this.head.mode !== "leading" || this.stopped) return;
         this.timer = undefined;
         // An empty read batch runs the expiry sweep and renews the lease if due.
         this.read(() => undefined).then(
@@ -703,7 +436,7 @@ export class ShardLeader {
     casAttempts: number,
     outcome: "ok" | "no_write",
     bytes: number,
-    applied?: { now: number; outcomes: readonly Outcome[]; expire?: ExpireResult },
+    applied: { now: number; outcomes: readonly Outcome[]; expire?: ExpireResult },
   ): CommitInfo {
     const opsByKind: Record<string, number> = {};
     for (const item of batch) {
@@ -713,18 +446,16 @@ export class ShardLeader {
     return {
       queue: this.queue,
       shard: this.shard,
-      epoch: this.state?.broker?.epoch ?? 0,
+      epoch: this.head.state?.broker?.epoch ?? 0,
       operations: batch.length,
       opsByKind,
       casAttempts,
       outcome,
       documentBytes: bytes,
       durationMs: this.now() - started,
-      ...(applied && {
-        appliedAt: applied.now,
-        applied: appliedOperations(batch, applied.outcomes),
-        ...(applied.expire && { expired: applied.expire }),
-      }),
+      appliedAt: applied.now,
+      applied: appliedOperations(batch, applied.outcomes),
+      ...(applied.expire && { expired: applied.expire }),
     };
   }
 }
@@ -745,21 +476,6 @@ function shuttingDown(queue: string, shard: number): CasqError {
     "unavailable",
     `this broker is shutting down and no longer serves shard ${queue}/${shard}; retry, another broker takes over`,
     { queue, shard },
-  );
-}
-
-/** Turns a store or unknown error into a {@link CasqError}. */
-function asCasqError(error: unknown, queue: string, shard: number): CasqError {
-  if (isCasqError(error)) return error;
-  if (isStoreError(error)) {
-    const code = error.kind === "invalid" ? "internal" : "unavailable";
-    return new CasqError(code, `object store: ${error.message}`, { queue, shard }, { cause: error });
-  }
-  return new CasqError(
-    "internal",
-    error instanceof Error ? error.message : String(error),
-    { queue, shard },
-    { cause: error },
   );
 }
 

@@ -23,7 +23,7 @@ export interface CommitInfo {
   readonly appliedAt?: number;
   /** The batch's operations that succeeded with their results, in batch order (what the commit did). */
   readonly applied?: readonly { readonly op: Operation; readonly result: OperationResult }[];
-  /** The housekeeping sweep the commit included; undefined when not known (a write recognised only after a re-read). */
+  /** The housekeeping sweep the commit included (for a write recognised only after a re-read, the sweep of the attempt that landed). */
   readonly expired?: ExpireResult;
 }
 

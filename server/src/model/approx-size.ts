@@ -46,6 +46,9 @@ export const SETTLED_SLOT_BYTES = 8;
 /** One delivery record (attempts, backoff, lease). */
 export const DELIVERY_BYTES = 150;
 
+/** One sealed segment's entry in the head's index (format v2), its `gone` list aside. */
+export const SEGMENT_ENTRY_BYTES = 320;
+
 /** One message as stored (targets not counted: they are rare and short). */
 export function messageBytes(m: MessageRecord): number {
   return (

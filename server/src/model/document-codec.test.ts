@@ -104,6 +104,7 @@ describe("document codec", () => {
       "counters",
       "subscriptions",
       "dedup",
+      "segments",
       "messages",
     ]);
     expect(doc.format).toBe(SHARD_FORMAT);
@@ -118,7 +119,7 @@ describe("document codec", () => {
     const def = doc.subscriptions[1];
     expect(def.name).toBe("default");
     expect(def.acked_below).toBe(0);
-    expect(def.acked).toEqual([3]);
+    expect(def.acked).toEqual([[3, 3]]);
     expect(doc.messages.find((m: { id: string }) => m.id === "m4").targets).toEqual(["audit", "default"]);
     expect(Object.getOwnPropertyDescriptor(doc.messages[0].headers, "__proto__")?.value).toBe(
       "odd but legal",
@@ -189,7 +190,7 @@ describe("document codec", () => {
 
     it("an unknown (newer) format version, saying so", () => {
       const doc = docJson(richShard());
-      doc.format = "casq.shard.v2";
+      doc.format = "casq.shard.v3";
       const message = expectCasqError(() => ShardState.decode(jsonBytes(doc)), "data_loss");
       expect(message).toContain("newer casq");
       expect(message).toContain("refusing to touch it");

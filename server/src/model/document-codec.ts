@@ -1,6 +1,9 @@
 /**
- * The shard document format v1 (`"format": "casq.shard.v1"`): canonical JSON
- * encoding and strict parsing. See `docs/document-format.md` for every field.
+ * The shard document formats: strict parsing of v1 (`"casq.shard.v1"`, the
+ * whole shard in one document) and v2 (`"casq.shard.v2"`, a head plus sealed
+ * segments, see `head-encoder.ts` and `segment-codec.ts`), the v1 encoder
+ * (kept to test upgrades), and the JSON pieces both encoders share. See
+ * `docs/document-format.md` for every field.
  *
  * Canonical: keys in a fixed order, collections in a fixed order
  * (subscriptions by name, messages/deliveries by offset, dedup ids by expiry,
@@ -29,8 +32,14 @@ import type {
 } from "./shard-records.ts";
 import type { ShardState } from "./shard-state.ts";
 
-/** The format version this casq reads and writes. */
-export const SHARD_FORMAT = "casq.shard.v1";
+/** The format version this casq writes. */
+export const SHARD_FORMAT = "casq.shard.v2";
+
+/** The older format this casq still reads (and upgrades to v2 with its first write). */
+export const SHARD_FORMAT_V1 = "casq.shard.v1";
+
+/** The format of a segment object. */
+export const SEGMENT_FORMAT = "casq.segment.v1";
 
 // ---------------------------------------------------------------- encoding
 
@@ -59,12 +68,14 @@ function messageFragments(m: MessageRecord): { head: string; tail: string } {
   return f;
 }
 
-function messageJson(m: MessageRecord, targets: readonly string[] | undefined): string {
+/** The canonical JSON of a message (`targets` only on a redriven one). */
+export function messageJson(m: MessageRecord, targets: readonly string[] | undefined): string {
   const f = messageFragments(m);
   return targets === undefined ? f.head + f.tail : `${f.head},"targets":${json(targets)}${f.tail}`;
 }
 
-function configJson(c: QueueConfig): string {
+/** The canonical JSON of a queue config. */
+export function configJson(c: QueueConfig): string {
   return json({
     lease_ttl_ms: c.leaseTtlMs,
     max_attempts: c.maxAttempts,
@@ -86,7 +97,8 @@ function configJson(c: QueueConfig): string {
   });
 }
 
-function subscriptionCountersJson(c: SubscriptionCounters): string {
+/** The canonical JSON members of a counters object (without braces). */
+export function subscriptionCountersJson(c: SubscriptionCounters): string {
   return `"enqueued":${c.enqueued},"delivered":${c.delivered},"acked":${c.acked},"redelivered":${c.redelivered},"dead_lettered":${c.deadLettered},"dead_evicted":${c.deadEvicted},"purged":${c.purged},"redriven":${c.redriven}`;
 }
 
@@ -103,6 +115,11 @@ function subscriptionJson(state: ShardState, sub: SubscriptionState, ordered: Sh
       acked.push(m.msg.offset);
     }
   }
+  return `{"name":${json(sub.name)},"created_at":${sub.createdAt},"acked_below":${ackedBelow},"acked":[${acked.join(",")}],"deliveries":${deliveriesJson(sub)},"dead_letters":${deadLettersJson(sub)},"counters":{${subscriptionCountersJson(sub.counters)}}}`;
+}
+
+/** The canonical JSON array of a subscription's deliveries, by offset. */
+export function deliveriesJson(sub: SubscriptionState): string {
   const deliveries: string[] = [];
   for (const offset of [...sub.deliveries.keys()].sort((a, b) => a - b)) {
     const d = sub.deliveries.get(offset);
@@ -116,27 +133,51 @@ function subscriptionJson(state: ShardState, sub: SubscriptionState, ordered: Sh
     }
     deliveries.push(`${s}}`);
   }
+  return `[${deliveries.join(",")}]`;
+}
+
+/** The canonical JSON array of a subscription's dead letters, oldest first. */
+export function deadLettersJson(sub: SubscriptionState): string {
   const dead: string[] = [];
   for (const dl of sub.dead.values()) {
     dead.push(
       `{"dead_at":${dl.deadAt},"attempts":${dl.attempts},"reason":${json(dl.reason)},"message":${messageJson(dl.message, undefined)}}`,
     );
   }
-  return `{"name":${json(sub.name)},"created_at":${sub.createdAt},"acked_below":${ackedBelow},"acked":[${acked.join(",")}],"deliveries":[${deliveries.join(",")}],"dead_letters":[${dead.join(",")}],"counters":{${subscriptionCountersJson(sub.counters)}}}`;
+  return `[${dead.join(",")}]`;
+}
+
+/** The canonical JSON array of the remembered dedup ids, by expiry then id. */
+export function dedupJson(state: ShardState): string {
+  const dedup = [...state.dedup.values()].sort((a, b) =>
+    a.expiresAt !== b.expiresAt ? a.expiresAt - b.expiresAt : a.dedupId < b.dedupId ? -1 : 1,
+  );
+  return `[${dedup.map((e) => `{"dedup_id":${json(e.dedupId)},"id":${json(e.id)},"offset":${e.offset},"expires_at":${e.expiresAt}}`).join(",")}]`;
+}
+
+/** The canonical JSON members before `next_offset` shared by both formats (from `format` to `broker`). */
+export function headerJson(state: ShardState, format: string): string {
+  const broker = state.broker;
+  return (
+    `{"format":"${format}","queue":${json(state.queue)},"shard":${state.shard},"created_at":${state.createdAt}` +
+    `,"write_id":${state.writeId === undefined ? "null" : json(state.writeId)}` +
+    `,"recent_write_ids":[${state.recentWriteIds.map((id) => json(id)).join(",")}]` +
+    `,"broker":${broker === undefined ? "null" : `{"id":${json(broker.id)},"address":${json(broker.address)},"epoch":${broker.epoch},"lease_until":${broker.leaseUntil}}`}`
+  );
 }
 
 type ShardStateMessages = ReturnType<ShardState["sortedMessages"]>;
 
-/** The canonical document bytes of a shard. O(document). */
-export function encodeShard(state: ShardState): Uint8Array {
+/**
+ * The canonical v1 document bytes of a shard (the whole shard in one
+ * document). casq writes v2; this stays to test reading v1 documents and
+ * the mixed-version rules. O(document).
+ */
+export function encodeShardV1(state: ShardState): Uint8Array {
   const c = state.counters;
-  const broker = state.broker;
   const ordered = state.sortedMessages();
   const parts: string[] = [
-    `{"format":"${SHARD_FORMAT}","queue":${json(state.queue)},"shard":${state.shard},"created_at":${state.createdAt}`,
-    `,"write_id":${state.writeId === undefined ? "null" : json(state.writeId)}`,
-    `,"recent_write_ids":[${state.recentWriteIds.map((id) => json(id)).join(",")}]`,
-    `,"broker":${broker === undefined ? "null" : `{"id":${json(broker.id)},"address":${json(broker.address)},"epoch":${broker.epoch},"lease_until":${broker.leaseUntil}}`}`,
+    headerJson(state, SHARD_FORMAT_V1),
     `,"next_offset":${state.nextOffset},"config":${configJson(state.config)}`,
     `,"counters":{${subscriptionCountersJson(c)},"dropped":${c.dropped}}`,
     `,"subscriptions":[`,
@@ -146,13 +187,7 @@ export function encodeShard(state: ShardState): Uint8Array {
     const sub = state.subs.get(name);
     if (sub !== undefined) parts.push((i > 0 ? "," : "") + subscriptionJson(state, sub, ordered));
   });
-  const dedup = [...state.dedup.values()].sort((a, b) =>
-    a.expiresAt !== b.expiresAt ? a.expiresAt - b.expiresAt : a.dedupId < b.dedupId ? -1 : 1,
-  );
-  parts.push(
-    `],"dedup":[${dedup.map((e) => `{"dedup_id":${json(e.dedupId)},"id":${json(e.id)},"offset":${e.offset},"expires_at":${e.expiresAt}}`).join(",")}]`,
-    `,"messages":[`,
-  );
+  parts.push(`],"dedup":${dedupJson(state)}`, `,"messages":[`);
   ordered.forEach((m, i) => {
     parts.push((i > 0 ? "," : "") + messageJson(m.msg, m.targets));
   });
@@ -164,6 +199,8 @@ export function encodeShard(state: ShardState): Uint8Array {
 
 /** A parsed, type-checked document, before cross-references are checked by `ShardState.decode`. */
 export interface ShardDocument {
+  /** 1 for `casq.shard.v1`, 2 for `casq.shard.v2`. */
+  readonly version: 1 | 2;
   readonly queue: string;
   readonly shard: number;
   readonly createdAt: number;
@@ -195,8 +232,29 @@ export interface ShardDocument {
     readonly counters: SubscriptionCounters;
   }[];
   readonly dedup: readonly DedupEntry[];
+  /** v1: every retained message; v2: the head's tail. */
   readonly messages: readonly { readonly msg: MessageRecord; readonly targets: string[] | undefined }[];
+  /** v2: the sealed segments, ascending offsets (empty for v1). */
+  readonly segments: readonly SegmentRef[];
 }
+
+/** A sealed segment as the v2 head indexes it. */
+export interface SegmentRef {
+  readonly name: string;
+  readonly first: number;
+  readonly last: number;
+  readonly count: number;
+  readonly bytes: number;
+  readonly sha256: string;
+  readonly createdAt: number;
+  readonly priorities: readonly [number, number];
+  readonly runAt: readonly [number, number];
+  /** Offsets no longer in it, ascending. */
+  readonly gone: readonly number[];
+}
+
+/** Segment object names: `<first offset, 20 digits>-<epoch>-<sequence>.json`. */
+export const SEGMENT_NAME = /^[0-9]{20}-[0-9]{1,15}-[0-9a-z]{1,32}\.json$/;
 
 class Corrupt extends Error {}
 
@@ -399,7 +457,71 @@ function lease(value: unknown, path: string): Lease {
   };
 }
 
-function subscription(value: unknown, path: string): ShardDocument["subscriptions"][number] {
+/** `[[from, to], ...]`: inclusive, ascending, disjoint and not touching; expanded to the offsets. */
+function ranges(value: unknown, path: string): number[] {
+  const out: number[] = [];
+  let last = -2;
+  array(value, path).forEach((v, i) => {
+    const p = `${path}[${i}]`;
+    const pair = array(v, p);
+    if (pair.length !== 2) fail(p, "expected [from, to]");
+    const from = integer(pair[0], `${p}[0]`);
+    const to = integer(pair[1], `${p}[1]`);
+    if (to < from || from <= last + 1) fail(p, "ranges must ascend, be disjoint and not touch");
+    for (let o = from; o <= to; o++) out.push(o);
+    last = to;
+  });
+  return out;
+}
+
+function pairOf(value: unknown, path: string, min: number, max: number): [number, number] {
+  const pair = array(value, path);
+  if (pair.length !== 2) fail(path, "expected [min, max]");
+  const a = integer(pair[0], `${path}[0]`, min, max);
+  const b = integer(pair[1], `${path}[1]`, min, max);
+  if (b < a) fail(path, "max is below min");
+  return [a, b];
+}
+
+function segmentRef(value: unknown, path: string): SegmentRef {
+  const o = object(value, path, [
+    "name",
+    "first",
+    "last",
+    "count",
+    "bytes",
+    "sha256",
+    "created_at",
+    "priorities",
+    "run_at",
+    "gone",
+  ]);
+  const name = text(o.name, `${path}.name`);
+  if (!SEGMENT_NAME.test(name)) fail(`${path}.name`, "not a segment object name");
+  const sha256 = text(o.sha256, `${path}.sha256`);
+  if (!/^[0-9a-f]{64}$/.test(sha256)) fail(`${path}.sha256`, "expected 64 lowercase hex digits");
+  const first = integer(o.first, `${path}.first`);
+  const last = integer(o.last, `${path}.last`, first);
+  const count = integer(o.count, `${path}.count`, 1, last - first + 1);
+  const gone = ranges(o.gone, `${path}.gone`);
+  if (gone.length >= count) fail(`${path}.gone`, "a segment with nothing left must leave the index");
+  for (const offset of gone)
+    if (offset < first || offset > last) fail(`${path}.gone`, "offset outside the segment");
+  return {
+    name,
+    first,
+    last,
+    count,
+    bytes: integer(o.bytes, `${path}.bytes`, 1),
+    sha256,
+    createdAt: integer(o.created_at, `${path}.created_at`),
+    priorities: pairOf(o.priorities, `${path}.priorities`, PRIORITY_MIN, PRIORITY_MAX),
+    runAt: pairOf(o.run_at, `${path}.run_at`, 0, Number.MAX_SAFE_INTEGER),
+    gone,
+  };
+}
+
+function subscription(value: unknown, path: string, version: 1 | 2): ShardDocument["subscriptions"][number] {
   const o = object(value, path, [
     "name",
     "created_at",
@@ -415,7 +537,10 @@ function subscription(value: unknown, path: string): ShardDocument["subscription
     name,
     createdAt: integer(o.created_at, `${path}.created_at`),
     ackedBelow: integer(o.acked_below, `${path}.acked_below`),
-    acked: array(o.acked, `${path}.acked`).map((v, i) => integer(v, `${path}.acked[${i}]`)),
+    acked:
+      version === 1
+        ? array(o.acked, `${path}.acked`).map((v, i) => integer(v, `${path}.acked[${i}]`))
+        : ranges(o.acked, `${path}.acked`),
     deliveries: array(o.deliveries, `${path}.deliveries`).map((v, i) => {
       const p = `${path}.deliveries[${i}]`;
       const d = object(v, p, ["offset", "attempts"], ["attempts_at_redrive", "available_at", "lease"]);
@@ -459,15 +584,16 @@ export function parseShardDocument(bytes: Uint8Array): ShardDocument {
   }
   const top = typeof root === "object" && root !== null && !Array.isArray(root) ? (root as Obj) : undefined;
   const format = top?.format;
-  if (format !== SHARD_FORMAT) {
+  if (format !== SHARD_FORMAT && format !== SHARD_FORMAT_V1) {
     const newer = typeof format === "string" && format.startsWith("casq.shard.");
     throw new CasqError(
       "data_loss",
       newer
-        ? `shard document has format ${json(format)}, this casq only understands ${SHARD_FORMAT}: written by a newer casq? refusing to touch it — upgrade this broker`
+        ? `shard document has format ${json(format)}, this casq only understands ${SHARD_FORMAT_V1} and ${SHARD_FORMAT}: written by a newer casq? refusing to touch it — upgrade this broker`
         : `object is not a casq shard document (format ${json(format)}, expected ${SHARD_FORMAT}); refusing to load or overwrite it`,
     );
   }
+  const version = format === SHARD_FORMAT ? 2 : 1;
   const queueHint = typeof top?.queue === "string" ? top.queue : "?";
   try {
     const o = object(
@@ -485,6 +611,7 @@ export function parseShardDocument(bytes: Uint8Array): ShardDocument {
         "counters",
         "subscriptions",
         "dedup",
+        ...(version === 2 ? ["segments"] : []),
         "messages",
       ],
       ["recent_write_ids"],
@@ -503,6 +630,7 @@ export function parseShardDocument(bytes: Uint8Array): ShardDocument {
     if (!/^[a-z0-9][a-z0-9._-]{0,127}$/.test(queue)) fail("document.queue", "not a valid queue name");
     const shardCounters = object(o.counters, "document.counters", [...SUB_COUNTERS, "dropped"]);
     return {
+      version,
       queue,
       shard: integer(o.shard, "document.shard"),
       createdAt: integer(o.created_at, "document.created_at"),
@@ -521,7 +649,7 @@ export function parseShardDocument(bytes: Uint8Array): ShardDocument {
         dropped: integer(shardCounters.dropped, "document.counters.dropped"),
       },
       subscriptions: array(o.subscriptions, "document.subscriptions").map((v, i) =>
-        subscription(v, `document.subscriptions[${i}]`),
+        subscription(v, `document.subscriptions[${i}]`, version),
       ),
       dedup: array(o.dedup, "document.dedup").map((v, i) => {
         const p = `document.dedup[${i}]`;
@@ -536,6 +664,10 @@ export function parseShardDocument(bytes: Uint8Array): ShardDocument {
       messages: array(o.messages, "document.messages").map((v, i) =>
         message(v, `document.messages[${i}]`, true),
       ),
+      segments:
+        version === 2
+          ? array(o.segments, "document.segments").map((v, i) => segmentRef(v, `document.segments[${i}]`))
+          : [],
     };
   } catch (error) {
     if (!(error instanceof Corrupt)) throw error;
@@ -543,6 +675,52 @@ export function parseShardDocument(bytes: Uint8Array): ShardDocument {
       "data_loss",
       `shard document of queue ${queueHint} is corrupt at ${error.message}; refusing to load or overwrite it — restore it from a backup or move it aside`,
       {},
+      { cause: error },
+    );
+  }
+}
+
+/**
+ * Parses a segment object's bytes (its checksum already verified by the
+ * caller) and checks it against the head's index entry. Throws
+ * `CasqError("data_loss")` when it is not the segment the head describes.
+ */
+export function parseSegmentDocument(
+  bytes: Uint8Array,
+  expect: { readonly queue: string; readonly shard: number; readonly ref: SegmentRef },
+): MessageRecord[] {
+  const where = `segment ${expect.ref.name} of queue ${expect.queue} shard ${expect.shard}`;
+  try {
+    let root: unknown;
+    try {
+      root = JSON.parse(new TextDecoder("utf-8", { fatal: true }).decode(bytes));
+    } catch {
+      fail("segment", "not valid UTF-8 JSON");
+    }
+    const o = object(root, "segment", ["format", "queue", "shard", "messages"]);
+    if (o.format !== SEGMENT_FORMAT)
+      fail("segment.format", `expected ${SEGMENT_FORMAT}, got ${json(o.format)}`);
+    if (o.queue !== expect.queue || o.shard !== expect.shard) fail("segment", "belongs to another shard");
+    const records = array(o.messages, "segment.messages").map(
+      (v, i) => message(v, `segment.messages[${i}]`, false).msg,
+    );
+    const ref = expect.ref;
+    if (records.length !== ref.count)
+      fail("segment.messages", `holds ${records.length} messages, the head says ${ref.count}`);
+    let previous = -1;
+    for (const r of records) {
+      if (r.offset <= previous) fail("segment.messages", "offsets are not strictly ascending");
+      previous = r.offset;
+    }
+    if (records[0]?.offset !== ref.first || previous !== ref.last)
+      fail("segment.messages", "offsets do not match the head's first/last");
+    return records;
+  } catch (error) {
+    if (!(error instanceof Corrupt)) throw error;
+    throw new CasqError(
+      "data_loss",
+      `${where} is corrupt at ${error.message}; refusing to load or overwrite the shard — restore the segment from a backup`,
+      { queue: expect.queue, shard: expect.shard },
       { cause: error },
     );
   }

@@ -30,6 +30,7 @@ import { CasqError } from "../errors.ts";
 import { dedupBytes, messageBytes } from "./approx-size.ts";
 import { normalizeNewMessage } from "./input-validation.ts";
 import type { EnqueueItemResult, EnqueueOperation, EnqueueResult } from "./operations.ts";
+import { retainInTail } from "./segment-mechanics.ts";
 import { onFullySettled, putDedup, schedule } from "./shard-mechanics.ts";
 import type { MessageRecord, RetainedMessage } from "./shard-records.ts";
 import type { ShardState } from "./shard-state.ts";
@@ -109,10 +110,9 @@ export function applyEnqueue(state: ShardState, op: EnqueueOperation, now: numbe
       targets: undefined,
       pending: state.subs.size,
       bytes: messageBytes(msg),
+      segment: undefined,
     };
-    state.messages.set(msg.offset, m);
-    state.ids.set(msg.id, msg.offset);
-    state.bytes += m.bytes;
+    retainInTail(state, m);
     state.next = msg.offset + 1;
     state.counters.enqueued += 1;
     if (msg.dedupId !== undefined && config.dedupWindowMs > 0) {

@@ -26,6 +26,7 @@ import { CasqError } from "../errors.ts";
 import { messageBytes } from "./approx-size.ts";
 import { checkId, checkInteger } from "./input-validation.ts";
 import type { RedriveOperation, RedriveResult } from "./operations.ts";
+import { retainInTail, unsealToTail } from "./segment-mechanics.ts";
 import { addDelivery, isSettled, removeDelivery, requireSubscription, schedule } from "./shard-mechanics.ts";
 import type { DeadLetter, RetainedMessage } from "./shard-records.ts";
 import type { ShardState } from "./shard-state.ts";
@@ -73,10 +74,14 @@ export function applyRedrive(state: ShardState, op: RedriveOperation, now: numbe
     state.bytes -= dl.bytes;
     let m = state.messages.get(offset);
     if (m === undefined) {
-      m = { msg: dl.message, targets: [sub.name], pending: 1, bytes: messageBytes(dl.message) };
-      state.messages.set(offset, m);
-      state.ids.set(dl.message.id, offset);
-      state.bytes += m.bytes;
+      m = {
+        msg: dl.message,
+        targets: [sub.name],
+        pending: 1,
+        bytes: messageBytes(dl.message),
+        segment: undefined,
+      };
+      retainInTail(state, m);
       state.settledSlots += state.subs.size - 1;
       state.messagesSorted = false;
     } else {
@@ -102,6 +107,7 @@ export function applyRedrive(state: ShardState, op: RedriveOperation, now: numbe
 
 /** Makes a retained message, settled for `name`, pending again for `name` only (plus whoever still owes it). */
 function retarget(state: ShardState, m: RetainedMessage, name: string): void {
+  unsealToTail(state, m); // `targets` changes, so the message must live in the head
   if (m.targets === undefined) {
     const targets: string[] = [];
     for (const sub of state.subs.values()) if (!isSettled(m, sub)) targets.push(sub.name);

@@ -22,6 +22,7 @@ import { CasqError } from "../errors.ts";
 import { DELIVERY_BYTES, deadLetterBytes, dedupBytes, subscriptionBytes } from "./approx-size.ts";
 import { BinaryHeap } from "./binary-heap.ts";
 import type { MessageView } from "./operations.ts";
+import { removeContents } from "./segment-mechanics.ts";
 import {
   type DedupEntry,
   type DelayedEntry,
@@ -239,7 +240,7 @@ export function dropMessage(state: ShardState, m: RetainedMessage): void {
     sub.settled.delete(offset);
     removeDelivery(state, sub, offset);
   }
-  state.bytes -= m.bytes;
+  removeContents(state, m);
   state.settledSlots -= state.subs.size - m.pending;
   state.counters.dropped += 1;
 }
@@ -271,6 +272,24 @@ export function settle(state: ShardState, m: RetainedMessage, sub: SubscriptionS
   m.pending -= 1;
   state.settledSlots += 1;
   return m.pending === 0 ? onFullySettled(state, m, now) : false;
+}
+
+/**
+ * Moves the subscription's `start` up past offsets it has settled (or that
+ * left the shard), forgetting them from `settled`: the ack state stays
+ * compact. Index-only (the meaning does not change). Amortised O(1) per
+ * offset over the shard's life; stops at the first untargeted retained
+ * message it still owes.
+ */
+export function compactAckState(state: ShardState, sub: SubscriptionState): void {
+  let start = sub.start;
+  while (start < state.next) {
+    const m = state.messages.get(start);
+    if (m !== undefined && m.targets === undefined && !sub.settled.has(start)) break;
+    sub.settled.delete(start);
+    start += 1;
+  }
+  sub.start = start;
 }
 
 /** Evicts the oldest dead letters of `sub` beyond the queue's limit; returns how many. */

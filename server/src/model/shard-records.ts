@@ -52,6 +52,37 @@ export interface RetainedMessage {
   pending: number;
   /** Index: estimated encoded size. */
   readonly bytes: number;
+  /** The sealed segment holding its contents (format v2), or undefined while it lives in the head's tail. */
+  segment: SegmentState | undefined;
+}
+
+/**
+ * A sealed segment of the shard (format v2): an immutable object in the
+ * store holding `count` messages between `first` and `last`, indexed by the
+ * head. Its messages are in memory too (`records`, shared with the retained
+ * messages) while the shard is loaded.
+ */
+export interface SegmentState {
+  /** Object name under the shard's `seg/` prefix, e.g. `00000000000000000000-3-17.json`. */
+  readonly name: string;
+  readonly first: number;
+  readonly last: number;
+  readonly count: number;
+  /** Size of the object in bytes. */
+  readonly bytes: number;
+  /** SHA-256 of the object's bytes, lowercase hex. */
+  readonly sha256: string;
+  readonly createdAt: number;
+  /** Lowest and highest priority among its messages. */
+  readonly priorities: readonly [number, number];
+  /** Earliest and latest `run_at` among its messages. */
+  readonly runAt: readonly [number, number];
+  /** Offsets of its messages no longer in it: dropped from the shard, or moved back to the head's tail by a redrive. */
+  readonly gone: Set<number>;
+  /** The segment's messages, by offset order (immutable; shared with the retained messages). */
+  readonly records: readonly MessageRecord[];
+  /** Index: cached JSON of the head's index entry; undefined after `gone` changed. */
+  json: string | undefined;
 }
 
 /** A worker's hold on one delivery. */
@@ -150,8 +181,8 @@ export interface DelayedEntry {
 export interface SubscriptionState {
   readonly name: string;
   readonly createdAt: number;
-  /** Untargeted messages below this offset are settled for it. */
-  readonly start: number;
+  /** Untargeted messages below this offset are settled for it (moves up as settled offsets are compacted). */
+  start: number;
   /** Offsets >= start of retained untargeted messages it has settled (acked, dead-lettered or purged). */
   readonly settled: Set<number>;
   /** Delivery state of unsettled messages it has claimed (or had redriven). */

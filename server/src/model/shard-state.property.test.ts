@@ -150,6 +150,11 @@ function isCurrent(a: Analysis, sub: string, r: Receipt): boolean {
   );
 }
 
+/** The offsets of an inclusive range of the v2 `acked` list. */
+function range(from: number, to: number): number[] {
+  return Array.from({ length: to - from + 1 }, (_, i) => from + i);
+}
+
 function analyse(state: ShardState): Analysis {
   const doc = JSON.parse(new TextDecoder().decode(state.encode()));
   const status = new Map<string, Map<number, Status>>();
@@ -157,7 +162,7 @@ function analyse(state: ShardState): Analysis {
   const runnableAt = new Map<string, Map<number, number>>();
   const allDeliveries = new Map<string, Map<number, Json>>();
   for (const s of doc.subscriptions) {
-    const acked = new Set<number>(s.acked);
+    const acked = new Set<number>((s.acked as [number, number][]).flatMap(([a, b]) => range(a, b)));
     const deliveries = new Map<number, Json>(s.deliveries.map((d: Json) => [d.offset, d]));
     expect(deliveries.size).toBe(s.deliveries.length); // at most one delivery (lease) per message
     const deadSet = new Set<number>(s.dead_letters.map((d: Json) => d.message.offset));

@@ -22,13 +22,15 @@
 import { CasqError, quoteValue } from "../errors.ts";
 import { DOCUMENT_BASE_BYTES, deadLetterBytes, messageBytes, SETTLED_SLOT_BYTES } from "./approx-size.ts";
 import { BinaryHeap } from "./binary-heap.ts";
-import { encodeShard, parseShardDocument } from "./document-codec.ts";
+import { encodeShardV1, parseShardDocument, type SegmentRef, type ShardDocument } from "./document-codec.ts";
+import { encodeHead } from "./head-encoder.ts";
 import {
   DEFAULT_QUEUE_CONFIG,
   mergeConfig,
   type QueueConfig,
   type QueueConfigPatch,
 } from "./queue-config.ts";
+import { addSegment, newSegmentState } from "./segment-mechanics.ts";
 import {
   addDelivery,
   addSubscription,
@@ -45,13 +47,46 @@ import {
   type DedupExpiryEntry,
   type DelayedEntry,
   type LeaseEntry,
+  type MessageRecord,
   type RetainedMessage,
+  type SegmentState,
   type ShardCounters,
   type SubscriptionState,
   zeroShardCounters,
 } from "./shard-records.ts";
 
 export type { BrokerRecord } from "./shard-records.ts";
+
+/** Gives a v2 decode the contents of a segment the head references (undefined: not available). */
+export type SegmentLookup = (ref: SegmentRef) => readonly MessageRecord[] | undefined;
+
+const NO_SEGMENTS: SegmentLookup = () => undefined;
+
+/** What {@link ShardState.decode} checks and where it finds a v2 head's segments. */
+export interface DecodeOptions {
+  /** The key the document was read from: a document naming another queue or shard is refused. */
+  readonly expected?: { readonly queue: string; readonly shard: number } | undefined;
+  /** The contents of the segments a v2 head references (default: none). */
+  readonly segments?: SegmentLookup | undefined;
+}
+
+/**
+ * Throws `CasqError("data_loss")` when `doc`, read from the key of
+ * `expected`, names another queue or shard (a copy put in the wrong place).
+ * Loaders call it before reading a head's segments, so that a misplaced head
+ * is refused for what it is, not for segments under another shard's prefix.
+ */
+export function checkDocumentPlace(
+  doc: Pick<ShardDocument, "queue" | "shard">,
+  expected: { readonly queue: string; readonly shard: number },
+): void {
+  if (doc.queue === expected.queue && doc.shard === expected.shard) return;
+  throw new CasqError(
+    "data_loss",
+    `shard document stored as queue ${expected.queue} shard ${expected.shard} says it is queue ${doc.queue} shard ${doc.shard} (copied or moved to the wrong key?); refusing to load or overwrite it — put the right document back, or replace it with \`casq repair ${expected.queue} --shard ${expected.shard}\``,
+    { queue: expected.queue, shard: expected.shard },
+  );
+}
 
 /** Queue (and subscription) names: `[a-z0-9][a-z0-9._-]{0,127}`. */
 export const NAME_PATTERN = /^[a-z0-9][a-z0-9._-]{0,127}$/;
@@ -124,7 +159,19 @@ export class ShardState {
   readonly dedupIndex = new BinaryHeap<DedupExpiryEntry>(dedupBefore);
   /** @internal Retention drop times of fully settled messages. */
   readonly retentionIndex = new BinaryHeap<DelayedEntry>(delayedBefore);
-  /** @internal Running size estimate (without write id, broker and settled slots). */
+  /** @internal Messages whose contents live in the head (format v2), by offset. */
+  readonly tail = new Map<number, RetainedMessage>();
+  /** @internal False when `tail` is not in ascending offset order (after a redrive put one back). */
+  tailSorted = true;
+  /** @internal Highest offset ever added to `tail` (to notice out-of-order additions). */
+  tailLastOffset: number | undefined = undefined;
+  /** @internal Estimated encoded bytes of the tail's messages. */
+  tailBytes = 0;
+  /** @internal Sealed segments the head indexes, by name, in ascending offset order. */
+  readonly segments = new Map<string, SegmentState>();
+  /** @internal Segments retired (all their messages gone) since the state was loaded; the broker deletes their objects once a head without them has landed. */
+  readonly retiredSegments: string[] = [];
+  /** @internal Running size estimate of the head (without write id, broker and settled slots). */
   bytes = DOCUMENT_BASE_BYTES;
   /** @internal Sum over retained messages of (subscriptions - pending): see `SETTLED_SLOT_BYTES`. */
   settledSlots = 0;
@@ -159,21 +206,21 @@ export class ShardState {
   }
 
   /**
-   * Rebuilds a shard from its document. Throws `CasqError("data_loss")` when
-   * the bytes are not a valid casq shard document of a known format version;
-   * such a document must never be overwritten. With `expected`, a document
-   * that names another queue or shard than the key it was read from (a copy
-   * put in the wrong place) is refused the same way.
+   * Rebuilds a shard from its document bytes (v1, or a v2 head whose
+   * segments `options.segments` provides). Throws `CasqError("data_loss")`
+   * when the bytes are not a valid casq shard document of a known format
+   * version, a segment the head references is not provided, or (with
+   * `options.expected`) the document names another queue or shard than the
+   * key it was read from; such a document must never be overwritten.
    */
-  static decode(bytes: Uint8Array, expected?: { queue: string; shard: number }): ShardState {
-    const doc = parseShardDocument(bytes);
-    if (expected !== undefined && (doc.queue !== expected.queue || doc.shard !== expected.shard)) {
-      throw new CasqError(
-        "data_loss",
-        `shard document stored as queue ${expected.queue} shard ${expected.shard} says it is queue ${doc.queue} shard ${doc.shard} (copied or moved to the wrong key?); refusing to load or overwrite it — put the right document back, or replace it with \`casq repair ${expected.queue} --shard ${expected.shard}\``,
-        { queue: expected.queue, shard: expected.shard },
-      );
-    }
+  static decode(bytes: Uint8Array, options: DecodeOptions = {}): ShardState {
+    return ShardState.fromDocument(parseShardDocument(bytes), options);
+  }
+
+  /** Rebuilds a shard from a parsed document (see {@link decode}); the broker parses first to learn which segments to fetch. */
+  static fromDocument(doc: ShardDocument, options: DecodeOptions = {}): ShardState {
+    if (options.expected !== undefined) checkDocumentPlace(doc, options.expected);
+    const segments = options.segments ?? NO_SEGMENTS;
     const fail = (what: string): never => {
       throw new CasqError(
         "data_loss",
@@ -193,23 +240,47 @@ export class ShardState {
     state.next = doc.nextOffset;
     Object.assign(state.counters, doc.counters);
 
+    const retain = (msg: MessageRecord, targets: string[] | undefined, segment: SegmentState | undefined) => {
+      const offset = msg.offset;
+      if (offset >= state.next) fail(`message offset ${offset} is not below next_offset ${state.next}`);
+      if (state.messages.has(offset)) fail(`offset ${offset} is held twice`);
+      if (state.ids.has(msg.id)) fail(`message id ${JSON.stringify(msg.id)} appears twice`);
+      const m: RetainedMessage = { msg, targets, pending: 0, bytes: messageBytes(msg), segment };
+      state.messages.set(offset, m);
+      state.ids.set(msg.id, offset);
+      if (segment === undefined) {
+        state.tail.set(offset, m);
+        state.tailBytes += m.bytes;
+        state.bytes += m.bytes;
+      }
+    };
+    let segmentEnd = -1;
+    for (const ref of doc.segments) {
+      if (ref.first <= segmentEnd) fail(`segment ${ref.name} overlaps the segment before it`);
+      segmentEnd = ref.last;
+      const records = segments(ref);
+      if (records === undefined) fail(`segment ${ref.name} is referenced by the head but was not loaded`);
+      const gone = new Set(ref.gone);
+      const seg = newSegmentState(ref, records as readonly MessageRecord[], gone);
+      if (seg.first !== ref.first || seg.last !== ref.last || seg.count !== ref.count)
+        fail(`segment ${ref.name} does not hold what the head says`);
+      let found = 0;
+      for (const r of seg.records) {
+        if (gone.has(r.offset)) found += 1;
+        else retain(r, undefined, seg);
+      }
+      if (found !== gone.size) fail(`segment ${ref.name}: a gone offset is not in it`);
+      addSegment(state, seg);
+    }
     let previous = -1;
     for (const dm of doc.messages) {
       const offset = dm.msg.offset;
       if (offset <= previous) fail(`messages are not in strictly ascending offset order at offset ${offset}`);
-      if (offset >= state.next) fail(`message offset ${offset} is not below next_offset ${state.next}`);
       previous = offset;
-      if (state.ids.has(dm.msg.id)) fail(`message id ${JSON.stringify(dm.msg.id)} appears twice`);
-      const m: RetainedMessage = {
-        msg: dm.msg,
-        targets: dm.targets,
-        pending: 0,
-        bytes: messageBytes(dm.msg),
-      };
-      state.messages.set(offset, m);
-      state.ids.set(dm.msg.id, offset);
-      state.bytes += m.bytes;
+      if (offset < segmentEnd) state.messagesSorted = false;
+      retain(dm.msg, dm.targets, undefined);
     }
+    state.tailLastOffset = previous < 0 ? undefined : previous;
 
     for (const ds of doc.subscriptions) {
       if (state.subs.has(ds.name)) fail(`subscription ${ds.name} appears twice`);
@@ -303,14 +374,42 @@ export class ShardState {
     return state;
   }
 
-  /** The canonical document: same state, same bytes. O(document). */
+  /**
+   * The canonical v2 head: same state, same bytes. O(head): sealed messages
+   * are in segment objects, not in the head (see {@link segmentRecords}).
+   */
   encode(): Uint8Array {
-    return encodeShard(this);
+    return encodeHead(this);
+  }
+
+  /** The whole shard as one v1 document (to test upgrades and mixed versions). O(shard). */
+  encodeV1(): Uint8Array {
+    return encodeShardV1(this);
   }
 
   /** A deep, independent copy (decode of the encoding); for tests and simulation. */
   clone(): ShardState {
-    return ShardState.decode(this.encode());
+    return ShardState.decode(this.encode(), { segments: (ref) => this.segments.get(ref.name)?.records });
+  }
+
+  /** The contents of every segment the head indexes, by name (shared, immutable). */
+  segmentRecords(): Map<string, readonly MessageRecord[]> {
+    return new Map([...this.segments.values()].map((seg) => [seg.name, seg.records]));
+  }
+
+  /** Names of the segments the head indexes, ascending offsets. */
+  segmentNames(): string[] {
+    return [...this.segments.keys()];
+  }
+
+  /** Takes the names of segments retired since the last call: their objects may go once a head without them landed. */
+  takeRetiredSegments(): string[] {
+    return this.retiredSegments.splice(0);
+  }
+
+  /** Estimated bytes of the messages in the head's tail, O(1) (the broker seals when it outgrows its budget). */
+  get tailSize(): number {
+    return this.tailBytes;
   }
 
   /** The queue config in force. */
@@ -362,6 +461,18 @@ export class ShardState {
   /** True when the shard has a subscription of that name. O(1). */
   hasSubscription(name: string): boolean {
     return this.subs.has(name);
+  }
+
+  /** @internal The tail's messages in ascending offset order (re-sorts it if a redrive disturbed it). */
+  sortedTail(): RetainedMessage[] {
+    const list = [...this.tail.values()];
+    if (!this.tailSorted) {
+      list.sort((a, b) => a.msg.offset - b.msg.offset);
+      this.tail.clear();
+      for (const m of list) this.tail.set(m.msg.offset, m);
+      this.tailSorted = true;
+    }
+    return list;
   }
 
   /** @internal Retained messages in ascending offset order (re-sorts the map if a redrive disturbed it). */

@@ -34,6 +34,7 @@ import { shardKey } from "../broker/shard-key.ts";
 import { CasqError, isCasqError } from "../errors.ts";
 import type { Operation, OperationResult } from "../model/operations.ts";
 import { DEFAULT_QUEUE_CONFIG, mergeConfig, sameConfig, validateConfigPatch } from "../model/queue-config.ts";
+import { segmentPrefix } from "../model/segment-codec.ts";
 import { listDeadLetters } from "../model/shard-inspect.ts";
 import { computeStats, type ShardStats } from "../model/shard-stats.ts";
 import { isStoreError } from "../store/store-errors.ts";
@@ -495,8 +496,9 @@ async function deleteShard(ctx: ServiceContext, queue: string, shard: number): P
   let stored: Awaited<ReturnType<typeof ctx.store.get>>;
   try {
     stored = await ctx.store.get(key);
-    if (stored === undefined) return;
-    await ctx.store.delete(key, { ifMatch: stored.etag });
+    if (stored !== undefined) await ctx.store.delete(key, { ifMatch: stored.etag });
+    // Then its segments (format v2): nothing references them once the head is gone.
+    for (const entry of await ctx.store.list(segmentPrefix(queue, shard))) await ctx.store.delete(entry.key);
   } catch (error) {
     if (isStoreError(error, "precondition_failed"))
       throw new CasqError(

@@ -3,14 +3,15 @@
  *
  * A shard this broker leads is read through its shard leader (live figures,
  * consistent with the last commit). Any other shard is read from the store
- * and decoded here, so admin reads never move leadership and work while
+ * with its segments (`broker/shard-snapshot.ts`), so admin reads never move leadership and work while
  * another broker leads the shard. A document that cannot be decoded is
  * reported as a problem in words, not as a failed call.
  */
 import type { Broker } from "../broker/broker.ts";
+import { readShardSnapshot } from "../broker/shard-snapshot.ts";
 import { isCasqError } from "../errors.ts";
 import type { BrokerRecord } from "../model/shard-records.ts";
-import { ShardState } from "../model/shard-state.ts";
+import type { ShardState } from "../model/shard-state.ts";
 import type { ObjectStore } from "../store/object-store.ts";
 import { brokerRecordOf, getShardObject } from "./shard-directory.ts";
 
@@ -82,7 +83,7 @@ export async function readShard<T>(
   };
   let state: ShardState;
   try {
-    state = ShardState.decode(stored.body, { queue, shard });
+    state = await readShardSnapshot(store, queue, shard, stored);
   } catch (error) {
     return { ...base, value: undefined, problem: error instanceof Error ? error.message : String(error) };
   }

@@ -7,19 +7,35 @@
  * included: casq never writes over what it cannot read. The repair does, on
  * an operator's explicit request, in this order:
  *
- * 1. Read the stored object and check it is really refused (a readable shard
- *    is left alone) and, when asked, that it is still the version the
- *    operator looked at (`expected_etag`).
- * 2. Copy the refused bytes, exactly, to `repairs/<queue>/<shard>/<ms>.json`
- *    (put-if-absent; casq never deletes anything under `repairs/`).
- * 3. Build a fresh document, salvaging what the bytes still tell when they
+ * 1. Read the stored head and check it is really refused (a readable shard,
+ *    its segments included, is left alone), that a newer casq did not write
+ *    it (then the brokers need upgrading, not the shard repairing) and, when
+ *    asked, that it is still the version the operator looked at
+ *    (`expected_etag`).
+ * 2. Copy the refused bytes, exactly, to `repairs/<queue>/<shard>/<ms>.json`,
+ *    and every segment object of the shard to
+ *    `repairs/<queue>/<shard>/<ms>/seg/<name>` (put-if-absent; casq never
+ *    deletes anything under `repairs/`).
+ * 3. Build a fresh v2 head, salvaging what the bytes still tell when they
  *    are JSON for this very shard: the config, the subscriptions,
- *    `next_offset` (offsets are never reused) and the messages, which become
- *    pending again for every subscription (acks, leases and dead letters are
- *    lost: at-least-once). What the bytes do not tell comes from a readable
- *    sibling shard, else from the manifest. The strict decoder judges the
- *    result; a salvage it refuses is dropped, part by part.
- * 4. Write it with a CAS on the refused version (put-if-absent for a missing
+ *    `next_offset` (offsets are never reused) and the messages — the head's
+ *    own (its tail, or a v1 document's list) and those of the segments it
+ *    references that can still be read, less the offsets it marks `gone`.
+ *    When the head is gone (missing, not JSON, or another shard's), the
+ *    messages of every segment object under the shard's prefix are
+ *    salvaged instead (a message in several is taken once). Salvaged
+ *    messages become pending again for every subscription, all in the new
+ *    head's tail (acks, leases, dedup ids and dead letters are lost:
+ *    at-least-once); the first leader write seals them into new segments.
+ *    What the bytes do not tell comes from a readable sibling shard, else
+ *    from the manifest. The strict decoder judges the result; a salvage it
+ *    refuses is dropped, part by part.
+ * 4. The new head references no segment, so it never names one that is not
+ *    in the store. Its broker record is a released lease whose epoch is the
+ *    highest the old head or any segment name shows: the next leader takes
+ *    over with a higher epoch, and its takeover sweep deletes the old
+ *    segments (now unreferenced and of earlier epochs; their backup stays).
+ * 5. Write it with a CAS on the refused version (put-if-absent for a missing
  *    one), so a concurrent change is never overwritten, then drop this
  *    broker's leader of the shard so that the next request loads the new
  *    document. Other brokers re-read a refused shard on every request.
@@ -31,11 +47,14 @@ import type {
 } from "@casq/sdk/gen/casq/v1/admin_service_pb.ts";
 import { shardDocumentExpected } from "../broker/queue-catalog.ts";
 import { shardKey } from "../broker/shard-key.ts";
+import { readShardSnapshot } from "../broker/shard-snapshot.ts";
 import { CasqError, isCasqError } from "../errors.ts";
 import { applyOperation } from "../model/apply-operation.ts";
+import { SHARD_FORMAT, SHARD_FORMAT_V1 } from "../model/document-codec.ts";
 import type { QueueConfig } from "../model/queue-config.ts";
+import { segmentEpoch, segmentPrefix } from "../model/segment-codec.ts";
 import { ShardState } from "../model/shard-state.ts";
-import type { ObjectStore } from "../store/object-store.ts";
+import type { ObjectStore, StoredObject } from "../store/object-store.ts";
 import { isStoreError } from "../store/store-errors.ts";
 import type { ServiceContext } from "./service-context.ts";
 import { getShardObject } from "./shard-directory.ts";
@@ -62,11 +81,18 @@ export async function repairShard(
       { queue },
     );
   const stored = await getShardObject(ctx.store, queue, shard);
-  const problem = await refusal(ctx.store, queue, shard, stored?.body);
+  const problem = await refusal(ctx.store, queue, shard, stored);
   if (problem === undefined)
     throw new CasqError(
       "failed_precondition",
       `shard ${queue}/${shard} is readable; there is nothing to repair`,
+      { queue, shard },
+    );
+  const format = newerFormat(stored?.body);
+  if (format !== undefined)
+    throw new CasqError(
+      "failed_precondition",
+      `shard ${queue}/${shard} has format ${format}, written by a newer casq than this broker: upgrade the brokers instead of repairing it (a repair here would replace it with what this casq can salvage)`,
       { queue, shard },
     );
   if (req.expectedEtag !== "" && req.expectedEtag !== (stored?.etag ?? ""))
@@ -78,12 +104,15 @@ export async function repairShard(
 
   const now = Math.floor(ctx.clock.now());
   const backupKey = stored === undefined ? "" : await backup(ctx.store, queue, shard, now, stored.body);
+  const raw = parseOwn(stored?.body, queue, shard);
+  const segments = await salvageSegments(ctx.store, queue, shard, now, raw);
   const fallback = await siblingShape(ctx, queue, shard, manifest.shardCount);
   const built = rebuild(
     queue,
     shard,
     now,
-    stored?.body,
+    raw,
+    segments,
     fallback ?? { config: manifest.config, subscriptions: [], source: "manifest" },
   );
   const minimum = req.nextOffset === undefined ? 0 : Number(req.nextOffset);
@@ -131,24 +160,40 @@ export async function repairShard(
   return response;
 }
 
-/** Why the shard is refused, or undefined when it is not. */
+/** Why the shard is refused, or undefined when it is not (read as a broker loads it: head and segments). */
 async function refusal(
   store: ObjectStore,
   queue: string,
   shard: number,
-  body: Uint8Array | undefined,
+  stored: StoredObject | undefined,
 ): Promise<string | undefined> {
-  if (body === undefined)
+  if (stored === undefined)
     return (await shardDocumentExpected(store, queue, shard))
       ? `shard document ${shardKey(queue, shard)} is missing though the queue was created with this shard`
       : undefined;
   try {
-    ShardState.decode(body, { queue, shard });
+    await readShardSnapshot(store, queue, shard, stored);
     return undefined;
   } catch (error) {
     if (!isCasqError(error, "data_loss")) throw error;
     return error.message;
   }
+}
+
+/** The format of a shard head written by a newer casq (`casq.shard.*` unknown here), else undefined. */
+function newerFormat(body: Uint8Array | undefined): string | undefined {
+  let format: unknown;
+  try {
+    format = (JSON.parse(new TextDecoder().decode(body)) as Json | null)?.format;
+  } catch {
+    return undefined;
+  }
+  return typeof format === "string" &&
+    format.startsWith("casq.shard.") &&
+    format !== SHARD_FORMAT &&
+    format !== SHARD_FORMAT_V1
+    ? format
+    : undefined;
 }
 
 /** Copies the refused bytes to a fresh key under `repairs/`. Resolves the key. */
@@ -158,9 +203,10 @@ async function backup(
   shard: number,
   now: number,
   body: Uint8Array,
+  suffix = ".json",
 ): Promise<string> {
   for (let n = 0; ; n++) {
-    const key = `${REPAIR_BACKUP_PREFIX}${queue}/${shard}/${now}${n === 0 ? "" : `-${n}`}.json`;
+    const key = `${REPAIR_BACKUP_PREFIX}${queue}/${shard}/${now}${n === 0 ? "" : `-${n}`}${suffix}`;
     try {
       await store.put(key, body, { ifAbsent: true });
       return key;
@@ -176,6 +222,91 @@ async function backup(
       throw error;
     }
   }
+}
+
+/** What the shard's segment objects still hold (module header, steps 2–4). */
+interface SegmentSalvage {
+  /** Salvaged messages (JSON, without `targets`), by ascending offset, each offset once. */
+  readonly messages: readonly Json[];
+  /** The highest epoch the old head or a segment name shows (0: none). */
+  readonly epoch: number;
+}
+
+/**
+ * Backs up every segment object of the shard under
+ * `repairs/<queue>/<shard>/<now>/seg/` and collects the messages to salvage:
+ * those of the segments `raw` (the refused head, when it is this shard's
+ * JSON) references, less its `gone` offsets; without such a head, those of
+ * every segment object.
+ */
+async function salvageSegments(
+  store: ObjectStore,
+  queue: string,
+  shard: number,
+  now: number,
+  raw: Json | undefined,
+): Promise<SegmentSalvage> {
+  const prefix = segmentPrefix(queue, shard);
+  const storeFailure = (error: unknown): never => {
+    if (isStoreError(error))
+      throw new CasqError(
+        "unavailable",
+        `object store: ${error.message}; nothing was changed, retry`,
+        { queue, shard },
+        { cause: error },
+      );
+    throw error;
+  };
+  const listed = await store.list(prefix).catch(storeFailure);
+  const names = listed.map((entry) => entry.key.slice(prefix.length)).sort();
+  const broker = raw?.broker as Json | null | undefined;
+  let epoch = typeof broker?.epoch === "number" && Number.isSafeInteger(broker.epoch) ? broker.epoch : 0;
+  for (const name of names) epoch = Math.max(epoch, segmentEpoch(name) ?? 0);
+
+  // Which segments to take messages from, and which of their offsets the head dropped.
+  const refs = Array.isArray(raw?.segments) ? (raw.segments as unknown[]) : undefined;
+  const wanted = new Map<string, (offset: number) => boolean>();
+  if (refs === undefined) for (const name of names) wanted.set(name, () => false);
+  else
+    for (const ref of refs) {
+      if (typeof ref !== "object" || ref === null || typeof (ref as Json).name !== "string") continue;
+      wanted.set((ref as Json).name as string, goneOffsets((ref as Json).gone));
+    }
+
+  const byOffset = new Map<number, Json>();
+  for (const name of names) {
+    const stored = await store.get(prefix + name).catch(storeFailure);
+    if (stored === undefined) continue;
+    await backup(store, queue, shard, now, stored.body, `/seg/${name}`);
+    const gone = wanted.get(name);
+    if (gone === undefined) continue;
+    for (const m of segmentMessages(stored.body, queue, shard)) {
+      const offset = m.offset as number;
+      if (!gone(offset) && !byOffset.has(offset)) byOffset.set(offset, m);
+    }
+  }
+  return { messages: [...byOffset.values()], epoch };
+}
+
+/** A head's `gone` ranges (`[[from, to], ...]`, inclusive) as a membership test; malformed ranges are ignored. */
+function goneOffsets(gone: unknown): (offset: number) => boolean {
+  const ranges: [number, number][] = [];
+  if (Array.isArray(gone))
+    for (const range of gone) {
+      if (!Array.isArray(range)) continue;
+      const [from, to] = range as unknown[];
+      if (typeof from === "number" && typeof to === "number" && from <= to) ranges.push([from, to]);
+    }
+  return (offset) => ranges.some(([from, to]) => offset >= from && offset <= to);
+}
+
+/** The messages of a segment object of this shard (JSON, without `targets`); none when it is not one. */
+function segmentMessages(body: Uint8Array, queue: string, shard: number): Json[] {
+  const doc = parseOwn(body, queue, shard);
+  if (doc === undefined || !Array.isArray(doc.messages)) return [];
+  return (doc.messages as unknown[])
+    .filter((m): m is Json => typeof m === "object" && m !== null && Number.isSafeInteger((m as Json).offset))
+    .map(({ targets: _, ...m }) => m);
 }
 
 interface Shape {
@@ -211,10 +342,10 @@ function rebuild(
   queue: string,
   shard: number,
   now: number,
-  body: Uint8Array | undefined,
+  raw: Json | undefined,
+  segments: SegmentSalvage,
   fallback: Shape,
 ): { state: ShardState; json: Json; messages: number; configSource: string } {
-  const raw = parseOwn(body, queue, shard);
   const rawConfig = raw?.config;
   const names = subscriptionNames(raw) ?? fallback.subscriptions;
   const base = (config: QueueConfig | undefined) => {
@@ -229,16 +360,25 @@ function rebuild(
     }
     if (names.length > 0 && !names.includes("default"))
       applyOperation(state, { kind: "deleteSubscription", name: "default" }, now);
-    return JSON.parse(new TextDecoder().decode(state.encode())) as Json;
+    const json = JSON.parse(new TextDecoder().decode(state.encode())) as Json;
+    // A released lease above every epoch the old shard used (module header, step 4).
+    if (segments.epoch > 0)
+      json.broker = { id: "casq-repair", address: "", epoch: segments.epoch, lease_until: 0 };
+    return json;
   };
   const skeleton = base(fallback.config);
   const nextOffset =
     typeof raw?.next_offset === "number" && Number.isSafeInteger(raw.next_offset) ? raw.next_offset : 0;
-  const messages = Array.isArray(raw?.messages)
+  const own = Array.isArray(raw?.messages)
     ? (raw.messages as unknown[])
         .filter((m): m is Json => typeof m === "object" && m !== null)
         .map(({ targets: _, ...m }) => m)
     : [];
+  // The head's own messages and its segments', ascending offsets, each offset once (the head's copy first).
+  const seen = new Set(own.map((m) => m.offset));
+  const messages = [...own, ...segments.messages.filter((m) => !seen.has(m.offset))].sort(
+    (a, b) => (typeof a.offset === "number" ? a.offset : 0) - (typeof b.offset === "number" ? b.offset : 0),
+  );
   const highest = messages.reduce(
     (n, m) => (typeof m.offset === "number" ? Math.max(n, m.offset + 1) : n),
     0,
@@ -269,8 +409,7 @@ function rebuild(
       continue;
     try {
       const state = ShardState.decode(new TextEncoder().encode(JSON.stringify(attempt.json)), {
-        queue,
-        shard,
+        expected: { queue, shard },
       });
       return { state, ...attempt };
     } catch {
@@ -278,7 +417,9 @@ function rebuild(
     }
   }
   return {
-    state: ShardState.decode(new TextEncoder().encode(JSON.stringify(skeleton))),
+    state: ShardState.decode(new TextEncoder().encode(JSON.stringify(skeleton)), {
+      expected: { queue, shard },
+    }),
     json: skeleton,
     messages: 0,
     configSource: fallback.source,
@@ -289,7 +430,7 @@ function rebuildWithOffset(json: Json, nextOffset: number): ShardState {
   return ShardState.decode(new TextEncoder().encode(JSON.stringify({ ...json, next_offset: nextOffset })));
 }
 
-/** The refused bytes as a JSON object, when they parse and claim to be this shard; otherwise undefined. */
+/** The bytes as a JSON object (a head or a segment), when they parse and claim to be this shard; otherwise undefined. */
 function parseOwn(body: Uint8Array | undefined, queue: string, shard: number): Json | undefined {
   if (body === undefined) return undefined;
   let raw: unknown;

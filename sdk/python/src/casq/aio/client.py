@@ -11,7 +11,14 @@ from typing import TypeVar
 
 import grpc
 
-from casq._connection import ChannelOptions, Metadata, TlsOption, build_metadata, channel_credentials
+from casq._connection import (
+    ChannelOptions,
+    Metadata,
+    TlsOption,
+    build_metadata,
+    channel_credentials,
+    channel_options,
+)
 from casq._retry import RetryBudget, attempt_timeout, is_outage, next_broker
 from casq._tracing import trace_metadata
 from casq.errors import error_from_rpc
@@ -78,7 +85,7 @@ class Client:
     ) -> None:
         if not brokers:
             raise ValueError(f"{type(self).__module__.removesuffix('.client')}.Client needs at least one broker address")
-        self.options = list(options)
+        self.options = channel_options(options)
         self.interceptors = list(interceptors)
         self.brokers = list(brokers)
         self.token = token

@@ -1,0 +1,605 @@
+/**
+ * The CAS loop of one shard's head document: load, write, resolve lost races
+ * and ambiguous writes, fence by epoch, take over.
+ *
+ * The protocol in plain words:
+ *
+ * 1. **Load.** Read the head and its etag (or, if it does not exist, plan to
+ *    create it with put-if-absent). A head that does not parse, has an
+ *    unknown format, names another queue or shard than its key, or
+ *    references a segment that is missing or fails its checksum is refused:
+ *    every commit gets `data_loss` and nothing is ever written over it. So
+ *    is a missing head that `documentExpected` says must exist (its data was
+ *    lost): it is not recreated empty behind the operator's back. Observers
+ *    hear of a refusal once per reason.
+ * 2. **Fence.** A head whose broker record is someone else's live lease is
+ *    not ours to write: the commit fails with a redirect to that broker. A
+ *    broker takes a shard over (expired or released lease, or a new shard)
+ *    only by a write that bumps the epoch (`leadership.ts`). A deposed broker
+ *    learns it on its next write: the etag moved, the write fails with 412,
+ *    and the re-read shows the new record.
+ * 3. **Write.** The caller's `apply` mutates a working copy; if it changed
+ *    anything (or the lease needs renewing) the head store stamps the broker
+ *    record and a fresh write id, encodes it and writes
+ *    `PUT If-Match: <etag>` (`If-None-Match: *` to create).
+ * 4. **Lost race.** On 412/409 or an ambiguous write (timeout: it may or
+ *    may not have landed) re-read. If one of this commit's write ids is in
+ *    the head's write chain, that write landed and its value is the truth
+ *    (`write-resolution.ts`); if that cannot be decided the commit fails as
+ *    "outcome unknown" and is not applied again; if another broker now holds
+ *    a live lease, redirect; otherwise re-apply to the fresh head and try
+ *    again — the first few conflicts at once, then with backoff.
+ * 5. A write that certainly did not happen (`unavailable`) restores the
+ *    in-memory head from the last committed bytes.
+ *
+ * The shard leader (`shard-leader.ts`) sits on top: group commit, batching,
+ * answering callers and timers. This module knows nothing of batches.
+ */
+import { CasqError, isCasqError } from "../errors.ts";
+import { parseShardDocument, type SegmentRef } from "../model/document-codec.ts";
+import type { QueueConfig } from "../model/queue-config.ts";
+import {
+  encodeSegment,
+  segmentEpoch,
+  segmentName,
+  segmentPrefix,
+  sha256Hex,
+} from "../model/segment-codec.ts";
+import { sealCandidates, sealSegment } from "../model/segment-mechanics.ts";
+import type { MessageRecord } from "../model/shard-records.ts";
+import { type BrokerRecord, checkDocumentPlace, ShardState } from "../model/shard-state.ts";
+import type { ObjectStore, PutCondition, StoredObject } from "../store/object-store.ts";
+import { backoffDelay, type RetryPolicy } from "../store/retrying-store.ts";
+import { isStoreError } from "../store/store-errors.ts";
+import type { Clock } from "../util/clock.ts";
+import type { Random } from "../util/random.ts";
+import { type BrokerIdentity, heldByOther, isOwnRecord, needsRenewal, takeoverRecord } from "./leadership.ts";
+import { loadSegments } from "./segment-loader.ts";
+import { shardKey } from "./shard-key.ts";
+import type { ShardObserver } from "./shard-observer.ts";
+import { resolveWrites, type WriteAttempt } from "./write-resolution.ts";
+
+/** Where the head store stands with its shard. */
+export type HeadMode = "unloaded" | "leading" | "following" | "refused";
+
+/** Tuning of the CAS loop. */
+export interface HeadStoreOptions {
+  /** Leadership lease written into the head. */
+  readonly leaseMs: number;
+  /** Conflicts retried at once before backing off. */
+  readonly immediateConflictRetries: number;
+  /** Give up (answering `unavailable`) after this many lost races. */
+  readonly maxConflictRetries: number;
+  /** Backoff between conflict retries after the immediate ones. */
+  readonly conflictBackoff: RetryPolicy;
+  /** The head's tail of newest messages is sealed into a segment once its messages exceed this many bytes. */
+  readonly tailBytes: number;
+}
+
+/** Everything a {@link ShardHeadStore} needs. */
+export interface ShardHeadStoreParams {
+  readonly store: ObjectStore;
+  readonly queue: string;
+  readonly shard: number;
+  readonly identity: BrokerIdentity;
+  readonly clock: Clock;
+  readonly random: Random;
+  readonly options: HeadStoreOptions;
+  /** Config of the head when this broker creates it. */
+  readonly initialConfig?: Partial<QueueConfig> | undefined;
+  readonly observer?: ShardObserver | undefined;
+  /**
+   * Asked when the head does not exist: true when it should (the queue's
+   * manifest says the shard was created), which refuses the shard instead of
+   * creating it empty. Default: a missing head is a new shard.
+   */
+  readonly documentExpected?: (() => Promise<boolean>) | undefined;
+}
+
+/** What `apply` made of the working copy: the value to hand back, and whether it needs writing. */
+export interface AppliedChange<T> {
+  readonly value: T;
+  readonly changed: boolean;
+}
+
+/** How a {@link ShardHeadStore.commit} ended. */
+export type HeadCommitResult<T> =
+  /** A write carrying `value` landed (possibly found on re-read after a lost answer). */
+  | { readonly kind: "written"; readonly value: T; readonly casAttempts: number; readonly bytes: number }
+  /** Nothing needed writing; `value` is the answer. */
+  | { readonly kind: "no_write"; readonly value: T }
+  /** Nothing was (knowingly) written; answer `error`. */
+  | { readonly kind: "failed"; readonly error: CasqError };
+
+/** Loads and CAS-writes one shard's head (see the module header). */
+export class ShardHeadStore {
+  /** The head's key in the store. */
+  readonly key: string;
+
+  private readonly store: ObjectStore;
+  private readonly queue: string;
+  private readonly shard: number;
+  private readonly identity: BrokerIdentity;
+  private readonly clock: Clock;
+  private readonly random: Random;
+  private readonly options: HeadStoreOptions;
+  private readonly initialConfig: Partial<QueueConfig> | undefined;
+  private readonly observer: ShardObserver | undefined;
+  private readonly documentExpected: (() => Promise<boolean>) | undefined;
+
+  private headMode: HeadMode = "unloaded";
+  /** The refusal message last reported to observers while refused (so a refusal is reported once per reason). */
+  private refusedFor: string | undefined;
+  /** The committed head (mutated in place only inside {@link commit}). `undefined` = does not exist yet. */
+  private committed: ShardState | undefined;
+  private etag: string | undefined;
+  /** Bytes of the committed version, to rebuild the state cheaply after a failed write. */
+  private committedBytes: Uint8Array | undefined;
+  /** The broker record seen in the store, kept while following to redirect without a read. */
+  private seenRecord: BrokerRecord | undefined;
+  /** When `seenRecord` was read. It is trusted for a tenth of a lease: long enough to spare
+   * the store a read per redirected request, short enough to notice a graceful release soon. */
+  private seenAt = Number.NEGATIVE_INFINITY;
+  private writeCounter = 0;
+  private segmentCounter = 0;
+  /** Contents of the segments the committed head references (and of ones just sealed), by name. */
+  private readonly segments = new Map<string, readonly MessageRecord[]>();
+  /** Segment deletions in progress (garbage collection never delays a commit). */
+  private readonly collecting = new Set<Promise<void>>();
+
+  constructor(params: ShardHeadStoreParams) {
+    this.store = params.store;
+    this.queue = params.queue;
+    this.shard = params.shard;
+    this.key = shardKey(params.queue, params.shard);
+    this.identity = params.identity;
+    this.clock = params.clock;
+    this.random = params.random;
+    this.options = params.options;
+    this.initialConfig = params.initialConfig;
+    this.observer = params.observer;
+    this.documentExpected = params.documentExpected;
+  }
+
+  /** Current mode. */
+  get mode(): HeadMode {
+    return this.headMode;
+  }
+
+  /** The committed state while loaded (the leader reads it between commits). */
+  get state(): ShardState | undefined {
+    return this.committed;
+  }
+
+  /** The broker record last seen in the store (ours while leading). */
+  get brokerRecord(): BrokerRecord | undefined {
+    return this.headMode === "leading" ? this.committed?.broker : this.seenRecord;
+  }
+
+  /**
+   * Applies `apply` to the current head and writes the result by CAS,
+   * resolving lost races and ambiguous writes (module header, steps 2–5).
+   * `apply` may run several times (once per attempt, each time on a fresh
+   * copy); it must not have effects outside the state it is given.
+   * `release` writes `lease_until = 0` so that another broker takes over at once.
+   */
+  async commit<T>(
+    apply: (working: ShardState, now: number) => AppliedChange<T>,
+    options: { release: boolean },
+  ): Promise<HeadCommitResult<T>> {
+    const attempts = new Map<string, WriteAttempt<T>>();
+    let conflicts = 0;
+    let justReloaded = false;
+    for (;;) {
+      if (!justReloaded && (this.headMode !== "leading" || this.committed === undefined)) {
+        const problem = await this.ensureLoaded();
+        if (problem) return { kind: "failed", error: problem };
+      }
+      justReloaded = false;
+      const now = this.now();
+      const existing = this.committed;
+      if (existing && heldByOther(existing.broker, this.identity, now)) {
+        this.headMode = "following";
+        this.seenRecord = existing.broker;
+        return { kind: "failed", error: this.redirect(existing.broker) };
+      }
+
+      const creating = existing === undefined;
+      const working =
+        existing ??
+        ShardState.create({ queue: this.queue, shard: this.shard, config: this.initialConfig ?? {}, now });
+      const previousRecord = working.broker;
+      const takingOver = creating || !isOwnRecord(previousRecord, this.identity);
+      const applied = apply(working, now);
+      let changed = creating || takingOver || options.release || applied.changed;
+      if (!changed && previousRecord && needsRenewal(previousRecord, now, this.options.leaseMs))
+        changed = true;
+
+      if (!changed) {
+        this.committed = working;
+        this.headMode = "leading";
+        return { kind: "no_write", value: applied.value };
+      }
+
+      working.broker = takingOver
+        ? takeoverRecord(previousRecord, this.identity, now, this.options.leaseMs)
+        : {
+            ...(previousRecord as BrokerRecord),
+            address: this.identity.address,
+            leaseUntil: options.release ? 0 : now + this.options.leaseMs,
+          };
+      const sealed = await this.sealTail(working, now);
+      const writeId = `${this.identity.id}.${++this.writeCounter}`;
+      const basedOn = creating ? undefined : working.writeId;
+      working.recordWrite(writeId);
+      const bytes = working.encode();
+      const attempt: WriteAttempt<T> = { value: applied.value, basedOn, ambiguous: false };
+      attempts.set(writeId, attempt);
+      const condition: PutCondition = creating ? { ifAbsent: true } : { ifMatch: this.etag as string };
+      try {
+        const put = await this.store.put(this.key, bytes, condition);
+        this.committed = working;
+        this.etag = put.etag;
+        this.committedBytes = bytes;
+        this.headMode = "leading";
+        this.collect(working.takeRetiredSegments());
+        if (takingOver) this.sweepOrphans(working);
+        if (takingOver)
+          this.observer?.onLeadership?.({
+            queue: this.queue,
+            shard: this.shard,
+            event: "acquired",
+            record: working.broker,
+          });
+        return { kind: "written", value: applied.value, casAttempts: conflicts + 1, bytes: bytes.byteLength };
+      } catch (error) {
+        const kind = isStoreError(error) ? error.kind : "internal";
+        this.observer?.onCasAttempt?.({
+          queue: this.queue,
+          shard: this.shard,
+          outcome: kind,
+          attempt: conflicts + 1,
+        });
+        attempts.set(writeId, { ...attempt, ambiguous: kind === "ambiguous" });
+        if (kind !== "precondition_failed" && kind !== "conflict" && kind !== "ambiguous") {
+          // The write did not happen (unavailable) or cannot (invalid): restore and answer.
+          // The segments it would have referenced never will be: delete them.
+          this.collect(sealed);
+          this.restoreCommitted();
+          return { kind: "failed", error: asCasqError(error, this.queue, this.shard) };
+        }
+        const fresh = await this.reload();
+        // No write of this commit may have landed, and the shard is now refused: say so.
+        if (isCasqError(fresh, "data_loss") && ![...attempts.values()].some((a) => a.ambiguous))
+          return { kind: "failed", error: fresh };
+        if (fresh instanceof CasqError) {
+          const unknown = new CasqError(
+            "unavailable",
+            `shard ${this.queue}/${this.shard}: a write may or may not have landed and the store cannot be read to find out (${fresh.message}); retry — use dedup ids to make enqueue retries safe`,
+            { queue: this.queue, shard: this.shard },
+            { cause: fresh },
+          );
+          return { kind: "failed", error: unknown };
+        }
+        const verdict = resolveWrites(
+          this.committed?.writeChain() ?? [],
+          this.committed?.writeChainComplete() ?? true,
+          attempts,
+        );
+        if (verdict.kind === "landed") {
+          // The mode follows the head's broker record (reload set it): a rival may lead by now.
+          // (Segments retired by the landed write are left to the next sweep.)
+          return {
+            kind: "written",
+            value: verdict.value,
+            casAttempts: conflicts + 1,
+            bytes: bytes.byteLength,
+          };
+        }
+        if (verdict.kind === "unknown") {
+          return {
+            kind: "failed",
+            error: new CasqError(
+              "unavailable",
+              `shard ${this.queue}/${this.shard}: a write may or may not have landed and too many writes followed to find out; retry — use dedup ids to make enqueue retries safe`,
+              { queue: this.queue, shard: this.shard },
+            ),
+          };
+        }
+        // Not landed (yet). A 412/409 attempt never will: its segments are referenced by no head,
+        // now or later. An ambiguous one may still land after this re-read (a PUT the store
+        // applies late), so its segments stay; if it never lands, the next takeover's sweep
+        // deletes them as orphans of an earlier epoch.
+        if (kind !== "ambiguous") this.collect(sealed);
+        justReloaded = true;
+        conflicts += 1;
+        if (conflicts > this.options.maxConflictRetries) {
+          return {
+            kind: "failed",
+            error: new CasqError(
+              "unavailable",
+              `shard ${this.queue}/${this.shard} lost ${conflicts} write races in a row; is another process writing it? retry later`,
+              { queue: this.queue, shard: this.shard },
+            ),
+          };
+        }
+        if (conflicts > this.options.immediateConflictRetries) {
+          await this.clock.sleep(
+            backoffDelay(
+              conflicts - this.options.immediateConflictRetries,
+              this.options.conflictBackoff,
+              this.random,
+            ),
+          );
+        }
+      }
+    }
+  }
+
+  /**
+   * The time in whole milliseconds: the model (and the head) take integer
+   * ms, while a clock may return fractions (e.g. a manual clock after a
+   * jittered sleep).
+   */
+  private now(): number {
+    return Math.floor(this.clock.now());
+  }
+
+  /** Loads the head if needed. Returns the error to fail the commit with, if any. */
+  private async ensureLoaded(): Promise<CasqError | undefined> {
+    const now = this.now();
+    if (
+      this.headMode === "following" &&
+      heldByOther(this.seenRecord, this.identity, now) &&
+      now - this.seenAt < this.options.leaseMs / 10
+    ) {
+      return this.redirect(this.seenRecord);
+    }
+    const result = await this.reload();
+    return result instanceof CasqError ? result : undefined;
+  }
+
+  /** Re-reads the head from the store into `committed`. */
+  private async reload(): Promise<StoredObject | undefined | CasqError> {
+    let stored: StoredObject | undefined;
+    try {
+      stored = await this.store.get(this.key);
+    } catch (error) {
+      this.committed = undefined;
+      this.headMode = "unloaded";
+      return asCasqError(error, this.queue, this.shard);
+    }
+    if (!stored) {
+      this.committed = undefined;
+      this.etag = undefined;
+      this.committedBytes = undefined;
+      let expected: boolean;
+      try {
+        expected = (await this.documentExpected?.()) ?? false;
+      } catch (error) {
+        this.headMode = "unloaded";
+        return asCasqError(error, this.queue, this.shard);
+      }
+      if (!expected) {
+        this.headMode = "unloaded";
+        return undefined;
+      }
+      return this.refuse(
+        new CasqError(
+          "data_loss",
+          `shard document ${this.key} is missing, but queue ${this.queue} was created with this shard: its messages were lost (deleted by hand, or by a store lifecycle rule?). It will not be recreated empty behind your back: restore it from a backup, or recreate it with \`casq repair ${this.queue} --shard ${this.shard}\`.`,
+          { queue: this.queue, shard: this.shard },
+        ),
+      );
+    }
+    try {
+      const doc = parseShardDocument(stored.body);
+      const place = { queue: this.queue, shard: this.shard };
+      checkDocumentPlace(doc, place); // before its segments: a misplaced head names another shard's
+      const loaded = await loadSegments(this.store, this.key, stored.etag, doc, this.segments);
+      if (loaded === "moved") return this.reload(); // the head changed while its segments were read
+      this.committed = ShardState.fromDocument(doc, { expected: place, segments: this.lookup });
+      this.pruneSegments(doc.segments);
+    } catch (error) {
+      if (isCasqError(error, "unavailable")) {
+        this.committed = undefined;
+        this.headMode = "unloaded";
+        return error;
+      }
+      return this.refuse(
+        new CasqError(
+          "data_loss",
+          `shard document ${this.key} cannot be read and will not be overwritten: ${error instanceof Error ? error.message : String(error)}. Inspect it with \`casq inspect ${this.queue} --shard ${this.shard}\`, restore it from a backup, or replace it with \`casq repair ${this.queue} --shard ${this.shard}\` (which keeps a copy).`,
+          { queue: this.queue, shard: this.shard },
+          { cause: error },
+        ),
+      );
+    }
+    this.etag = stored.etag;
+    this.committedBytes = stored.body;
+    this.seenRecord = this.committed.broker;
+    this.seenAt = this.now();
+    const wasLeading = this.headMode === "leading";
+    if (isOwnRecord(this.committed.broker, this.identity)) {
+      this.headMode = "leading";
+    } else {
+      this.headMode = "following";
+      if (wasLeading)
+        this.observer?.onLeadership?.({
+          queue: this.queue,
+          shard: this.shard,
+          event: "lost",
+          record: this.committed.broker,
+        });
+    }
+    return stored;
+  }
+
+  /**
+   * Refuses the shard: every commit gets `refusal` until a reload finds a
+   * head it can use. Observers hear of it once per distinct reason, not on
+   * every request that meets the refused shard again.
+   */
+  private refuse(refusal: CasqError): CasqError {
+    this.committed = undefined;
+    this.etag = undefined;
+    this.committedBytes = undefined;
+    const repeated = this.headMode === "refused" && this.refusedFor === refusal.message;
+    this.headMode = "refused";
+    this.refusedFor = refusal.message;
+    if (!repeated) {
+      this.observer?.onLeadership?.({
+        queue: this.queue,
+        shard: this.shard,
+        event: "refused",
+        reason: refusal.message,
+      });
+    }
+    return refusal;
+  }
+
+  /** The cached contents of a segment the head references. */
+  private readonly lookup = (ref: SegmentRef): readonly MessageRecord[] | undefined =>
+    this.segments.get(ref.name);
+
+  private restoreCommitted(): void {
+    if (this.committedBytes) {
+      this.committed = ShardState.decode(this.committedBytes, { segments: this.lookup });
+    } else {
+      this.committed = undefined;
+      this.headMode = "unloaded";
+    }
+  }
+
+  /**
+   * Seals the oldest tail messages into segment objects while the tail is
+   * over budget. Each segment is written put-if-absent under a unique name
+   * BEFORE the head that references it; a segment write that fails leaves
+   * its messages in the tail (the head just stays larger until the next
+   * commit tries again). Returns the names written, so that a head write
+   * that did not land can delete them.
+   */
+  private async sealTail(working: ShardState, now: number): Promise<string[]> {
+    const written: string[] = [];
+    const epoch = working.broker?.epoch ?? 0;
+    for (;;) {
+      const candidates = sealCandidates(working, this.options.tailBytes);
+      if (candidates.length === 0) return written;
+      const records = candidates.map((m) => m.msg);
+      // The sequence is unique per writer and the random part tells two writers of one epoch apart.
+      const sequence = `${(++this.segmentCounter).toString(36)}${Math.floor(this.random.next() * 36 ** 6).toString(36)}`;
+      const name = segmentName(records[0]?.offset ?? 0, epoch, sequence);
+      const bytes = encodeSegment(this.queue, this.shard, records);
+      try {
+        await this.store.put(segmentPrefix(this.queue, this.shard) + name, bytes, { ifAbsent: true });
+      } catch {
+        return written; // not sealed this time: the messages stay in the head
+      }
+      sealSegment(working, candidates, {
+        name,
+        bytes: bytes.byteLength,
+        sha256: sha256Hex(bytes),
+        createdAt: now,
+      });
+      this.segments.set(name, records);
+      written.push(name);
+    }
+  }
+
+  /** Forgets cached segments the head no longer references. */
+  private pruneSegments(refs: readonly SegmentRef[]): void {
+    if (refs.length === this.segments.size) return;
+    const keep = new Set(refs.map((ref) => ref.name));
+    for (const name of this.segments.keys()) if (!keep.has(name)) this.segments.delete(name);
+  }
+
+  /**
+   * Deletes segment objects no head will reference: retired by a head write
+   * that landed, or written for a head write that did not. Runs in the
+   * background; a failed delete leaves an orphan for {@link sweepOrphans}.
+   */
+  private collect(names: readonly string[]): void {
+    if (names.length === 0) return;
+    const prefix = segmentPrefix(this.queue, this.shard);
+    for (const name of names) this.segments.delete(name);
+    const run = Promise.all(names.map((name) => this.store.delete(prefix + name).catch(() => {}))).then(
+      () => {},
+    );
+    this.collecting.add(run);
+    void run.finally(() => this.collecting.delete(run));
+  }
+
+  /**
+   * After a takeover landed: deletes segment objects of EARLIER epochs that
+   * the head does not reference — left by a crash between a segment write
+   * and its head write, by a head write that failed, or by a retirement whose
+   * delete was lost. Safe against a deposed leader: it can no longer land a
+   * head (the takeover moved the etag), so an unreferenced segment of an
+   * earlier epoch can never become referenced; segments of this epoch and
+   * later are never touched here.
+   */
+  private sweepOrphans(head: ShardState): void {
+    const epoch = head.broker?.epoch ?? 0;
+    const referenced = new Set(head.segmentNames());
+    const prefix = segmentPrefix(this.queue, this.shard);
+    const run = this.store
+      .list(prefix)
+      .then((listed) => {
+        const orphans = listed
+          .map((entry) => entry.key.slice(prefix.length))
+          .filter((name) => {
+            const written = segmentEpoch(name);
+            return written !== undefined && written < epoch && !referenced.has(name);
+          });
+        return Promise.all(orphans.map((name) => this.store.delete(prefix + name).catch(() => {})));
+      })
+      .then(
+        () => {},
+        () => {},
+      );
+    this.collecting.add(run);
+    void run.finally(() => this.collecting.delete(run));
+  }
+
+  /** Waits for background segment deletions (tests, and a graceful stop). */
+  async settled(): Promise<void> {
+    while (this.collecting.size > 0) await Promise.all([...this.collecting]);
+  }
+
+  private redirect(record: BrokerRecord | undefined): CasqError {
+    if (record !== undefined && record.address === this.identity.address) {
+      // An earlier process at this very address (before a crash or restart) still holds
+      // the lease: a redirect would send the client straight back here. Ask for a retry.
+      const waitMs = Math.max(0, record.leaseUntil - this.now());
+      return new CasqError(
+        "unavailable",
+        `shard ${this.queue}/${this.shard} is still leased to ${record.id}, an earlier broker process at this address, for ${waitMs} ms; retry in ${waitMs} ms`,
+        { queue: this.queue, shard: this.shard },
+      );
+    }
+    return new CasqError(
+      "redirect",
+      `shard ${this.queue}/${this.shard} is led by broker ${record?.id ?? "?"} at ${record?.address || "an unknown address"}; send the request there`,
+      {
+        queue: this.queue,
+        shard: this.shard,
+        ...(record ? { leaderAddress: record.address, leaderId: record.id, epoch: record.epoch } : {}),
+      },
+    );
+  }
+}
+
+/** Turns a store or unknown error into a {@link CasqError}. */
+export function asCasqError(error: unknown, queue: string, shard: number): CasqError {
+  if (isCasqError(error)) return error;
+  if (isStoreError(error)) {
+    const code = error.kind === "invalid" ? "internal" : "unavailable";
+    return new CasqError(code, `object store: ${error.message}`, { queue, shard }, { cause: error });
+  }
+  return new CasqError(
+    "internal",
+    error instanceof Error ? error.message : String(error),
+    { queue, shard },
+    { cause: error },
+  );
+}

@@ -1,0 +1,88 @@
+/**
+ * The v2 head encoder (`"format": "casq.shard.v2"`): everything mutable about
+ * a shard, and nothing that grows with its backlog of sealed messages.
+ *
+ * Compared with v1 the head replaces the full message list by the *tail*
+ * (messages not yet sealed, and every redriven message, whose `targets` may
+ * still change) and an index of sealed *segments* (`segments`), and writes
+ * each subscription's settled offsets above `acked_below` as inclusive
+ * ranges. Canonical like v1: the same state gives the same bytes.
+ *
+ * Cost: O(head) — subscriptions with their live deliveries and settled
+ * ranges, dedup ids, dead letters, the tail and one cached entry per
+ * segment. Sealed messages are not touched.
+ */
+import {
+  configJson,
+  deadLettersJson,
+  dedupJson,
+  deliveriesJson,
+  headerJson,
+  messageJson,
+  SHARD_FORMAT,
+  subscriptionCountersJson,
+} from "./document-codec.ts";
+import { compactAckState } from "./shard-mechanics.ts";
+import type { SegmentState, SubscriptionState } from "./shard-records.ts";
+import type { ShardState } from "./shard-state.ts";
+
+const encoder = new TextEncoder();
+const json = JSON.stringify;
+
+/** Sorted offsets as `[[from,to],...]` (inclusive). */
+export function rangesJson(sorted: readonly number[]): string {
+  const parts: string[] = [];
+  let i = 0;
+  while (i < sorted.length) {
+    const from = sorted[i] as number;
+    let to = from;
+    while (i + 1 < sorted.length && sorted[i + 1] === to + 1) {
+      i += 1;
+      to += 1;
+    }
+    parts.push(`[${from},${to}]`);
+    i += 1;
+  }
+  return `[${parts.join(",")}]`;
+}
+
+function subscriptionJson(state: ShardState, sub: SubscriptionState): string {
+  compactAckState(state, sub);
+  const acked = [...sub.settled].sort((a, b) => a - b);
+  return `{"name":${json(sub.name)},"created_at":${sub.createdAt},"acked_below":${sub.start},"acked":${rangesJson(acked)},"deliveries":${deliveriesJson(sub)},"dead_letters":${deadLettersJson(sub)},"counters":{${subscriptionCountersJson(sub.counters)}}}`;
+}
+
+/** The head's index entry of a segment (cached until its `gone` set changes). */
+function segmentJson(seg: SegmentState): string {
+  if (seg.json !== undefined) return seg.json;
+  const gone = [...seg.gone].sort((a, b) => a - b);
+  seg.json = `{"name":${json(seg.name)},"first":${seg.first},"last":${seg.last},"count":${seg.count},"bytes":${seg.bytes},"sha256":"${seg.sha256}","created_at":${seg.createdAt},"priorities":[${seg.priorities[0]},${seg.priorities[1]}],"run_at":[${seg.runAt[0]},${seg.runAt[1]}],"gone":${rangesJson(gone)}}`;
+  return seg.json;
+}
+
+/** The canonical v2 head bytes of a shard. O(head). */
+export function encodeHead(state: ShardState): Uint8Array {
+  const c = state.counters;
+  const parts: string[] = [
+    headerJson(state, SHARD_FORMAT),
+    `,"next_offset":${state.nextOffset},"config":${configJson(state.config)}`,
+    `,"counters":{${subscriptionCountersJson(c)},"dropped":${c.dropped}}`,
+    `,"subscriptions":[`,
+  ];
+  state.subscriptionNames().forEach((name, i) => {
+    const sub = state.subs.get(name);
+    if (sub !== undefined) parts.push((i > 0 ? "," : "") + subscriptionJson(state, sub));
+  });
+  parts.push(`],"dedup":${dedupJson(state)}`, `,"segments":[`);
+  let first = true;
+  for (const seg of state.segments.values()) {
+    parts.push((first ? "" : ",") + segmentJson(seg));
+    first = false;
+  }
+  parts.push(`],"messages":[`);
+  state.sortedTail().forEach((m, i) => {
+    parts.push((i > 0 ? "," : "") + messageJson(m.msg, m.targets));
+  });
+  parts.push("]}");
+  return encoder.encode(parts.join(""));
+}

@@ -1,0 +1,50 @@
+/**
+ * Segment objects (`"format": "casq.segment.v1"`): the immutable part of a v2
+ * shard. A segment holds the contents of sealed messages, ascending offsets,
+ * in the same message JSON as the head (no `targets`: a targeted message
+ * always lives in the head). The head's index entry carries its size and
+ * SHA-256, checked on every read; parsing is in `document-codec.ts`.
+ *
+ * Key: `queues/<queue>/<shard>/seg/<first offset, 20 digits>-<epoch>-<sequence>.json`.
+ * The epoch and the writer's sequence make every name unique, so a deposed
+ * leader and its successor never write the same key; the first offset keeps
+ * a listing in offset order.
+ */
+import { createHash } from "node:crypto";
+import { messageJson, SEGMENT_FORMAT } from "./document-codec.ts";
+import type { MessageRecord } from "./shard-records.ts";
+
+const encoder = new TextEncoder();
+
+/** The segment object bytes for `records` (ascending offsets). */
+export function encodeSegment(queue: string, shard: number, records: readonly MessageRecord[]): Uint8Array {
+  const parts = [
+    `{"format":"${SEGMENT_FORMAT}","queue":${JSON.stringify(queue)},"shard":${shard},"messages":[`,
+  ];
+  records.forEach((r, i) => {
+    parts.push((i > 0 ? "," : "") + messageJson(r, undefined));
+  });
+  parts.push("]}");
+  return encoder.encode(parts.join(""));
+}
+
+/** Lowercase hex SHA-256 of `bytes`. */
+export function sha256Hex(bytes: Uint8Array): string {
+  return createHash("sha256").update(bytes).digest("hex");
+}
+
+/** The object name of a segment whose first message is at `first`, written in `epoch`; `unique` (base 36) tells the writer's segments apart. */
+export function segmentName(first: number, epoch: number, unique: string): string {
+  return `${String(first).padStart(20, "0")}-${epoch}-${unique}.json`;
+}
+
+/** The key prefix under which a shard's segments live. */
+export function segmentPrefix(queue: string, shard: number): string {
+  return `queues/${queue}/${shard}/seg/`;
+}
+
+/** The epoch a segment name was written in (undefined for a name that is not a segment's). */
+export function segmentEpoch(name: string): number | undefined {
+  const match = /^[0-9]{20}-([0-9]{1,15})-[0-9a-z]{1,32}\.json$/.exec(name);
+  return match ? Number(match[1]) : undefined;
+}

@@ -1,0 +1,156 @@
+/**
+ * Where a retained message's contents live (format v2): in the head's
+ * *tail* (the newest messages, written with every head write) or in a sealed
+ * *segment* (an immutable object the head indexes). Model-internal.
+ *
+ * - New messages join the tail. When the tail outgrows its byte budget the
+ *   broker seals its oldest untargeted messages into a segment
+ *   ({@link sealCandidates}, {@link sealSegment}): it writes the segment
+ *   object first (put-if-absent), then the head that indexes it.
+ * - A sealed message never changes. When it leaves the shard, or a redrive
+ *   gives it a `targets` list (mutable, so it must live in the head), its
+ *   offset is marked *gone* in its segment ({@link leaveSegment}); the copy
+ *   moved back to the tail wins on decode.
+ * - A segment whose messages are all gone is *retired*: removed from the
+ *   index, and its object is deleted by the broker once the head without it
+ *   has landed (`retiredSegments`).
+ *
+ * Costs: O(1) per message moved (plus O(k log k) to sort k candidates).
+ */
+import { SEGMENT_ENTRY_BYTES } from "./approx-size.ts";
+import type { MessageRecord, RetainedMessage, SegmentState } from "./shard-records.ts";
+import type { ShardState } from "./shard-state.ts";
+
+/** Adds a retained message to the shard, its contents in the tail. */
+export function retainInTail(state: ShardState, m: RetainedMessage): void {
+  const offset = m.msg.offset;
+  state.messages.set(offset, m);
+  state.ids.set(m.msg.id, offset);
+  state.bytes += m.bytes;
+  const last = state.tailLastOffset;
+  if (last !== undefined && offset < last) state.tailSorted = false;
+  state.tail.set(offset, m);
+  state.tailLastOffset = last === undefined || offset > last ? offset : last;
+  state.tailBytes += m.bytes;
+}
+
+/** Takes a message out of the tail or its segment (it is leaving the shard, or moving). */
+export function removeContents(state: ShardState, m: RetainedMessage): void {
+  if (m.segment !== undefined) {
+    leaveSegment(state, m.segment, m.msg.offset);
+    m.segment = undefined;
+    return;
+  }
+  if (state.tail.delete(m.msg.offset)) {
+    state.tailBytes -= m.bytes;
+    state.bytes -= m.bytes;
+  }
+}
+
+/** Moves a sealed message back into the tail (a redrive is about to give it `targets`). */
+export function unsealToTail(state: ShardState, m: RetainedMessage): void {
+  if (m.segment === undefined) return;
+  removeContents(state, m);
+  state.tail.set(m.msg.offset, m);
+  state.tailSorted = false;
+  state.tailBytes += m.bytes;
+  state.bytes += m.bytes;
+}
+
+/** Marks `offset` gone from `seg`; retires the segment when nothing is left in it. */
+export function leaveSegment(state: ShardState, seg: SegmentState, offset: number): void {
+  seg.gone.add(offset);
+  seg.json = undefined;
+  if (seg.gone.size < seg.count) return;
+  state.segments.delete(seg.name);
+  state.bytes -= SEGMENT_ENTRY_BYTES;
+  state.retiredSegments.push(seg.name);
+}
+
+/**
+ * The tail messages to seal next, oldest first, when the tail holds more than
+ * `budgetBytes`: untargeted messages (a targeted one must stay in the head)
+ * until at least half the budget is left in the tail, so sealing happens in
+ * chunks of about half the budget. Empty when the tail is within budget.
+ */
+export function sealCandidates(state: ShardState, budgetBytes: number): RetainedMessage[] {
+  if (state.tailBytes <= budgetBytes) return [];
+  const ordered = state.sortedTail();
+  const out: RetainedMessage[] = [];
+  let left = state.tailBytes;
+  for (const m of ordered) {
+    if (left <= budgetBytes / 2) break;
+    if (m.targets !== undefined) continue;
+    out.push(m);
+    left -= m.bytes;
+  }
+  return out;
+}
+
+/** What the broker wrote for a new segment. */
+export interface SealedObject {
+  readonly name: string;
+  readonly bytes: number;
+  readonly sha256: string;
+  readonly createdAt: number;
+}
+
+/**
+ * Records that `messages` (from {@link sealCandidates}, ascending offsets)
+ * now live in the segment object described by `object`, which the broker
+ * has already written. Returns the new segment.
+ */
+export function sealSegment(
+  state: ShardState,
+  messages: readonly RetainedMessage[],
+  object: SealedObject,
+): SegmentState {
+  const records = messages.map((m) => m.msg);
+  const seg = newSegmentState(object, records, new Set());
+  for (const m of messages) {
+    state.tail.delete(m.msg.offset);
+    state.tailBytes -= m.bytes;
+    state.bytes -= m.bytes;
+    m.segment = seg;
+  }
+  addSegment(state, seg);
+  return seg;
+}
+
+/** Indexes a segment in the state (its messages are linked by the caller). */
+export function addSegment(state: ShardState, seg: SegmentState): void {
+  state.segments.set(seg.name, seg);
+  state.bytes += SEGMENT_ENTRY_BYTES;
+}
+
+/** A segment record over `records` (ascending offsets, at least one). */
+export function newSegmentState(
+  object: SealedObject,
+  records: readonly MessageRecord[],
+  gone: Set<number>,
+): SegmentState {
+  let minPriority = Number.POSITIVE_INFINITY;
+  let maxPriority = Number.NEGATIVE_INFINITY;
+  let minRunAt = Number.POSITIVE_INFINITY;
+  let maxRunAt = Number.NEGATIVE_INFINITY;
+  for (const r of records) {
+    if (r.priority < minPriority) minPriority = r.priority;
+    if (r.priority > maxPriority) maxPriority = r.priority;
+    if (r.runAt < minRunAt) minRunAt = r.runAt;
+    if (r.runAt > maxRunAt) maxRunAt = r.runAt;
+  }
+  return {
+    name: object.name,
+    first: (records[0] as MessageRecord).offset,
+    last: (records[records.length - 1] as MessageRecord).offset,
+    count: records.length,
+    bytes: object.bytes,
+    sha256: object.sha256,
+    createdAt: object.createdAt,
+    priorities: [minPriority, maxPriority],
+    runAt: [minRunAt, maxRunAt],
+    gone,
+    records,
+    json: undefined,
+  };
+}

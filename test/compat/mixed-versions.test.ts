@@ -1,0 +1,113 @@
+/**
+ * Mixed versions during an upgrade (issue 11, "Upgrade"; docs/operations.md,
+ * "Upgrading"): a v2 broker reads v1 and writes v2 from its first write; a v1
+ * broker left running refuses what a v2 broker wrote as an unknown format
+ * (`data_loss`, "upgrade this broker") and never writes over it.
+ *
+ * The v1 side is the frozen entry point of v1's parser
+ * (`frozen-v1-document-gate.ts`), which every v1 load runs first. That a
+ * broker whose gate rejects a head never writes over it is shown on this
+ * casq's own leader with a head from a newer format than it knows: the same
+ * refuse-and-never-write path v1's leader has.
+ */
+import { describe, expect, it } from "vitest";
+import { ShardLeader } from "../../server/src/broker/shard-leader.ts";
+import { isCasqError } from "../../server/src/errors.ts";
+import { ShardState } from "../../server/src/model/shard-state.ts";
+import { MemoryStore } from "../../server/src/store/memory-store.ts";
+import { ManualClock } from "../../server/src/util/manual-clock.ts";
+import { seededRandom } from "../../server/src/util/random.ts";
+import { V1_SHARD_FORMAT, v1DocumentGate } from "./frozen-v1-document-gate.ts";
+
+const HEAD = "queues/jobs/0.json";
+const SEG = "queues/jobs/0/seg/";
+const body = (i: number) => new TextEncoder().encode(`job-${i}-${"x".repeat(200)}`);
+
+function leader(store: MemoryStore, name: string, clock: ManualClock): ShardLeader {
+  return new ShardLeader({
+    store,
+    queue: "jobs",
+    shard: 0,
+    identity: { id: `broker-${name}`, address: `${name}:50051` },
+    clock,
+    random: seededRandom(name.length),
+    options: { tailBytes: 2048 },
+  });
+}
+
+async function failure(call: Promise<unknown>): Promise<unknown> {
+  return call.then(
+    () => undefined,
+    (error: unknown) => error,
+  );
+}
+
+describe("mixed versions: v1 and v2 brokers on one store", () => {
+  it("a v2 broker reads a v1 document and its first write is a v2 head, which a v1 broker refuses as an unknown format", async () => {
+    const store = new MemoryStore();
+    const clock = new ManualClock();
+    const v1 = ShardState.create({ queue: "jobs", shard: 0, now: clock.now() });
+    const v1Bytes = v1.encodeV1();
+    v1DocumentGate(v1Bytes); // what a v1 broker wrote, it reads
+    await store.put(HEAD, v1Bytes, { ifAbsent: true });
+
+    const v2 = leader(store, "v2", clock);
+    for (let i = 0; i < 60; i += 10) {
+      const messages = Array.from({ length: 10 }, (_, k) => ({ id: `m${i + k}`, payload: body(i + k) }));
+      await v2.submit({ kind: "enqueue", messages });
+    }
+    const head = await store.get(HEAD);
+    const doc = JSON.parse(new TextDecoder().decode(head?.body));
+    expect(doc.format).toBe("casq.shard.v2");
+    expect(doc.segments.length).toBeGreaterThan(0);
+
+    let refusal: unknown;
+    try {
+      v1DocumentGate(head?.body ?? new Uint8Array());
+    } catch (error) {
+      refusal = error;
+    }
+    expect(isCasqError(refusal, "data_loss"), String(refusal)).toBe(true);
+    expect(String(refusal)).toContain(
+      `format "casq.shard.v2", this casq only understands ${V1_SHARD_FORMAT}`,
+    );
+    expect(String(refusal)).toContain("upgrade this broker");
+    // Segment objects are no v1 shard documents either: a v1 broker never takes one for a shard.
+    const segment = (await store.list(SEG))[0];
+    expect(segment).toBeDefined();
+    const segmentBytes = (await store.get(segment?.key ?? ""))?.body ?? new Uint8Array();
+    expect(() => v1DocumentGate(segmentBytes)).toThrow(/not a casq shard document/);
+  });
+
+  it("a broker refuses a head of a newer format with data_loss and never writes over it, not even to renew or take over", async () => {
+    const store = new MemoryStore();
+    const clock = new ManualClock();
+    const writer = leader(store, "writer", clock);
+    await writer.submit({ kind: "enqueue", messages: [{ id: "m0", payload: body(0) }] });
+    await writer.stop({ release: true });
+    // The head as a casq newer than this one would write it.
+    const current = await store.get(HEAD);
+    const newer = new TextDecoder()
+      .decode(current?.body)
+      .replace('"format":"casq.shard.v2"', '"format":"casq.shard.v3"');
+    await store.put(HEAD, new TextEncoder().encode(newer), { ifMatch: current?.etag ?? "" });
+    const before = await store.get(HEAD);
+
+    const old = leader(store, "old", clock);
+    const errors = [
+      await failure(old.submit({ kind: "enqueue", messages: [{ id: "m1", payload: body(1) }] })),
+      await failure(old.submit({ kind: "claim", subscription: "default", workerId: "w", max: 1 })),
+      await failure(old.submit({ kind: "purge", subscription: "default" })),
+    ];
+    for (const error of errors) {
+      expect(isCasqError(error, "data_loss"), String(error)).toBe(true);
+      expect(String(error)).toContain('format "casq.shard.v3"');
+    }
+    expect(old.currentMode).toBe("refused");
+    clock.advance(60_000); // past any lease: still nothing to take over
+    await failure(old.read(() => undefined));
+    const after = await store.get(HEAD);
+    expect(after?.etag).toBe(before?.etag);
+    expect(new TextDecoder().decode(after?.body)).toBe(newer);
+  });
+});
