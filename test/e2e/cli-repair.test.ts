@@ -4,7 +4,7 @@
  * lists every queue even when one manifest cannot be read (and exits 1 naming
  * it).
  */
-import { readFileSync, writeFileSync } from "node:fs";
+import { readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type CasqServerProcess, casq, type RunResult, startServer, tempDir } from "./support/processes.ts";
@@ -94,7 +94,26 @@ describe("casq repair", () => {
     expect((await cli(["repair", "mended", "--shard", "0", "--yes"])).code).toBe(1); // readable now
 
     const help = await cli(["repair", "--help"]);
+    expect(help.stdout).toMatch(/--next-offset/);
     expect(help.stdout).toMatch(/repairs\/<queue>\/<shard>/);
     expect(help.stdout).toMatch(/--yes/);
+  });
+
+  it("warns that offsets restart at 0 when the document is missing and --next-offset is not given", async () => {
+    await ok(["queue", "create", "lost", "--shards", "2"]);
+    const file = join(store.path, "queues", "lost", "1.json");
+    rmSync(file);
+    await restartServer();
+    const repaired = await cli(["repair", "lost", "--shard", "1", "--yes"]);
+    expect(repaired.code, repaired.stderr).toBe(0);
+    expect(repaired.stderr).toMatch(/document of shard lost\/1 is missing.*offsets restart at 0/s);
+    expect(repaired.stderr).toMatch(/--next-offset/);
+
+    rmSync(file);
+    await restartServer();
+    const raised = await cli(["repair", "lost", "--shard", "1", "--yes", "--next-offset", "500"]);
+    expect(raised.code, raised.stderr).toBe(0);
+    expect(raised.stderr).not.toMatch(/offsets restart at 0/);
+    expect(raised.stdout).toMatch(/next offset 500/);
   });
 });

@@ -105,6 +105,22 @@ describe("RepairShard", () => {
     expect(stored.next_offset).toBe(500);
   });
 
+  it("refuses a next_offset above 2^53 - 1 with INVALID_ARGUMENT before writing anything", async () => {
+    const { inner, c } = await setup();
+    await overwrite(inner, "queues/q/0.json", "garbage");
+    const tooLarge = 2n ** 53n;
+    const error = await c.admin.repairShard({ queue: "q", shard: 0, nextOffset: tooLarge }).catch((e) => e);
+    expect(Code[ConnectError.from(error).code]).toBe("InvalidArgument");
+    expect(ConnectError.from(error).rawMessage).toMatch(/next_offset 9007199254740992 is too large/);
+    expect(await inner.list("repairs/")).toEqual([]);
+    expect(text((await inner.get("queues/q/0.json"))?.body)).toBe("garbage");
+    // The largest exact offset is accepted, and the shard is served from there.
+    const repaired = await c.admin.repairShard({ queue: "q", shard: 0, nextOffset: tooLarge - 1n });
+    expect(repaired.nextOffset).toBe(tooLarge - 1n);
+    const info = await c.admin.getQueue({ queue: "q" });
+    expect(info.shards.map((x) => x.problem)).toEqual(["", ""]);
+  });
+
   it("leaves a readable shard, or one changed since expected_etag, alone", async () => {
     const { inner, c } = await setup();
     expect(await code(c.admin.repairShard({ queue: "q", shard: 0 }))).toBe("FailedPrecondition");

@@ -72,6 +72,13 @@ export async function repairShard(
   req: RepairShardRequest,
 ): Promise<MessageInitShape<typeof RepairShardResponseSchema>> {
   const queue = checkQueueName(req.queue);
+  // Checked before anything is read or written: offsets are JSON numbers, exact only up to 2^53 - 1.
+  if (req.nextOffset !== undefined && req.nextOffset > BigInt(Number.MAX_SAFE_INTEGER))
+    throw new CasqError(
+      "invalid_argument",
+      `next_offset ${req.nextOffset} is too large: offsets go up to ${Number.MAX_SAFE_INTEGER} (2^53 - 1)`,
+      { queue },
+    );
   const manifest = await ctx.catalog.require(queue);
   const shard = req.shard;
   if (shard >= manifest.shardCount)
@@ -384,7 +391,7 @@ function rebuild(
     0,
   );
   const tries: { json: Json; messages: number; configSource: string }[] = [];
-  const withOffset = (doc: Json) => ({ ...doc, next_offset: Math.max(nextOffset, highest) });
+  const withOffset = (doc: Json) => raiseNextOffset(doc, Math.max(nextOffset, highest), messages);
   if (rawConfig !== undefined) {
     tries.push({
       json: { ...withOffset(skeleton), config: rawConfig, messages },
@@ -427,7 +434,31 @@ function rebuild(
 }
 
 function rebuildWithOffset(json: Json, nextOffset: number): ShardState {
-  return ShardState.decode(new TextEncoder().encode(JSON.stringify({ ...json, next_offset: nextOffset })));
+  const messages = Array.isArray(json.messages) ? (json.messages as Json[]) : [];
+  return ShardState.decode(
+    new TextEncoder().encode(JSON.stringify(raiseNextOffset(json, nextOffset, messages))),
+  );
+}
+
+/**
+ * `doc` with `next_offset` set to `next` and every subscription's
+ * `acked_below` moved up to the first salvaged message (all of them are
+ * pending for every subscription), or to `next` when there is none. Left at
+ * 0, the loader would walk every offset of the gap one by one, which for a
+ * large `--next-offset` takes minutes.
+ */
+function raiseNextOffset(doc: Json, next: number, messages: readonly Json[]): Json {
+  const first = messages.reduce(
+    (n, m) => (typeof m.offset === "number" ? Math.min(n, m.offset) : n),
+    Number.POSITIVE_INFINITY,
+  );
+  const ackedBelow = Math.min(first, next);
+  const subscriptions = Array.isArray(doc.subscriptions)
+    ? (doc.subscriptions as unknown[]).map((sub) =>
+        typeof sub === "object" && sub !== null ? { ...(sub as Json), acked_below: ackedBelow } : sub,
+      )
+    : doc.subscriptions;
+  return { ...doc, next_offset: next, subscriptions };
 }
 
 /** The bytes as a JSON object (a head or a segment), when they parse and claim to be this shard; otherwise undefined. */

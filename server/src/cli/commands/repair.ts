@@ -64,6 +64,15 @@ Examples:
           ExitCode.serverError,
           `shard ${queue}/${options.shard} is readable; there is nothing to repair`,
         );
+      // No document: nothing tells how far the shard's offsets went (unless segments remain).
+      if (status.etag === "" && options.nextOffset === undefined) {
+        note(
+          `warning: the document of shard ${queue}/${options.shard} is missing, so unless segment objects of it remain, ` +
+            "its offsets restart at 0: receipts that workers still hold for its old messages could then settle new " +
+            "messages that get the same offsets. Stop those workers first, or pass --next-offset N above the " +
+            "highest offset the shard used (the NEXT-OFFSET of an earlier casq stats, or the offsets casq enqueue --json printed).",
+        );
+      }
       if (!options.yes) {
         if (!process.stdin.isTTY || !process.stderr.isTTY)
           throw usageError(
