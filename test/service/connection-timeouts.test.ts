@@ -14,8 +14,18 @@ import { eventually, grpcClients, useTestServers } from "./support.ts";
 
 const server = useTestServers();
 
-/** Short timeouts for the test; the server defaults are tens of seconds to minutes. */
+/**
+ * Short timeouts for the tests whose client is a raw socket that is meant to
+ * be cut; the server defaults are tens of seconds to minutes.
+ */
 const timeouts = { headersMs: 300, requestMs: 600, idleMs: 300 };
+
+/**
+ * Timeouts for the tests whose client must stay connected until it has made
+ * its calls: client and server share this event loop, and on a loaded
+ * machine a stall of a few hundred milliseconds would cut the session early.
+ */
+const liveTimeouts = { headersMs: 2_000, requestMs: 4_000, idleMs: 2_000 };
 
 /** Opens a raw TCP connection and reports when the server has closed it. */
 async function rawConnection(address: string): Promise<{ socket: net.Socket; closed: () => boolean }> {
@@ -62,7 +72,7 @@ describe("connection timeouts", () => {
   });
 
   it("closes an HTTP/2 connection that stays idle after its calls", async () => {
-    const s = await server({ connectionTimeouts: timeouts });
+    const s = await server({ connectionTimeouts: liveTimeouts });
     const session = http2.connect(`http://${s.address}`);
     let closed = false;
     session.on("close", () => {
@@ -86,7 +96,7 @@ describe("connection timeouts", () => {
   });
 
   it("keeps a Work stream with nothing to do open past every timeout, and answers on it", async () => {
-    const s = await server({ connectionTimeouts: timeouts });
+    const s = await server({ connectionTimeouts: liveTimeouts });
     const { admin, queue } = grpcClients(s.address);
     await admin.createQueue({ queue: "q" });
     const requests = new RequestQueue();
@@ -94,8 +104,8 @@ describe("connection timeouts", () => {
     const responses = queue.work(requests)[Symbol.asyncIterator]();
     const opened = await responses.next();
     expect(opened.value?.event.case).toBe("opened");
-    // Idle well past the header and idle timeouts (polling the stream's registration, no fixed wait).
-    const until = Date.now() + 4 * timeouts.idleMs;
+    // Idle past the request and idle timeouts together (polling the stream's registration, no fixed wait).
+    const until = Date.now() + liveTimeouts.requestMs + liveTimeouts.idleMs;
     await eventually(() => Date.now() > until && s.work.openStreams === 1, 15_000);
     await queue.enqueue({ queue: "q", messages: [{}] });
     const job = await responses.next();
