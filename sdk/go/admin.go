@@ -54,11 +54,26 @@ func (a *Admin) GetQueue(ctx context.Context, queue string) (*casqv1.GetQueueRes
 	})
 }
 
+// CreateQueueOption changes what CreateQueue does; see IfNotExists.
+type CreateQueueOption func(*casqv1.CreateQueueRequest)
+
+// IfNotExists makes CreateQueue of an existing queue succeed with the
+// existing queue as it is (its shard count and config; the ones passed are
+// not applied or compared), and the response's Created false.
+func IfNotExists() CreateQueueOption {
+	return func(r *casqv1.CreateQueueRequest) { r.IfNotExists = true }
+}
+
 // CreateQueue creates a queue with shardCount shards (0 means 1; fixed for
 // the queue's life), config (nil or unset fields mean the defaults) and the
-// subscription "default". An existing queue is ALREADY_EXISTS.
-func (a *Admin) CreateQueue(ctx context.Context, queue string, shardCount uint32, config *casqv1.QueueConfig) (*casqv1.CreateQueueResponse, error) {
+// subscription "default". An existing queue is an ALREADY_EXISTS error
+// (errors.Is(err, ErrAlreadyExists), IsAlreadyExists), unless IfNotExists()
+// is passed.
+func (a *Admin) CreateQueue(ctx context.Context, queue string, shardCount uint32, config *casqv1.QueueConfig, opts ...CreateQueueOption) (*casqv1.CreateQueueResponse, error) {
 	req := &casqv1.CreateQueueRequest{Queue: queue, ShardCount: shardCount, Config: config}
+	for _, opt := range opts {
+		opt(req)
+	}
 	return adminCall(ctx, a, func(ctx context.Context, as casqv1.AdminServiceClient, o ...grpc.CallOption) (*casqv1.CreateQueueResponse, error) {
 		return as.CreateQueue(ctx, req, o...)
 	})

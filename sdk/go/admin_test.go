@@ -32,6 +32,17 @@ func TestAdminQueueLifecycle(t *testing.T) {
 	if _, err := admin.CreateQueue(ctx, queue, 1, nil); casq.Code(err) != codes.AlreadyExists {
 		t.Fatalf("second create: %v", err)
 	}
+	if _, err := admin.CreateQueue(ctx, queue, 1, nil); !errors.Is(err, casq.ErrAlreadyExists) || !casq.IsAlreadyExists(err) {
+		t.Fatalf("second create is not ErrAlreadyExists: %v", err)
+	}
+	// IfNotExists: the existing queue as it is, not the shard count asked for.
+	existing, err := admin.CreateQueue(ctx, queue, 1, nil, casq.IfNotExists())
+	if err != nil || existing.GetCreated() || existing.GetShardCount() != 2 {
+		t.Fatalf("create if not exists: %v, %v", existing, err)
+	}
+	if !created.GetCreated() {
+		t.Fatalf("first create says created false: %v", created)
+	}
 
 	queues, err := admin.ListQueues(ctx)
 	if err != nil {

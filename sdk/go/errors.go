@@ -47,10 +47,17 @@ func (e *Error) Error() string {
 // GRPCStatus lets status.FromError and status.Code see the code.
 func (e *Error) GRPCStatus() *status.Status { return status.New(e.Code, e.Message) }
 
-// Is makes errors.Is(err, context.Canceled / context.DeadlineExceeded) work.
+// ErrAlreadyExists matches, with errors.Is, an ALREADY_EXISTS error: the
+// thing to create is there already (e.g. CreateQueue of an existing queue;
+// pass IfNotExists() to get the existing queue instead).
+var ErrAlreadyExists = errors.New("casq: already exists")
+
+// Is makes errors.Is(err, context.Canceled / context.DeadlineExceeded /
+// ErrAlreadyExists) work.
 func (e *Error) Is(target error) bool {
 	return (target == context.Canceled && e.Code == codes.Canceled) ||
-		(target == context.DeadlineExceeded && e.Code == codes.DeadlineExceeded)
+		(target == context.DeadlineExceeded && e.Code == codes.DeadlineExceeded) ||
+		(target == ErrAlreadyExists && e.Code == codes.AlreadyExists)
 }
 
 // Code returns the gRPC code of err: codes.OK for nil, codes.Unknown for
@@ -69,6 +76,10 @@ func Code(err error) codes.Code {
 // IsNotFound reports whether err is NOT_FOUND (a missing queue or
 // subscription).
 func IsNotFound(err error) bool { return Code(err) == codes.NotFound }
+
+// IsAlreadyExists reports whether err is ALREADY_EXISTS (see
+// ErrAlreadyExists).
+func IsAlreadyExists(err error) bool { return Code(err) == codes.AlreadyExists }
 
 // IsRedirect reports whether err is a redirect to another leader (only seen
 // when the attempts ran out while following redirects).
