@@ -8,23 +8,40 @@
  * never overwritten — unless the head itself moved since it was read: a
  * leader may have retired and deleted that segment in between, so the
  * caller re-reads the head (`"moved"`).
+ *
+ * Dedup segments are read the same way, but only those whose latest
+ * `expires_at` is after the reader's `now`: an expired one remembers
+ * nothing, so a takeover reads just the dedup segments of one window.
  */
 import { CasqError } from "../errors.ts";
-import { parseSegmentDocument, type ShardDocument } from "../model/document-codec.ts";
+import {
+  type DedupSegmentRef,
+  parseDedupSegmentDocument,
+  parseSegmentDocument,
+  type SegmentRef,
+  type ShardDocument,
+} from "../model/document-codec.ts";
 import { segmentPrefix, sha256Hex } from "../model/segment-codec.ts";
-import type { MessageRecord } from "../model/shard-records.ts";
+import type { DedupEntry, MessageRecord } from "../model/shard-records.ts";
 import type { ObjectStore, StoredObject } from "../store/object-store.ts";
 import { isStoreError } from "../store/store-errors.ts";
 
 /** Segment reads in flight at once while loading a head. */
 const READ_PARALLELISM = 8;
 
+/** Where the dedup segments a head references go, and the time that tells which are still live. */
+export interface DedupSegmentCache {
+  readonly cache: Map<string, readonly DedupEntry[]>;
+  readonly now: number;
+}
+
 /**
  * Loads into `cache` every segment `doc` (read at `headKey` with etag
- * `headEtag`) references and `cache` lacks. Resolves `"moved"` when a segment
- * was gone because the head changed meanwhile. Rejects with `data_loss` for
- * a missing or corrupt segment of the current head, `unavailable` when the
- * store fails.
+ * `headEtag`) references and `cache` lacks, and into `dedup.cache` every
+ * dedup segment it references that is live at `dedup.now`. Resolves
+ * `"moved"` when a segment was gone because the head changed meanwhile.
+ * Rejects with `data_loss` for a missing or corrupt segment of the current
+ * head, `unavailable` when the store fails.
  */
 export async function loadSegments(
   store: ObjectStore,
@@ -32,16 +49,26 @@ export async function loadSegments(
   headEtag: string,
   doc: ShardDocument,
   cache: Map<string, readonly MessageRecord[]>,
+  dedup?: DedupSegmentCache,
 ): Promise<"ok" | "moved"> {
   const where = { queue: doc.queue, shard: doc.shard };
+  type Wanted =
+    | { readonly kind: "messages"; readonly ref: SegmentRef }
+    | { readonly kind: "dedup"; readonly ref: DedupSegmentRef };
+  const wanted: Wanted[] = doc.segments
+    .filter((ref) => !cache.has(ref.name))
+    .map((ref) => ({ kind: "messages", ref }) as const);
+  if (dedup !== undefined)
+    for (const ref of doc.dedupSegments)
+      if (ref.expiresAt > dedup.now && !dedup.cache.has(ref.name)) wanted.push({ kind: "dedup", ref });
   const prefix = segmentPrefix(doc.queue, doc.shard);
-  const wanted = doc.segments.filter((ref) => !cache.has(ref.name));
   for (let i = 0; i < wanted.length; i += READ_PARALLELISM) {
     const chunk = wanted.slice(i, i + READ_PARALLELISM);
     const loaded = await Promise.all(
-      chunk.map(async (ref) => ({ ref, stored: await read(store, prefix + ref.name, where) })),
+      chunk.map(async (w) => ({ w, stored: await read(store, prefix + w.ref.name, where) })),
     );
-    for (const { ref, stored } of loaded) {
+    for (const { w, stored } of loaded) {
+      const ref = w.ref;
       const problem =
         stored === undefined
           ? "is missing"
@@ -53,12 +80,14 @@ export async function loadSegments(
         if (head?.etag !== headEtag) return "moved";
         throw new CasqError(
           "data_loss",
-          `segment ${prefix}${ref.name}, referenced by the shard's head, ${problem}; refusing to load or overwrite the shard — restore the segment from a backup`,
+          `${w.kind === "dedup" ? "dedup segment" : "segment"} ${prefix}${ref.name}, referenced by the shard's head, ${problem}; refusing to load or overwrite the shard — restore the segment from a backup`,
           where,
         );
       }
       const body = (stored as StoredObject).body;
-      cache.set(ref.name, parseSegmentDocument(body, { queue: doc.queue, shard: doc.shard, ref }));
+      const expect = { queue: doc.queue, shard: doc.shard };
+      if (w.kind === "messages") cache.set(ref.name, parseSegmentDocument(body, { ...expect, ref: w.ref }));
+      else dedup?.cache.set(ref.name, parseDedupSegmentDocument(body, { ...expect, ref: w.ref }));
     }
   }
   return "ok";

@@ -36,9 +36,12 @@
  * answering callers and timers. This module knows nothing of batches.
  */
 import { CasqError, isCasqError } from "../errors.ts";
+import { dedupSealCandidates, sealDedupSegment } from "../model/dedup-segments.ts";
 import { parseShardDocument, type SegmentRef } from "../model/document-codec.ts";
 import type { QueueConfig } from "../model/queue-config.ts";
 import {
+  dedupSegmentName,
+  encodeDedupSegment,
   encodeSegment,
   segmentEpoch,
   segmentName,
@@ -46,7 +49,7 @@ import {
   sha256Hex,
 } from "../model/segment-codec.ts";
 import { sealCandidates, sealSegment } from "../model/segment-mechanics.ts";
-import type { MessageRecord } from "../model/shard-records.ts";
+import type { DedupEntry, MessageRecord } from "../model/shard-records.ts";
 import { type BrokerRecord, checkDocumentPlace, ShardState } from "../model/shard-state.ts";
 import type { ObjectStore, PutCondition, StoredObject } from "../store/object-store.ts";
 import { backoffDelay, type RetryPolicy } from "../store/retrying-store.ts";
@@ -75,7 +78,10 @@ export interface HeadStoreOptions {
   readonly maxConflictRetries: number;
   /** Backoff between conflict retries after the immediate ones. */
   readonly conflictBackoff: RetryPolicy;
-  /** The head's tail of newest messages is sealed into a segment once its messages exceed this many bytes. */
+  /**
+   * The head's tail of newest messages is sealed into a segment once its
+   * messages exceed this many bytes; so are the head's dedup ids, into a dedup segment.
+   */
   readonly tailBytes: number;
 }
 
@@ -152,6 +158,8 @@ export class ShardHeadStore {
   private segmentCounter = 0;
   /** Contents of the segments the committed head references (and of ones just sealed), by name. */
   private readonly segments = new Map<string, readonly MessageRecord[]>();
+  /** Entries of the live dedup segments the committed head references (and of ones just sealed), by name. */
+  private readonly dedupSegments = new Map<string, readonly DedupEntry[]>();
   /** Segment deletions in progress (garbage collection never delays a commit). */
   private readonly collecting = new Set<Promise<void>>();
 
@@ -416,10 +424,17 @@ export class ShardHeadStore {
       const doc = parseShardDocument(stored.body);
       const place = { queue: this.queue, shard: this.shard };
       checkDocumentPlace(doc, place); // before its segments: a misplaced head names another shard's
-      const loaded = await loadSegments(this.store, this.key, stored.etag, doc, this.segments);
+      const now = this.now();
+      const dedup = { cache: this.dedupSegments, now };
+      const loaded = await loadSegments(this.store, this.key, stored.etag, doc, this.segments, dedup);
       if (loaded === "moved") return this.reload(); // the head changed while its segments were read
-      this.committed = ShardState.fromDocument(doc, { expected: place, segments: this.lookup });
-      this.pruneSegments(doc.segments);
+      this.committed = ShardState.fromDocument(doc, {
+        expected: place,
+        segments: this.lookup,
+        dedupSegments: this.lookupDedup,
+        now,
+      });
+      this.pruneSegments(doc.segments, doc.dedupSegments);
     } catch (error) {
       if (isCasqError(error, "unavailable")) {
         this.committed = undefined;
@@ -483,9 +498,16 @@ export class ShardHeadStore {
   private readonly lookup = (ref: SegmentRef): readonly MessageRecord[] | undefined =>
     this.segments.get(ref.name);
 
+  /** The cached entries of a dedup segment the head references (undefined: expired when loaded). */
+  private readonly lookupDedup = (ref: { readonly name: string }): readonly DedupEntry[] | undefined =>
+    this.dedupSegments.get(ref.name);
+
   private restoreCommitted(): void {
     if (this.committedBytes) {
-      this.committed = ShardState.decode(this.committedBytes, { segments: this.lookup });
+      this.committed = ShardState.decode(this.committedBytes, {
+        segments: this.lookup,
+        dedupSegments: this.lookupDedup,
+      });
     } else {
       this.committed = undefined;
       this.headMode = "unloaded";
@@ -497,24 +519,23 @@ export class ShardHeadStore {
    * over budget. Each segment is written put-if-absent under a unique name
    * BEFORE the head that references it; a segment write that fails leaves
    * its messages in the tail (the head just stays larger until the next
-   * commit tries again). Returns the names written, so that a head write
-   * that did not land can delete them.
+   * commit tries again). Then the same for the head's dedup ids, into one
+   * dedup segment. Returns the names written, so that a head write that did
+   * not land can delete them.
    */
   private async sealTail(working: ShardState, now: number): Promise<string[]> {
     const written: string[] = [];
     const epoch = working.broker?.epoch ?? 0;
     for (;;) {
       const candidates = sealCandidates(working, this.options.tailBytes);
-      if (candidates.length === 0) return written;
+      if (candidates.length === 0) break;
       const records = candidates.map((m) => m.msg);
-      // The sequence is unique per writer and the random part tells two writers of one epoch apart.
-      const sequence = `${(++this.segmentCounter).toString(36)}${Math.floor(this.random.next() * 36 ** 6).toString(36)}`;
-      const name = segmentName(records[0]?.offset ?? 0, epoch, sequence);
+      const name = segmentName(records[0]?.offset ?? 0, epoch, this.uniquePart());
       const bytes = encodeSegment(this.queue, this.shard, records);
       try {
         await this.store.put(segmentPrefix(this.queue, this.shard) + name, bytes, { ifAbsent: true });
       } catch {
-        return written; // not sealed this time: the messages stay in the head
+        break; // not sealed this time: the messages stay in the head
       }
       sealSegment(working, candidates, {
         name,
@@ -525,13 +546,41 @@ export class ShardHeadStore {
       this.segments.set(name, records);
       written.push(name);
     }
+    const entries = dedupSealCandidates(working, this.options.tailBytes);
+    if (entries.length === 0) return written;
+    const name = dedupSegmentName(entries[0]?.offset ?? 0, epoch, this.uniquePart());
+    const bytes = encodeDedupSegment(this.queue, this.shard, entries);
+    try {
+      await this.store.put(segmentPrefix(this.queue, this.shard) + name, bytes, { ifAbsent: true });
+    } catch {
+      return written; // not sealed this time: the ids stay in the head
+    }
+    sealDedupSegment(working, entries, {
+      name,
+      bytes: bytes.byteLength,
+      sha256: sha256Hex(bytes),
+      createdAt: now,
+    });
+    this.dedupSegments.set(name, entries);
+    written.push(name);
+    return written;
   }
 
-  /** Forgets cached segments the head no longer references. */
-  private pruneSegments(refs: readonly SegmentRef[]): void {
-    if (refs.length === this.segments.size) return;
-    const keep = new Set(refs.map((ref) => ref.name));
-    for (const name of this.segments.keys()) if (!keep.has(name)) this.segments.delete(name);
+  /** A segment name's unique part: a sequence per writer and a random part telling two writers of one epoch apart. */
+  private uniquePart(): string {
+    return `${(++this.segmentCounter).toString(36)}${Math.floor(this.random.next() * 36 ** 6).toString(36)}`;
+  }
+
+  /** Forgets cached segments and dedup segments the head no longer references. */
+  private pruneSegments(refs: readonly SegmentRef[], dedupRefs: readonly { readonly name: string }[]): void {
+    for (const [cache, list] of [
+      [this.segments, refs],
+      [this.dedupSegments, dedupRefs],
+    ] as const) {
+      if (list.length === cache.size) continue;
+      const keep = new Set(list.map((ref) => ref.name));
+      for (const name of cache.keys()) if (!keep.has(name)) cache.delete(name);
+    }
   }
 
   /**
@@ -542,7 +591,10 @@ export class ShardHeadStore {
   private collect(names: readonly string[]): void {
     if (names.length === 0) return;
     const prefix = segmentPrefix(this.queue, this.shard);
-    for (const name of names) this.segments.delete(name);
+    for (const name of names) {
+      this.segments.delete(name);
+      this.dedupSegments.delete(name);
+    }
     const run = Promise.all(names.map((name) => this.store.delete(prefix + name).catch(() => {}))).then(
       () => {},
     );

@@ -5,7 +5,7 @@
  * Reading never writes and never moves leadership.
  */
 import { parseShardDocument } from "../model/document-codec.ts";
-import type { MessageRecord } from "../model/shard-records.ts";
+import type { DedupEntry, MessageRecord } from "../model/shard-records.ts";
 import { checkDocumentPlace, ShardState } from "../model/shard-state.ts";
 import type { ObjectStore, StoredObject } from "../store/object-store.ts";
 import { loadSegments } from "./segment-loader.ts";
@@ -27,11 +27,17 @@ export async function readShardSnapshot(
   const key = shardKey(queue, shard);
   let current: StoredObject | undefined = stored;
   const cache = new Map<string, readonly MessageRecord[]>();
-  const options = { expected: { queue, shard }, segments: (ref: { name: string }) => cache.get(ref.name) };
+  // Every dedup segment the head references (now 0): a read checks them all, as strictly as segments.
+  const dedup = { cache: new Map<string, readonly DedupEntry[]>(), now: 0 };
+  const options = {
+    expected: { queue, shard },
+    segments: (ref: { name: string }) => cache.get(ref.name),
+    dedupSegments: (ref: { name: string }) => dedup.cache.get(ref.name),
+  };
   for (let attempt = 0; ; attempt++) {
     const doc = parseShardDocument(current.body);
     checkDocumentPlace(doc, options.expected);
-    const loaded = await loadSegments(store, key, current.etag, doc, cache);
+    const loaded = await loadSegments(store, key, current.etag, doc, cache, dedup);
     if (loaded === "ok" || attempt >= 3) return ShardState.fromDocument(doc, options);
     current = await store.get(key);
     if (current === undefined) return ShardState.fromDocument(doc, options); // fails: names what is missing

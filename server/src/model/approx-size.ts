@@ -49,6 +49,9 @@ export const DELIVERY_BYTES = 150;
 /** One sealed segment's entry in the head's index (format v2), its `gone` list aside. */
 export const SEGMENT_ENTRY_BYTES = 320;
 
+/** One dedup segment's entry in the head's index (format v2). */
+export const DEDUP_SEGMENT_ENTRY_BYTES = 230;
+
 /** One message as stored (targets not counted: they are rare and short). */
 export function messageBytes(m: MessageRecord): number {
   return (

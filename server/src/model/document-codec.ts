@@ -41,6 +41,9 @@ export const SHARD_FORMAT_V1 = "casq.shard.v1";
 /** The format of a segment object. */
 export const SEGMENT_FORMAT = "casq.segment.v1";
 
+/** The format of a dedup segment object. */
+export const DEDUP_SEGMENT_FORMAT = "casq.dedup.v1";
+
 // ---------------------------------------------------------------- encoding
 
 const encoder = new TextEncoder();
@@ -147,12 +150,17 @@ export function deadLettersJson(sub: SubscriptionState): string {
   return `[${dead.join(",")}]`;
 }
 
-/** The canonical JSON array of the remembered dedup ids, by expiry then id. */
+/** One dedup entry's canonical JSON (head, v1 document and dedup segment alike). */
+export function dedupEntryJson(e: DedupEntry): string {
+  return `{"dedup_id":${json(e.dedupId)},"id":${json(e.id)},"offset":${e.offset},"expires_at":${e.expiresAt}}`;
+}
+
+/** The canonical v1 JSON array of every remembered dedup id, by expiry then id. */
 export function dedupJson(state: ShardState): string {
   const dedup = [...state.dedup.values()].sort((a, b) =>
     a.expiresAt !== b.expiresAt ? a.expiresAt - b.expiresAt : a.dedupId < b.dedupId ? -1 : 1,
   );
-  return `[${dedup.map((e) => `{"dedup_id":${json(e.dedupId)},"id":${json(e.id)},"offset":${e.offset},"expires_at":${e.expiresAt}}`).join(",")}]`;
+  return `[${dedup.map(dedupEntryJson).join(",")}]`;
 }
 
 /** The canonical JSON members before `next_offset` shared by both formats (from `format` to `broker`). */
@@ -236,6 +244,21 @@ export interface ShardDocument {
   readonly messages: readonly { readonly msg: MessageRecord; readonly targets: string[] | undefined }[];
   /** v2: the sealed segments, ascending offsets (empty for v1). */
   readonly segments: readonly SegmentRef[];
+  /** v2: the sealed dedup segments, ascending offsets (empty for v1, and when absent). */
+  readonly dedupSegments: readonly DedupSegmentRef[];
+}
+
+/** A sealed dedup segment as the v2 head indexes it. */
+export interface DedupSegmentRef {
+  readonly name: string;
+  readonly first: number;
+  readonly last: number;
+  readonly count: number;
+  readonly bytes: number;
+  readonly sha256: string;
+  readonly createdAt: number;
+  /** Latest `expires_at` of its entries. */
+  readonly expiresAt: number;
 }
 
 /** A sealed segment as the v2 head indexes it. */
@@ -255,6 +278,9 @@ export interface SegmentRef {
 
 /** Segment object names: `<first offset, 20 digits>-<epoch>-<sequence>.json`. */
 export const SEGMENT_NAME = /^[0-9]{20}-[0-9]{1,15}-[0-9a-z]{1,32}\.json$/;
+
+/** Dedup segment object names: `<first offset, 20 digits>-<epoch>-<sequence>.dedup.json`. */
+export const DEDUP_SEGMENT_NAME = /^[0-9]{20}-[0-9]{1,15}-[0-9a-z]{1,32}\.dedup\.json$/;
 
 class Corrupt extends Error {}
 
@@ -521,6 +547,45 @@ function segmentRef(value: unknown, path: string): SegmentRef {
   };
 }
 
+function dedupSegmentRef(value: unknown, path: string): DedupSegmentRef {
+  const o = object(value, path, [
+    "name",
+    "first",
+    "last",
+    "count",
+    "bytes",
+    "sha256",
+    "created_at",
+    "expires_at",
+  ]);
+  const name = text(o.name, `${path}.name`);
+  if (!DEDUP_SEGMENT_NAME.test(name)) fail(`${path}.name`, "not a dedup segment object name");
+  const sha256 = text(o.sha256, `${path}.sha256`);
+  if (!/^[0-9a-f]{64}$/.test(sha256)) fail(`${path}.sha256`, "expected 64 lowercase hex digits");
+  const first = integer(o.first, `${path}.first`);
+  const last = integer(o.last, `${path}.last`, first);
+  return {
+    name,
+    first,
+    last,
+    count: integer(o.count, `${path}.count`, 1, last - first + 1),
+    bytes: integer(o.bytes, `${path}.bytes`, 1),
+    sha256,
+    createdAt: integer(o.created_at, `${path}.created_at`),
+    expiresAt: integer(o.expires_at, `${path}.expires_at`),
+  };
+}
+
+function dedupEntry(v: unknown, p: string): DedupEntry {
+  const e = object(v, p, ["dedup_id", "id", "offset", "expires_at"]);
+  return {
+    dedupId: text(e.dedup_id, `${p}.dedup_id`, true),
+    id: text(e.id, `${p}.id`, true),
+    offset: integer(e.offset, `${p}.offset`),
+    expiresAt: integer(e.expires_at, `${p}.expires_at`),
+  };
+}
+
 function subscription(value: unknown, path: string, version: 1 | 2): ShardDocument["subscriptions"][number] {
   const o = object(value, path, [
     "name",
@@ -614,7 +679,7 @@ export function parseShardDocument(bytes: Uint8Array): ShardDocument {
         ...(version === 2 ? ["segments"] : []),
         "messages",
       ],
-      ["recent_write_ids"],
+      ["recent_write_ids", ...(version === 2 ? ["dedup_segments"] : [])],
     );
     let broker: BrokerRecord | undefined;
     if (o.broker !== null) {
@@ -651,16 +716,7 @@ export function parseShardDocument(bytes: Uint8Array): ShardDocument {
       subscriptions: array(o.subscriptions, "document.subscriptions").map((v, i) =>
         subscription(v, `document.subscriptions[${i}]`, version),
       ),
-      dedup: array(o.dedup, "document.dedup").map((v, i) => {
-        const p = `document.dedup[${i}]`;
-        const e = object(v, p, ["dedup_id", "id", "offset", "expires_at"]);
-        return {
-          dedupId: text(e.dedup_id, `${p}.dedup_id`, true),
-          id: text(e.id, `${p}.id`, true),
-          offset: integer(e.offset, `${p}.offset`),
-          expiresAt: integer(e.expires_at, `${p}.expires_at`),
-        };
-      }),
+      dedup: array(o.dedup, "document.dedup").map((v, i) => dedupEntry(v, `document.dedup[${i}]`)),
       messages: array(o.messages, "document.messages").map((v, i) =>
         message(v, `document.messages[${i}]`, true),
       ),
@@ -668,6 +724,12 @@ export function parseShardDocument(bytes: Uint8Array): ShardDocument {
         version === 2
           ? array(o.segments, "document.segments").map((v, i) => segmentRef(v, `document.segments[${i}]`))
           : [],
+      dedupSegments:
+        o.dedup_segments === undefined
+          ? []
+          : array(o.dedup_segments, "document.dedup_segments").map((v, i) =>
+              dedupSegmentRef(v, `document.dedup_segments[${i}]`),
+            ),
     };
   } catch (error) {
     if (!(error instanceof Corrupt)) throw error;
@@ -715,6 +777,57 @@ export function parseSegmentDocument(
     if (records[0]?.offset !== ref.first || previous !== ref.last)
       fail("segment.messages", "offsets do not match the head's first/last");
     return records;
+  } catch (error) {
+    if (!(error instanceof Corrupt)) throw error;
+    throw new CasqError(
+      "data_loss",
+      `${where} is corrupt at ${error.message}; refusing to load or overwrite the shard — restore the segment from a backup`,
+      { queue: expect.queue, shard: expect.shard },
+      { cause: error },
+    );
+  }
+}
+
+/**
+ * Parses a dedup segment object's bytes (its checksum already verified by
+ * the caller) and checks it against the head's index entry. Throws
+ * `CasqError("data_loss")` when it is not the dedup segment the head describes.
+ */
+export function parseDedupSegmentDocument(
+  bytes: Uint8Array,
+  expect: { readonly queue: string; readonly shard: number; readonly ref: DedupSegmentRef },
+): DedupEntry[] {
+  const where = `dedup segment ${expect.ref.name} of queue ${expect.queue} shard ${expect.shard}`;
+  try {
+    let root: unknown;
+    try {
+      root = JSON.parse(new TextDecoder("utf-8", { fatal: true }).decode(bytes));
+    } catch {
+      fail("dedup_segment", "not valid UTF-8 JSON");
+    }
+    const o = object(root, "dedup_segment", ["format", "queue", "shard", "entries"]);
+    if (o.format !== DEDUP_SEGMENT_FORMAT)
+      fail("dedup_segment.format", `expected ${DEDUP_SEGMENT_FORMAT}, got ${json(o.format)}`);
+    if (o.queue !== expect.queue || o.shard !== expect.shard)
+      fail("dedup_segment", "belongs to another shard");
+    const entries = array(o.entries, "dedup_segment.entries").map((v, i) =>
+      dedupEntry(v, `dedup_segment.entries[${i}]`),
+    );
+    const ref = expect.ref;
+    if (entries.length !== ref.count)
+      fail("dedup_segment.entries", `holds ${entries.length} entries, the head says ${ref.count}`);
+    let previous = -1;
+    let latest = 0;
+    for (const e of entries) {
+      if (e.offset <= previous) fail("dedup_segment.entries", "offsets are not strictly ascending");
+      previous = e.offset;
+      latest = Math.max(latest, e.expiresAt);
+    }
+    if (entries[0]?.offset !== ref.first || previous !== ref.last)
+      fail("dedup_segment.entries", "offsets do not match the head's first/last");
+    if (latest !== ref.expiresAt)
+      fail("dedup_segment.entries", "latest expires_at does not match the head's");
+    return entries;
   } catch (error) {
     if (!(error instanceof Corrupt)) throw error;
     throw new CasqError(

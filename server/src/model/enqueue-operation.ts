@@ -28,10 +28,11 @@
  */
 import { CasqError } from "../errors.ts";
 import { dedupBytes, messageBytes } from "./approx-size.ts";
+import { putDedup } from "./dedup-segments.ts";
 import { normalizeNewMessage } from "./input-validation.ts";
 import type { EnqueueItemResult, EnqueueOperation, EnqueueResult } from "./operations.ts";
 import { retainInTail } from "./segment-mechanics.ts";
-import { onFullySettled, putDedup, schedule } from "./shard-mechanics.ts";
+import { onFullySettled, schedule } from "./shard-mechanics.ts";
 import type { MessageRecord, RetainedMessage } from "./shard-records.ts";
 import type { ShardState } from "./shard-state.ts";
 

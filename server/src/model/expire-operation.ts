@@ -7,7 +7,8 @@
  *    right away (no backoff: the worker probably died, the lease wait was the
  *    delay) and its next claim gets attempt + 1; if not, it is dead-lettered
  *    with the reason "lease expired".
- * 2. Dedup ids whose window passed are forgotten.
+ * 2. Dedup ids whose window passed are forgotten, and a dedup segment whose
+ *    entries all expired is retired (`dedup-segments.ts`).
  * 3. Messages every subscription has settled are dropped once
  *    `enqueued_at + retention_ms` passed.
  *
@@ -16,8 +17,10 @@
  *
  * Cost: O(due items x log n); nothing that is not due is looked at.
  */
+
+import { forgetDedup, retireExpiredDedupSegments } from "./dedup-segments.ts";
 import type { ExpireOperation, ExpireResult } from "./operations.ts";
-import { deadLetter, deleteDedup, dropMessage, maxAttemptsOf, schedule } from "./shard-mechanics.ts";
+import { deadLetter, dropMessage, maxAttemptsOf, schedule } from "./shard-mechanics.ts";
 import type { ShardState } from "./shard-state.ts";
 
 /** Applies an expire sweep (see module header). */
@@ -58,14 +61,17 @@ export function applyExpire(state: ShardState, _op: ExpireOperation, now: number
   }
 
   let dedupPruned = 0;
+  let headDedupChanged = false;
   for (;;) {
     const e = state.dedupIndex.peek();
     if (e === undefined || e.expiresAt > now) break;
     state.dedupIndex.pop();
     if (state.dedup.get(e.dedupId)?.expiresAt !== e.expiresAt) continue; // replaced since
-    deleteDedup(state, e.dedupId);
+    if (forgetDedup(state, e.dedupId)) headDedupChanged = true;
     dedupPruned += 1;
   }
+  // A sealed entry is forgotten in memory only; its dedup segment leaves the head once all its entries expired.
+  if (retireExpiredDedupSegments(state, now) > 0) headDedupChanged = true;
 
   let messagesDropped = 0;
   const retention = state.config.retentionMs;
@@ -79,6 +85,6 @@ export function applyExpire(state: ShardState, _op: ExpireOperation, now: number
     messagesDropped += 1;
   }
 
-  const changed = leasesExpired + dedupPruned + messagesDropped > 0;
+  const changed = leasesExpired + messagesDropped > 0 || headDedupChanged;
   return { kind: "expire", leasesExpired, redelivered, deadLettered, dedupPruned, messagesDropped, changed };
 }

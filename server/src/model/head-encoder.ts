@@ -9,13 +9,14 @@
  * ranges. Canonical like v1: the same state gives the same bytes.
  *
  * Cost: O(head) — subscriptions with their live deliveries and settled
- * ranges, dedup ids, dead letters, the tail and one cached entry per
- * segment. Sealed messages are not touched.
+ * ranges, the head's own dedup ids (already in offset order: no sort), dead
+ * letters, the tail and one cached entry per segment and dedup segment.
+ * Sealed messages and sealed dedup ids are not touched.
  */
 import {
   configJson,
   deadLettersJson,
-  dedupJson,
+  dedupEntryJson,
   deliveriesJson,
   headerJson,
   messageJson,
@@ -23,7 +24,7 @@ import {
   subscriptionCountersJson,
 } from "./document-codec.ts";
 import { compactAckState } from "./shard-mechanics.ts";
-import type { SegmentState, SubscriptionState } from "./shard-records.ts";
+import type { DedupSegmentState, SegmentState, SubscriptionState } from "./shard-records.ts";
 import type { ShardState } from "./shard-state.ts";
 
 const encoder = new TextEncoder();
@@ -60,6 +61,25 @@ function segmentJson(seg: SegmentState): string {
   return seg.json;
 }
 
+/** The head's index entry of a dedup segment (immutable, so cached). */
+function dedupSegmentJson(seg: DedupSegmentState): string {
+  seg.json ??= `{"name":${json(seg.name)},"first":${seg.first},"last":${seg.last},"count":${seg.count},"bytes":${seg.bytes},"sha256":"${seg.sha256}","created_at":${seg.createdAt},"expires_at":${seg.expiresAt}}`;
+  return seg.json;
+}
+
+/** The head's dedup ids in offset order, then (when there are any) the index of dedup segments. */
+function dedupPartJson(state: ShardState): string {
+  const entries: string[] = [];
+  for (const e of state.recentDedup.values()) entries.push(dedupEntryJson(e));
+  let out = `,"dedup":[${entries.join(",")}]`;
+  if (state.dedupSegments.size > 0) {
+    const refs: string[] = [];
+    for (const seg of state.dedupSegments.values()) refs.push(dedupSegmentJson(seg));
+    out += `,"dedup_segments":[${refs.join(",")}]`;
+  }
+  return out;
+}
+
 /** The canonical v2 head bytes of a shard. O(head). */
 export function encodeHead(state: ShardState): Uint8Array {
   const c = state.counters;
@@ -73,7 +93,7 @@ export function encodeHead(state: ShardState): Uint8Array {
     const sub = state.subs.get(name);
     if (sub !== undefined) parts.push((i > 0 ? "," : "") + subscriptionJson(state, sub));
   });
-  parts.push(`],"dedup":${dedupJson(state)}`, `,"segments":[`);
+  parts.push("]", dedupPartJson(state), `,"segments":[`);
   let first = true;
   for (const seg of state.segments.values()) {
     parts.push((first ? "" : ",") + segmentJson(seg));

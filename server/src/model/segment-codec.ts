@@ -5,14 +5,18 @@
  * always lives in the head). The head's index entry carries its size and
  * SHA-256, checked on every read; parsing is in `document-codec.ts`.
  *
+ * Dedup segments (`"format": "casq.dedup.v1"`) hold sealed dedup entries
+ * (ascending message offsets) under the same prefix, named `….dedup.json`,
+ * so that listing, the takeover sweep and deleting a queue treat both alike.
+ *
  * Key: `queues/<queue>/<shard>/seg/<first offset, 20 digits>-<epoch>-<sequence>.json`.
  * The epoch and the writer's sequence make every name unique, so a deposed
  * leader and its successor never write the same key; the first offset keeps
  * a listing in offset order.
  */
 import { createHash } from "node:crypto";
-import { messageJson, SEGMENT_FORMAT } from "./document-codec.ts";
-import type { MessageRecord } from "./shard-records.ts";
+import { DEDUP_SEGMENT_FORMAT, dedupEntryJson, messageJson, SEGMENT_FORMAT } from "./document-codec.ts";
+import type { DedupEntry, MessageRecord } from "./shard-records.ts";
 
 const encoder = new TextEncoder();
 
@@ -28,6 +32,18 @@ export function encodeSegment(queue: string, shard: number, records: readonly Me
   return encoder.encode(parts.join(""));
 }
 
+/** The dedup segment object bytes for `entries` (ascending offsets). */
+export function encodeDedupSegment(queue: string, shard: number, entries: readonly DedupEntry[]): Uint8Array {
+  const parts = [
+    `{"format":"${DEDUP_SEGMENT_FORMAT}","queue":${JSON.stringify(queue)},"shard":${shard},"entries":[`,
+  ];
+  entries.forEach((e, i) => {
+    parts.push((i > 0 ? "," : "") + dedupEntryJson(e));
+  });
+  parts.push("]}");
+  return encoder.encode(parts.join(""));
+}
+
 /** Lowercase hex SHA-256 of `bytes`. */
 export function sha256Hex(bytes: Uint8Array): string {
   return createHash("sha256").update(bytes).digest("hex");
@@ -38,13 +54,18 @@ export function segmentName(first: number, epoch: number, unique: string): strin
   return `${String(first).padStart(20, "0")}-${epoch}-${unique}.json`;
 }
 
-/** The key prefix under which a shard's segments live. */
+/** The object name of a dedup segment whose first entry is at offset `first` (see {@link segmentName}). */
+export function dedupSegmentName(first: number, epoch: number, unique: string): string {
+  return `${String(first).padStart(20, "0")}-${epoch}-${unique}.dedup.json`;
+}
+
+/** The key prefix under which a shard's segments (message and dedup segments) live. */
 export function segmentPrefix(queue: string, shard: number): string {
   return `queues/${queue}/${shard}/seg/`;
 }
 
-/** The epoch a segment name was written in (undefined for a name that is not a segment's). */
+/** The epoch a segment or dedup segment name was written in (undefined for a name that is neither). */
 export function segmentEpoch(name: string): number | undefined {
-  const match = /^[0-9]{20}-([0-9]{1,15})-[0-9a-z]{1,32}\.json$/.exec(name);
+  const match = /^[0-9]{20}-([0-9]{1,15})-[0-9a-z]{1,32}(?:\.dedup)?\.json$/.exec(name);
   return match ? Number(match[1]) : undefined;
 }

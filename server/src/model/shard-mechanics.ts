@@ -19,12 +19,11 @@
  * costs O(log n) or O(subscriptions), never O(messages).
  */
 import { CasqError } from "../errors.ts";
-import { DELIVERY_BYTES, deadLetterBytes, dedupBytes, subscriptionBytes } from "./approx-size.ts";
+import { DELIVERY_BYTES, deadLetterBytes, subscriptionBytes } from "./approx-size.ts";
 import { BinaryHeap } from "./binary-heap.ts";
 import type { MessageView } from "./operations.ts";
 import { removeContents } from "./segment-mechanics.ts";
 import {
-  type DedupEntry,
   type DelayedEntry,
   type Delivery,
   type MessageRecord,
@@ -326,23 +325,6 @@ export function deadLetter(
   state.counters.deadLettered += 1;
   settle(state, m, sub, now);
   evictDeadLetters(state, sub);
-}
-
-/** Stores a dedup entry (replacing an expired one with the same id). */
-export function putDedup(state: ShardState, e: DedupEntry): void {
-  const old = state.dedup.get(e.dedupId);
-  if (old !== undefined) state.bytes -= dedupBytes(old);
-  state.dedup.set(e.dedupId, e);
-  state.bytes += dedupBytes(e);
-  state.dedupIndex.push({ expiresAt: e.expiresAt, dedupId: e.dedupId });
-}
-
-/** Forgets a dedup entry. */
-export function deleteDedup(state: ShardState, dedupId: string): void {
-  const old = state.dedup.get(dedupId);
-  if (old === undefined) return;
-  state.dedup.delete(dedupId);
-  state.bytes -= dedupBytes(old);
 }
 
 /** The public view of a stored message. */

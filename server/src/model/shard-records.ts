@@ -85,6 +85,40 @@ export interface SegmentState {
   json: string | undefined;
 }
 
+/**
+ * A sealed dedup segment (format v2): an immutable object in the store
+ * holding `count` dedup entries whose message offsets lie between `first`
+ * and `last`, indexed by the head. Its entries are in memory too while the
+ * shard is loaded, unless every one of them had expired when the head was
+ * read (then it is not read at all and waits to be retired).
+ */
+export interface DedupSegmentState {
+  /** Object name under the shard's `seg/` prefix, e.g. `00000000000000000000-3-17.dedup.json`. */
+  readonly name: string;
+  /** Lowest message offset among its entries. */
+  readonly first: number;
+  /** Highest message offset among its entries. */
+  readonly last: number;
+  readonly count: number;
+  /** Size of the object in bytes. */
+  readonly bytes: number;
+  /** SHA-256 of the object's bytes, lowercase hex. */
+  readonly sha256: string;
+  readonly createdAt: number;
+  /** Latest `expires_at` among its entries: from then on it remembers nothing and is retired. */
+  readonly expiresAt: number;
+  /** Its entries (ascending offsets), or undefined when not loaded because all had expired. */
+  readonly entries: readonly DedupEntry[] | undefined;
+  /** Index: cached JSON of the head's index entry. */
+  json: string | undefined;
+}
+
+/** Dedup-segment retirement index entry. */
+export interface DedupSegmentExpiry {
+  readonly expiresAt: number;
+  readonly name: string;
+}
+
 /** A worker's hold on one delivery. */
 export interface Lease {
   readonly worker: string;

@@ -22,7 +22,14 @@
 import { CasqError, quoteValue } from "../errors.ts";
 import { DOCUMENT_BASE_BYTES, deadLetterBytes, messageBytes, SETTLED_SLOT_BYTES } from "./approx-size.ts";
 import { BinaryHeap } from "./binary-heap.ts";
-import { encodeShardV1, parseShardDocument, type SegmentRef, type ShardDocument } from "./document-codec.ts";
+import { addDedupSegment, newDedupSegmentState, putDedup, putSealedDedup } from "./dedup-segments.ts";
+import {
+  type DedupSegmentRef,
+  encodeShardV1,
+  parseShardDocument,
+  type SegmentRef,
+  type ShardDocument,
+} from "./document-codec.ts";
 import { encodeHead } from "./head-encoder.ts";
 import {
   DEFAULT_QUEUE_CONFIG,
@@ -38,13 +45,14 @@ import {
   indexLease,
   isSettled,
   newSubscription,
-  putDedup,
   schedule,
 } from "./shard-mechanics.ts";
 import {
   type BrokerRecord,
   type DedupEntry,
   type DedupExpiryEntry,
+  type DedupSegmentExpiry,
+  type DedupSegmentState,
   type DelayedEntry,
   type LeaseEntry,
   type MessageRecord,
@@ -62,12 +70,25 @@ export type SegmentLookup = (ref: SegmentRef) => readonly MessageRecord[] | unde
 
 const NO_SEGMENTS: SegmentLookup = () => undefined;
 
+/** Gives a v2 decode the entries of a dedup segment the head references (undefined: not loaded). */
+export type DedupSegmentLookup = (ref: DedupSegmentRef) => readonly DedupEntry[] | undefined;
+
 /** What {@link ShardState.decode} checks and where it finds a v2 head's segments. */
 export interface DecodeOptions {
   /** The key the document was read from: a document naming another queue or shard is refused. */
   readonly expected?: { readonly queue: string; readonly shard: number } | undefined;
   /** The contents of the segments a v2 head references (default: none). */
   readonly segments?: SegmentLookup | undefined;
+  /**
+   * The entries of the dedup segments a v2 head references (default: none).
+   * A dedup segment it does not give is taken as expired: nothing in it is remembered.
+   */
+  readonly dedupSegments?: DedupSegmentLookup | undefined;
+  /**
+   * The reader's time: with it, a dedup segment that is not given although
+   * its `expires_at` is later refuses the document (its ids would be forgotten early).
+   */
+  readonly now?: number | undefined;
 }
 
 /**
@@ -118,6 +139,10 @@ function dedupBefore(a: DedupExpiryEntry, b: DedupExpiryEntry): boolean {
   return a.expiresAt !== b.expiresAt ? a.expiresAt < b.expiresAt : a.dedupId < b.dedupId;
 }
 
+function dedupSegmentBefore(a: DedupSegmentExpiry, b: DedupSegmentExpiry): boolean {
+  return a.expiresAt !== b.expiresAt ? a.expiresAt < b.expiresAt : a.name < b.name;
+}
+
 /** One queue shard's complete state (see module header). */
 export class ShardState {
   /** Queue name. */
@@ -149,8 +174,16 @@ export class ShardState {
   readonly ids = new Map<string, number>();
   /** @internal Subscriptions by name. */
   readonly subs = new Map<string, SubscriptionState>();
-  /** @internal Remembered dedup ids. */
+  /** @internal Remembered dedup ids, wherever they are stored (head or dedup segment). */
   readonly dedup = new Map<string, DedupEntry>();
+  /** @internal The dedup ids the head itself carries, in ascending offset order (the rest are in dedup segments). */
+  readonly recentDedup = new Map<string, DedupEntry>();
+  /** @internal Estimated encoded bytes of `recentDedup` (the broker seals it when it outgrows its budget). */
+  recentDedupBytes = 0;
+  /** @internal Sealed dedup segments the head indexes, by name, in ascending offset order. */
+  readonly dedupSegments = new Map<string, DedupSegmentState>();
+  /** @internal When each dedup segment stops remembering anything, for retirement. */
+  readonly dedupSegmentIndex = new BinaryHeap<DedupSegmentExpiry>(dedupSegmentBefore);
   /** @internal Monotonic shard counters. */
   readonly counters: ShardCounters = zeroShardCounters();
   /** @internal Lease deadlines, for the expiry sweep. */
@@ -351,9 +384,40 @@ export class ShardState {
       }
     }
 
-    for (const e of doc.dedup) {
-      if (state.dedup.has(e.dedupId)) fail(`dedup id ${JSON.stringify(e.dedupId)} appears twice`);
+    // Dedup: sealed entries first (oldest first: a later entry of the same id, its
+    // original having expired, replaces it), then the head's own, above them all.
+    const lookupDedup = options.dedupSegments ?? (() => undefined);
+    let dedupEnd = -1;
+    for (const ref of doc.dedupSegments) {
+      if (ref.first <= dedupEnd) fail(`dedup segment ${ref.name} overlaps the one before it`);
+      if (ref.last >= state.next) fail(`dedup segment ${ref.name} names a future offset`);
+      dedupEnd = ref.last;
+      const entries = lookupDedup(ref);
+      if (entries === undefined && options.now !== undefined && ref.expiresAt > options.now)
+        fail(`dedup segment ${ref.name} is referenced by the head, not expired, but was not loaded`);
+      const seg = newDedupSegmentState(ref, entries);
+      if (
+        seg.first !== ref.first ||
+        seg.last !== ref.last ||
+        seg.count !== ref.count ||
+        seg.expiresAt !== ref.expiresAt
+      )
+        fail(`dedup segment ${ref.name} does not hold what the head says`);
+      addDedupSegment(state, seg);
+      for (const e of entries ?? []) {
+        if ((state.dedup.get(e.dedupId)?.offset ?? -1) >= e.offset)
+          fail(`dedup id ${JSON.stringify(e.dedupId)} appears twice`);
+        putSealedDedup(state, e);
+      }
+    }
+    // v1 listed dedup ids by expiry; the v2 head lists them by offset.
+    const headDedup = doc.version === 1 ? [...doc.dedup].sort((a, b) => a.offset - b.offset) : doc.dedup;
+    for (const e of headDedup) {
+      if (state.recentDedup.has(e.dedupId)) fail(`dedup id ${JSON.stringify(e.dedupId)} appears twice`);
       if (e.offset >= state.next) fail(`dedup id ${JSON.stringify(e.dedupId)} names a future offset`);
+      if (e.offset <= dedupEnd)
+        fail(`dedup ids must ascend by offset, above those of the dedup segments (offset ${e.offset})`);
+      dedupEnd = e.offset;
       putDedup(state, e);
     }
 
@@ -389,7 +453,10 @@ export class ShardState {
 
   /** A deep, independent copy (decode of the encoding); for tests and simulation. */
   clone(): ShardState {
-    return ShardState.decode(this.encode(), { segments: (ref) => this.segments.get(ref.name)?.records });
+    return ShardState.decode(this.encode(), {
+      segments: (ref) => this.segments.get(ref.name)?.records,
+      dedupSegments: (ref) => this.dedupSegments.get(ref.name)?.entries,
+    });
   }
 
   /** The contents of every segment the head indexes, by name (shared, immutable). */
@@ -397,9 +464,22 @@ export class ShardState {
     return new Map([...this.segments.values()].map((seg) => [seg.name, seg.records]));
   }
 
-  /** Names of the segments the head indexes, ascending offsets. */
+  /** The entries of every loaded dedup segment the head indexes, by name (shared, immutable). */
+  dedupSegmentEntries(): Map<string, readonly DedupEntry[]> {
+    const out = new Map<string, readonly DedupEntry[]>();
+    for (const seg of this.dedupSegments.values())
+      if (seg.entries !== undefined) out.set(seg.name, seg.entries);
+    return out;
+  }
+
+  /** Names of the segments (message segments, then dedup segments) the head indexes. */
   segmentNames(): string[] {
-    return [...this.segments.keys()];
+    return [...this.segments.keys(), ...this.dedupSegments.keys()];
+  }
+
+  /** Estimated bytes of the dedup ids the head itself carries, O(1) (the broker seals them when they outgrow the budget). */
+  get recentDedupSize(): number {
+    return this.recentDedupBytes;
   }
 
   /** Takes the names of segments retired since the last call: their objects may go once a head without them landed. */

@@ -170,7 +170,9 @@ export function hasRunnable(state: ShardState, subscription: string, now: number
  * {@link nextWakeAt}.) May report a time that turns out to need no work.
  */
 export function nextHousekeepingAt(state: ShardState): number | undefined {
-  const dedup = state.dedupIndex.peek()?.expiresAt;
+  const entry = state.dedupIndex.peek()?.expiresAt;
+  const segment = state.dedupSegmentIndex.peek()?.expiresAt;
+  const dedup = entry === undefined ? segment : segment === undefined ? entry : Math.min(entry, segment);
   const retention = state.retentionIndex.peek()?.at;
   if (dedup === undefined) return retention;
   if (retention === undefined) return dedup;

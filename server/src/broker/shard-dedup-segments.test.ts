@@ -1,0 +1,209 @@
+import { describe, expect, it } from "vitest";
+import { isCasqError } from "../errors.ts";
+import { MemoryStore } from "../store/memory-store.ts";
+import type { CallOptions, StoredObject } from "../store/object-store.ts";
+import { ManualClock } from "../util/manual-clock.ts";
+import { seededRandom } from "../util/random.ts";
+import { expectKind } from "./broker.ts";
+import { ShardLeader } from "./shard-leader.ts";
+
+const HEAD = "queues/jobs/0.json";
+const SEG = "queues/jobs/0/seg/";
+const MIB = 1024 * 1024;
+const WINDOW = 300_000; // the default dedup window
+const payload = new TextEncoder().encode("small job payload");
+/** Like an SDK producer's default: a random-looking dedup id on every message. */
+const dedupOf = (i: number) =>
+  `${(i * 2654435761).toString(16).padStart(12, "0")}-dedup-${i}-4a1c-9e2f-7b3d5c8a`;
+
+function leader(store: MemoryStore, name: string, clock: ManualClock, tailBytes = 256 * 1024) {
+  return new ShardLeader({
+    store,
+    queue: "jobs",
+    shard: 0,
+    identity: { id: `broker-${name}`, address: `${name}:50051` },
+    clock,
+    random: seededRandom(name.length),
+    options: { tailBytes },
+  });
+}
+
+async function enqueue(shard: ShardLeader, from: number, count: number, batch = 10) {
+  const results = [];
+  for (let i = from; i < from + count; i += batch) {
+    const messages = Array.from({ length: Math.min(batch, from + count - i) }, (_, k) => ({
+      id: `msg-${i + k}`,
+      payload,
+      dedupId: dedupOf(i + k),
+    }));
+    const r = expectKind(await shard.submit({ kind: "enqueue", messages }), "enqueue");
+    results.push(...r.results);
+  }
+  return results;
+}
+
+async function head(store: MemoryStore) {
+  const stored = await store.get(HEAD);
+  if (!stored) throw new Error("no head");
+  return { doc: JSON.parse(new TextDecoder().decode(stored.body)), bytes: stored.body.byteLength };
+}
+
+async function dedupKeys(store: MemoryStore) {
+  return (await store.list(SEG)).map((e) => e.key).filter((k) => k.endsWith(".dedup.json"));
+}
+
+async function drain(shard: ShardLeader) {
+  let n = 0;
+  for (;;) {
+    const claim = expectKind(
+      await shard.submit({ kind: "claim", subscription: "default", workerId: "w", max: 100 }),
+      "claim",
+    );
+    if (claim.messages.length === 0) return n;
+    n += claim.messages.length;
+    await shard.submit({
+      kind: "ack",
+      subscription: "default",
+      receipts: claim.messages.map((m) => m.receipt),
+    });
+  }
+}
+
+/** A duplicate of message `i`: answered with the original, nothing stored. */
+async function expectDuplicate(shard: ShardLeader, i: number, store: MemoryStore) {
+  const before = (await head(store)).doc.next_offset;
+  const r = expectKind(
+    await shard.submit({ kind: "enqueue", messages: [{ id: `retry-${i}`, payload, dedupId: dedupOf(i) }] }),
+    "enqueue",
+  );
+  expect(r.results).toEqual([{ id: `msg-${i}`, offset: i, duplicate: true }]);
+  expect((await head(store)).doc.next_offset).toBe(before);
+}
+
+describe("shard format v2: dedup ids in dedup segments", () => {
+  it("keeps the head under 1 MiB with a dedup id on each of 200k messages enqueued within the window", async () => {
+    const store = new MemoryStore();
+    const clock = new ManualClock();
+    const a = leader(store, "a", clock);
+    let largest = 0;
+    for (let i = 0; i < 200_000; i += 1000) {
+      await enqueue(a, i, 1000, 1000);
+      clock.advance(1); // all 200k within one window
+      largest = Math.max(largest, (await head(store)).bytes);
+    }
+    expect(largest).toBeLessThan(MIB);
+    const { doc } = await head(store);
+    expect(doc.next_offset).toBe(200_000);
+    expect(doc.dedup_segments.length).toBeGreaterThan(50);
+    const sealed = doc.dedup_segments.reduce((n: number, s: { count: number }) => n + s.count, 0);
+    expect(sealed + doc.dedup.length).toBe(200_000);
+    expect(await a.read((s) => s.recentDedupSize)).toBeLessThanOrEqual(256 * 1024);
+    await expectDuplicate(a, 0, store);
+    await expectDuplicate(a, 123_457, store);
+    await a.stop({ release: true });
+    // a takeover reads the dedup segments and still refuses every old id
+    const b = leader(store, "b", clock);
+    await expectDuplicate(b, 1, store);
+    await expectDuplicate(b, 199_999, store);
+    expect(await b.read((s) => s.dedup.size)).toBe(200_000);
+    await b.stop({ release: true });
+  }, 60_000);
+
+  it("refuses a duplicate of a sealed message after a takeover, a restart, and after it was acked and its segment collected", async () => {
+    const store = new MemoryStore();
+    const clock = new ManualClock();
+    const a = leader(store, "a", clock, 2048);
+    await enqueue(a, 0, 200);
+    let { doc } = await head(store);
+    expect(doc.segments.length).toBeGreaterThan(0);
+    expect(doc.dedup_segments.length).toBeGreaterThan(0);
+    await expectDuplicate(a, 3, store);
+    await a.stop({ release: true });
+
+    const b = leader(store, "b", clock, 2048); // takeover
+    await expectDuplicate(b, 4, store);
+    expect(await drain(b)).toBe(200);
+    await b.stop({ release: true });
+    ({ doc } = await head(store));
+    expect(doc.segments).toEqual([]); // every message acked: message segments retired ...
+    expect((await store.list(SEG)).filter((e) => !e.key.endsWith(".dedup.json"))).toEqual([]); // ... and deleted
+    expect(doc.messages).toEqual([]);
+
+    const c = leader(store, "c", clock, 2048); // takeover after the GC
+    await expectDuplicate(c, 5, store);
+    await expectDuplicate(c, 199, store);
+    await c.stop({ release: false }); // a crash: the lease is not released
+    clock.advance(60_000);
+    const restarted = leader(store, "c", clock, 2048); // the same broker, restarted
+    await expectDuplicate(restarted, 6, store);
+    await restarted.stop({ release: true });
+    clock.advance(WINDOW);
+    const d = leader(store, "d", clock, 2048);
+    const late = expectKind(
+      await d.submit({ kind: "enqueue", messages: [{ id: "late-7", payload, dedupId: dedupOf(7) }] }),
+      "enqueue",
+    );
+    expect(late.results[0]?.duplicate).toBe(false); // the window passed
+    await d.stop({ release: true });
+  });
+
+  it("retires and deletes dedup segments once all their ids expired; a takeover reads only live ones", async () => {
+    class CountingStore extends MemoryStore {
+      dedupReads = 0;
+      override async get(key: string, options?: CallOptions): Promise<StoredObject | undefined> {
+        if (key.endsWith(".dedup.json")) this.dedupReads += 1;
+        return super.get(key, options);
+      }
+    }
+    const store = new CountingStore();
+    const clock = new ManualClock();
+    const a = leader(store, "a", clock, 2048);
+    await enqueue(a, 0, 100);
+    const early = await dedupKeys(store);
+    expect(early.length).toBeGreaterThan(1);
+    clock.advance(WINDOW / 2);
+    await enqueue(a, 100, 100);
+    await a.stop({ release: true });
+    const all = await dedupKeys(store);
+
+    // past the first half's window: a takeover skips the expired dedup segments
+    clock.advance(WINDOW / 2);
+    store.dedupReads = 0;
+    const b = leader(store, "b", clock, 2048);
+    await b.submit({ kind: "enqueue", messages: [{ id: "x", payload }] }); // a commit: expire runs
+    expect(store.dedupReads).toBe(all.length - early.length);
+    await b.stop({ release: true }); // waits for background deletions
+    const { doc } = await head(store);
+    const left = await dedupKeys(store);
+    for (const key of early) expect(left).not.toContain(key);
+    expect(left.sort()).toEqual(doc.dedup_segments.map((s: { name: string }) => SEG + s.name).sort());
+    expect(left.length).toBeGreaterThan(0);
+
+    // past every window: all gone, from the head and the store
+    clock.advance(WINDOW);
+    const c = leader(store, "c", clock, 2048);
+    await c.submit({ kind: "enqueue", messages: [{ id: "y", payload }] });
+    await c.stop({ release: true });
+    expect((await head(store)).doc.dedup_segments).toBeUndefined();
+    expect(await dedupKeys(store)).toEqual([]);
+  });
+
+  it("refuses the shard with data_loss when a live dedup segment is missing", async () => {
+    const store = new MemoryStore();
+    const clock = new ManualClock();
+    const a = leader(store, "a", clock, 2048);
+    await enqueue(a, 0, 100);
+    await a.stop({ release: true });
+    const { doc } = await head(store);
+    await store.delete(SEG + doc.dedup_segments[0].name);
+    const before = await store.get(HEAD);
+    const b = leader(store, "b", clock, 2048);
+    const error = await b.submit({ kind: "enqueue", messages: [{ id: "x", payload }] }).then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    expect(isCasqError(error, "data_loss"), String(error)).toBe(true);
+    expect(String(error)).toContain("dedup segment");
+    expect((await store.get(HEAD))?.etag).toBe(before?.etag);
+  });
+});

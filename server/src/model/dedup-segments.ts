@@ -1,0 +1,138 @@
+/**
+ * Where remembered dedup ids live (format v2): the newest in the head's
+ * `dedup` list, older ones in sealed *dedup segments* — immutable objects
+ * the head indexes (`dedup_segments`). Model-internal.
+ *
+ * - Every live entry is in `state.dedup` (the lookup an enqueue uses),
+ *   whichever object holds it; `state.recentDedup` is the part the head
+ *   carries, in ascending offset order (entries only ever join at the end).
+ * - When the head's entries outgrow their byte budget the broker seals all
+ *   of them into a dedup segment ({@link dedupSealCandidates},
+ *   {@link sealDedupSegment}): it writes the object first (put-if-absent),
+ *   then the head that indexes it. So the head's dedup part stays within
+ *   the budget plus one small index entry per dedup segment of the window.
+ * - A dedup segment whose latest `expires_at` passed remembers nothing: the
+ *   expire step retires it ({@link retireExpiredDedupSegments}), and the
+ *   broker deletes its object once a head without it has landed, exactly as
+ *   for message segments (`retiredSegments`).
+ *
+ * Costs: O(1) per entry sealed or forgotten, O(log s) per dedup segment
+ * retired; nothing here walks all live entries.
+ */
+import { DEDUP_SEGMENT_ENTRY_BYTES, dedupBytes } from "./approx-size.ts";
+import type { SealedObject } from "./segment-mechanics.ts";
+import type { DedupEntry, DedupSegmentState } from "./shard-records.ts";
+import type { ShardState } from "./shard-state.ts";
+
+/** Stores a new dedup entry in the head's part (replacing an expired one with the same id). */
+export function putDedup(state: ShardState, e: DedupEntry): void {
+  forgetDedup(state, e.dedupId);
+  state.dedup.set(e.dedupId, e);
+  state.recentDedup.set(e.dedupId, e);
+  const bytes = dedupBytes(e);
+  state.recentDedupBytes += bytes;
+  state.bytes += bytes;
+  state.dedupIndex.push({ expiresAt: e.expiresAt, dedupId: e.dedupId });
+}
+
+/** Remembers an entry read from a dedup segment (replacing an older one with the same id). */
+export function putSealedDedup(state: ShardState, e: DedupEntry): void {
+  forgetDedup(state, e.dedupId);
+  state.dedup.set(e.dedupId, e);
+  state.dedupIndex.push({ expiresAt: e.expiresAt, dedupId: e.dedupId });
+}
+
+/** Forgets a dedup entry. Returns true when the head held it (so the head changes). */
+export function forgetDedup(state: ShardState, dedupId: string): boolean {
+  const old = state.dedup.get(dedupId);
+  if (old === undefined) return false;
+  state.dedup.delete(dedupId);
+  if (state.recentDedup.get(dedupId) !== old) return false;
+  state.recentDedup.delete(dedupId);
+  const bytes = dedupBytes(old);
+  state.recentDedupBytes -= bytes;
+  state.bytes -= bytes;
+  return true;
+}
+
+/**
+ * The head's dedup entries to seal next, ascending offsets: all of them once
+ * they hold more than `budgetBytes`, none before.
+ */
+export function dedupSealCandidates(state: ShardState, budgetBytes: number): DedupEntry[] {
+  if (state.recentDedupBytes <= budgetBytes || state.recentDedup.size === 0) return [];
+  return [...state.recentDedup.values()];
+}
+
+/**
+ * Records that `entries` (from {@link dedupSealCandidates}) now live in the
+ * dedup segment object described by `object`, which the broker has already
+ * written. They stay remembered (`state.dedup`); the head stops carrying them.
+ */
+export function sealDedupSegment(
+  state: ShardState,
+  entries: readonly DedupEntry[],
+  object: SealedObject,
+): DedupSegmentState {
+  for (const e of entries) {
+    if (state.recentDedup.get(e.dedupId) !== e) continue;
+    state.recentDedup.delete(e.dedupId);
+    const bytes = dedupBytes(e);
+    state.recentDedupBytes -= bytes;
+    state.bytes -= bytes;
+  }
+  const seg = newDedupSegmentState(object, entries);
+  addDedupSegment(state, seg);
+  return seg;
+}
+
+/** A dedup segment record over `entries` (ascending offsets, at least one; undefined: not loaded). */
+export function newDedupSegmentState(
+  object: SealedObject & {
+    readonly first?: number;
+    readonly last?: number;
+    readonly count?: number;
+    readonly expiresAt?: number;
+  },
+  entries: readonly DedupEntry[] | undefined,
+): DedupSegmentState {
+  let expiresAt = object.expiresAt ?? 0;
+  if (entries !== undefined) for (const e of entries) if (e.expiresAt > expiresAt) expiresAt = e.expiresAt;
+  return {
+    name: object.name,
+    first: entries?.[0]?.offset ?? object.first ?? 0,
+    last: entries?.[entries.length - 1]?.offset ?? object.last ?? 0,
+    count: entries?.length ?? object.count ?? 0,
+    bytes: object.bytes,
+    sha256: object.sha256,
+    createdAt: object.createdAt,
+    expiresAt,
+    entries,
+    json: undefined,
+  };
+}
+
+/** Indexes a dedup segment in the state (its entries are remembered by the caller). */
+export function addDedupSegment(state: ShardState, seg: DedupSegmentState): void {
+  state.dedupSegments.set(seg.name, seg);
+  state.bytes += DEDUP_SEGMENT_ENTRY_BYTES;
+  state.dedupSegmentIndex.push({ expiresAt: seg.expiresAt, name: seg.name });
+}
+
+/**
+ * Retires every dedup segment whose entries all expired by `now`: it leaves
+ * the index, and its name joins `retiredSegments` (the broker deletes the
+ * object once a head without it has landed). Returns how many.
+ */
+export function retireExpiredDedupSegments(state: ShardState, now: number): number {
+  let retired = 0;
+  for (;;) {
+    const e = state.dedupSegmentIndex.peek();
+    if (e === undefined || e.expiresAt > now) return retired;
+    state.dedupSegmentIndex.pop();
+    if (!state.dedupSegments.delete(e.name)) continue;
+    state.bytes -= DEDUP_SEGMENT_ENTRY_BYTES;
+    state.retiredSegments.push(e.name);
+    retired += 1;
+  }
+}
