@@ -7,6 +7,7 @@ import datetime
 import json
 import uuid
 
+import grpc
 import pytest
 
 import casq
@@ -41,6 +42,14 @@ def test_queue_lifecycle(client: casq.Client) -> None:
     assert created.config.backoff.max_delay.ToMilliseconds() == 400
     assert created.config.backoff.multiplier == 1.5 and created.config.backoff.jitter == 0.0
     assert created.config.dedup_window.ToSeconds() == 60
+
+    assert created.created
+    with pytest.raises(casq.AlreadyExistsError) as exists:
+        admin.create_queue(queue)
+    assert exists.value.code == grpc.StatusCode.ALREADY_EXISTS
+    # if_not_exists: the existing queue as it is, not the shard count asked for.
+    existing = admin.create_queue(queue, 1, if_not_exists=True)
+    assert not existing.created and existing.shard_count == 2
 
     assert queue in [q.name for q in admin.list_queues()]
     described = admin.get_queue(queue)
@@ -118,6 +127,8 @@ def test_async_admin(server_address: str) -> None:
             admin = AsyncAdmin(aclient)
             queue = fresh_name()
             created = await admin.create_queue(queue, 1, lease_ttl=datetime.timedelta(seconds=3), max_attempts=2)
+            again = await admin.create_queue(queue, if_not_exists=True)
+            assert not again.created and again.queue == queue
             assert created.config.lease_ttl.ToSeconds() == 3
             assert queue in [q.name for q in await admin.list_queues()]
             await casq.aio.Producer(aclient).enqueue(queue, b"x")

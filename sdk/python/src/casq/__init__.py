@@ -10,6 +10,7 @@ from casq._messages import EnqueueResult, NewMessage
 from casq.admin import Admin
 from casq.client import Client
 from casq.errors import (
+    AlreadyExistsError,
     BatchRedirectError,
     CasqError,
     DeadLetter,
@@ -25,6 +26,7 @@ from casq.producer import Producer
 from casq.worker import Worker
 
 __all__ = [
+    "AlreadyExistsError",
     "BatchRedirectError",
     "Admin",
     "CasqError",

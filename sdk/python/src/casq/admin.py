@@ -87,8 +87,13 @@ class Admin:
         backoff_jitter: float | None = None,
         dedup_window: Seconds | None = None,
         retention: Seconds | None = None,
+        if_not_exists: bool = False,
     ) -> admin_service_pb2.CreateQueueResponse:
-        """Creates a queue with ``shards`` shards and the subscription ``default``; unset fields take defaults."""
+        """Creates a queue with ``shards`` shards and the subscription ``default``; unset fields take defaults.
+
+        An existing queue raises :class:`casq.AlreadyExistsError`, unless ``if_not_exists``: then the
+        existing queue is returned as it is (``created`` false; ``shards`` and the config are not applied).
+        """
         config = build_config(
             lease_ttl=lease_ttl,
             max_attempts=max_attempts,
@@ -99,7 +104,9 @@ class Admin:
             dedup_window=dedup_window,
             retention=retention,
         )
-        request = admin_service_pb2.CreateQueueRequest(queue=queue, shard_count=shards, config=config)
+        request = admin_service_pb2.CreateQueueRequest(
+            queue=queue, shard_count=shards, config=config, if_not_exists=if_not_exists
+        )
         return self._call(lambda stub, md: stub.CreateQueue(request, timeout=self.client.timeout, metadata=md))
 
     def update_queue(

@@ -27,6 +27,11 @@ class NotFoundError(CasqError):
     """The queue or subscription does not exist."""
 
 
+class AlreadyExistsError(CasqError):
+    """The thing to create exists already, e.g. ``create_queue`` of an existing queue
+    (pass ``if_not_exists=True`` to get the existing queue instead)."""
+
+
 class InvalidArgumentError(CasqError):
     """A malformed request; nothing was applied."""
 
@@ -94,6 +99,7 @@ class DeadLetter(Exception):
 
 _BY_CODE: dict[grpc.StatusCode, type[CasqError]] = {
     grpc.StatusCode.NOT_FOUND: NotFoundError,
+    grpc.StatusCode.ALREADY_EXISTS: AlreadyExistsError,
     grpc.StatusCode.INVALID_ARGUMENT: InvalidArgumentError,
     grpc.StatusCode.UNAVAILABLE: UnavailableError,
 }
