@@ -10,7 +10,10 @@
  *
  * 1. An acknowledged enqueue names a message id that is committed at exactly
  *    that shard and offset (with the producer's dedup id; a duplicate names
- *    the original that carries the same dedup id). At the end, after the
+ *    the original that carries the same dedup id; and the history checks
+ *    that no committed version ever stores a second message with a dedup id
+ *    within the window of the first on that shard, wherever the id was
+ *    remembered — head, dedup segment, a new leader's load). At the end, after the
  *    drain, every acknowledged message is settled in every subscription —
  *    acked, or a dead letter whose attempt count equals the deliveries the
  *    history saw — and was delivered to every subscription at least once.

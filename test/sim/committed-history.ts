@@ -32,7 +32,7 @@
  * deliveries were committed, which the final audit compares with the
  * attempts recorded in dead letters.
  */
-import { parseSegmentDocument } from "../../server/src/model/document-codec.ts";
+import { parseDedupSegmentDocument, parseSegmentDocument } from "../../server/src/model/document-codec.ts";
 import { ShardState } from "../../server/src/model/shard-state.ts";
 import type { PutCondition } from "../../server/src/store/object-store.ts";
 import {
@@ -80,6 +80,8 @@ export class CommittedHistory {
   private readonly epochOwners = new Map<string, string>();
   private readonly ids = new Map<string, MessageLocation>();
   private readonly deliveries = new Map<string, number>();
+  /** Per shard and dedup id, the newest message stored with it and when its window ends. */
+  private readonly dedupOriginals = new Map<string, { readonly id: string; readonly expiresAt: number }>();
   /** Every segment object ever written, by name (names are unique; deletes are not replayed here). */
   private readonly segments = new Map<string, Uint8Array>();
   private versions = 0;
@@ -107,6 +109,13 @@ export class CommittedHistory {
           const stored = this.segments.get(ref.name);
           return stored && parseSegmentDocument(stored, { queue: queueOf(key), shard: shardOf(key), ref });
         },
+        dedupSegments: (ref) => {
+          const stored = this.segments.get(ref.name);
+          return (
+            stored && parseDedupSegmentDocument(stored, { queue: queueOf(key), shard: shardOf(key), ref })
+          );
+        },
+        now: committedAt, // a live dedup segment the head references must be there
       });
     } catch (error) {
       this.violation("decodable", `${key}: committed document does not load: ${String(error)}`);
@@ -204,6 +213,21 @@ export class CommittedHistory {
           dedupId: message.dedupId,
           version: view.version,
         });
+      // Dedup: within the window of a stored message, its dedup id stores nothing new on
+      // that shard — however the id is remembered (head, dedup segment, a new leader's load).
+      if (message.dedupId !== undefined && view.dedupWindowMs > 0) {
+        const dedupKey = `${view.shard}/${message.dedupId}`;
+        const original = this.dedupOriginals.get(dedupKey);
+        if (original !== undefined && message.enqueuedAt < original.expiresAt)
+          fail(
+            "dedup",
+            `message ${message.id} stored with dedup id ${message.dedupId} at ${message.enqueuedAt}, within the window of ${original.id} (until ${original.expiresAt})`,
+          );
+        this.dedupOriginals.set(dedupKey, {
+          id: message.id,
+          expiresAt: message.enqueuedAt + view.dedupWindowMs,
+        });
+      }
     }
 
     // Subscriptions never disappear in the simulation.

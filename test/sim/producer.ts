@@ -9,6 +9,13 @@
  * sometimes resent anyway (a careless producer: a second copy is a new,
  * separate message) and otherwise dropped. Only returned outcomes go to the
  * auditor.
+ *
+ * Now and then a producer also resends one of its earlier messages with a
+ * dedup id, seconds later (a retry from a restarted client): by then its
+ * dedup id has often been sealed into a dedup segment, a new leader has
+ * loaded it, or its message was acked and collected; within the window it
+ * must come back as a duplicate, and the history checks that nothing new
+ * was stored (`committed-history.ts`, invariant "dedup").
  */
 import type { EnqueueInput } from "../../server/src/broker/broker.ts";
 import { shardForKey } from "../../server/src/broker/shard-routing.ts";
@@ -19,6 +26,8 @@ import type { SimContext } from "./sim-world.ts";
 /** One producer (see module header). */
 export class Producer {
   private sequence = 0;
+  /** Messages with a dedup id this producer sent, to resend some later. */
+  private readonly withDedup: EnqueueInput[] = [];
 
   constructor(
     private readonly name: string,
@@ -33,7 +42,13 @@ export class Producer {
     while (this.world.phase === "chaos") {
       await clock.sleep(this.random.exp(config.enqueueGapMs, 10));
       if (this.world.phase !== "chaos") break;
+      if (this.withDedup.length > 0 && this.random.chance(0.15)) {
+        const earlier = this.withDedup[this.random.int(0, this.withDedup.length - 1)] as EnqueueInput;
+        await this.send([earlier]);
+        continue;
+      }
       const batch = Array.from({ length: this.random.int(1, 3) }, () => this.message());
+      for (const m of batch) if (m.dedupId !== undefined) this.withDedup.push(m);
       for (const inputs of this.splitByShard(batch)) await this.send(inputs);
     }
   }

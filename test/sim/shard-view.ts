@@ -49,6 +49,7 @@ export interface MessageView {
   readonly offset: number;
   readonly id: string;
   readonly dedupId: string | undefined;
+  readonly enqueuedAt: number;
   readonly maxAttempts: number | undefined;
   readonly priority: number;
   /** When it becomes runnable (its delay), ms. */
@@ -81,6 +82,8 @@ export interface ShardView {
   readonly broker: BrokerView | undefined;
   readonly nextOffset: number;
   readonly maxAttempts: number;
+  /** The queue's dedup window in this version. */
+  readonly dedupWindowMs: number;
   readonly messages: ReadonlyMap<number, MessageView>;
   readonly subscriptions: ReadonlyMap<string, SubscriptionView>;
 }
@@ -129,6 +132,7 @@ export function parseShardView(
       offset,
       id: raw.id as string,
       dedupId: raw.dedup_id as string | undefined,
+      enqueuedAt: num(raw.enqueued_at),
       maxAttempts: opt(raw.max_attempts),
       priority: opt(raw.priority) ?? 0,
       runAt: opt(raw.run_at) ?? num(raw.enqueued_at),
@@ -188,6 +192,7 @@ export function parseShardView(
       : undefined,
     nextOffset: num(doc.next_offset),
     maxAttempts: num((doc.config as Json).max_attempts),
+    dedupWindowMs: num((doc.config as Json).dedup_window_ms),
     messages,
     subscriptions,
   };
