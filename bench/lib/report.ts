@@ -113,6 +113,7 @@ export function svgChart(results: readonly ShapeResult[], shapes: readonly Shape
   const width = 70 + throughput.length * groupW + 160;
   const parts: string[] = [
     `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" font-family="sans-serif" font-size="11">`,
+    "<title>casq benchmark: jobs/s by shape and system</title>",
     `<text x="10" y="18" font-size="13">jobs/s (median of runs), higher is better</text>`,
     `<line x1="60" y1="${top + plotH}" x2="${width - 150}" y2="${top + plotH}" stroke="#555"/>`,
   ];
