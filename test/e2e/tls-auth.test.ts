@@ -62,7 +62,7 @@ describe("casq serve with TLS and bearer tokens", () => {
     expect(untrusted.stderr).toContain("TLS handshake");
 
     const plaintext = await casq(["stats", "--server", server.address]);
-    expect(plaintext.code).toBe(4);
+    expect(plaintext.code, plaintext.stderr).toBe(4);
     expect(plaintext.stderr).toContain("pass --tls");
   });
 });

@@ -19,9 +19,10 @@
  * connection after sending may have been applied; it is resent only for a
  * request marked idempotent (the default; `casq enqueue` without dedup ids is
  * not: it gives every message a generated dedup id unless `--no-dedup`). A
- * call that fails after such an attempt throws a {@link MaybeAppliedError}
- * (exit 1), never "connection failed" (exit 4), which promises nothing was
- * applied.
+ * call marked `changesState` that fails after such an attempt throws a
+ * {@link MaybeAppliedError} (exit 1), never "connection failed" (exit 4),
+ * which promises nothing was applied. A read has nothing to apply: its
+ * failure is reported as it is.
  *
  * Errors: {@link describeRpcError} turns a failed call into a {@link CliError}
  * a human understands, with the exit code of its kind (connection failed,
@@ -96,6 +97,13 @@ export interface CallOptions {
    * Default `true`.
    */
   readonly idempotent?: boolean;
+  /**
+   * `true`: the request changes state, so a failure after an attempt that may
+   * have been applied is a {@link MaybeAppliedError}. Default `false` (a read:
+   * e.g. a plaintext `casq stats` against a TLS server fails with the
+   * connection error and its "pass --tls" hint).
+   */
+  readonly changesState?: boolean;
 }
 
 /** Per-call options the CLI passes to unary calls. */
@@ -254,7 +262,8 @@ export class CasqClient {
     } catch (error) {
       const connect = connectErrorOf(error);
       // Every attempt of the CLI runs into its own timeout: no caller deadline.
-      const maybeApplied = uncertain || mayHaveBeenApplied(toCasqError(error), true);
+      const maybeApplied =
+        callOptions.changesState === true && (uncertain || mayHaveBeenApplied(toCasqError(error), true));
       if (waitedFor !== undefined && leaderAddressOf(connect) === waitedFor.leaderAddress) {
         const text =
           `${address} still redirects to ${waitedFor.leaderAddress}, which is unreachable; its leader lease ` +
@@ -423,7 +432,14 @@ export function describeRpcError(
   const via = context.redirectedFrom === undefined ? "" : ` (redirected there by ${context.redirectedFrom})`;
   const sys = systemErrorCode(error.cause);
   const raw = error.rawMessage;
-  if (error.code === Code.Unavailable || error.code === Code.Unknown || error.code === Code.Internal) {
+  // connect-node reports a reset connection (ECONNRESET, e.g. a TLS server cutting a plaintext
+  // client) as ABORTED: it is a connection failure like the others.
+  if (
+    error.code === Code.Unavailable ||
+    error.code === Code.Unknown ||
+    error.code === Code.Internal ||
+    error.code === Code.Aborted
+  ) {
     if (sys !== undefined && REFUSED.has(sys)) {
       return new CliError(
         ExitCode.connectionFailed,

@@ -190,6 +190,7 @@ function generateDedupId(message: NewMessage, options: EnqueueOptions): boolean 
 async function send(client: CasqClient, queue: string, messages: NewMessage[], generated: boolean[]) {
   const response = await client.call((c, o) => c.queue.enqueue({ queue, messages }, o), {
     idempotent: messages.every((m) => m.dedupId !== ""),
+    changesState: true,
   });
   response.messages.forEach((result, index) => {
     if (generated[index]) result.duplicate = false;
