@@ -138,7 +138,7 @@ func TestWorkerCancelsHandlerWhenHeartbeatFindsLeaseLost(t *testing.T) {
 	var errs errorLog
 	started := make(chan *casq.Job, 1)
 	cancelled := make(chan struct{})
-	runWorker(t, c, queue, func(ctx context.Context, job *casq.Job) error {
+	stop := runWorker(t, c, queue, func(ctx context.Context, job *casq.Job) error {
 		started <- job
 		<-ctx.Done()
 		close(cancelled)
@@ -163,5 +163,13 @@ func TestWorkerCancelsHandlerWhenHeartbeatFindsLeaseLost(t *testing.T) {
 	proxy.unblock()
 	// The first worker's next heartbeat finds the lease gone.
 	wait(t, cancelled)
-	eventually(t, "the loss reported", func() bool { return len(errs.matching(job.ID+": casq: lease lost")) == 1 })
+	eventually(t, "the loss reported", func() bool { return len(errs.matching(job.ID+": casq: lease lost")) > 0 })
+	// The nack of the cancelled handler, answered LEASE_LOST, is not a
+	// second report of the same loss.
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if lost := errs.matching(job.ID + ": casq: lease lost"); len(lost) != 1 {
+		t.Fatalf("want the loss reported once, got %q", lost)
+	}
 }

@@ -66,6 +66,9 @@ type pendingReq struct {
 	// sent is when it went on the stream: unanswered for Options.Timeout, it
 	// marks the stream as hung (see hungSessions).
 	sent time.Time
+	// lossReported: the settle of a job whose lost lease was already
+	// reported; a LEASE_LOST answer to it is not reported a second time.
+	lossReported bool
 }
 
 // session is one Work stream to one broker. A run keeps at most one session
@@ -620,14 +623,14 @@ func (r *run) finished(res result, stopping bool) {
 	h.cancel()
 	delete(r.jobs, res.receipt)
 	if res.err == nil {
-		r.settle(h.from, pendingReq{kind: reqAck, receipts: []string{res.receipt}, jobs: []*Job{h.job}})
+		r.settle(h.from, pendingReq{kind: reqAck, receipts: []string{res.receipt}, jobs: []*Job{h.job}, lossReported: h.lost})
 	} else {
 		if !h.lost || !errors.Is(res.err, context.Canceled) {
 			// (A handler that stopped because its lease was lost: that
 			// loss was reported.)
 			r.handlerFailed(res.err, h.job)
 		}
-		r.settle(h.from, pendingReq{kind: reqNack, receipts: []string{res.receipt}, jobs: []*Job{h.job}, nack: &casqv1.WorkNack{
+		r.settle(h.from, pendingReq{kind: reqNack, receipts: []string{res.receipt}, jobs: []*Job{h.job}, lossReported: h.lost, nack: &casqv1.WorkNack{
 			DeadLetter: errors.Is(res.err, ErrDeadLetter), Reason: reason(res.err)}})
 	}
 	if !stopping {

@@ -444,6 +444,8 @@ func (r *run) checkSettled(p pendingReq, acks []*casqv1.AckResult, nacks []*casq
 		o, found := got[receipt]
 		switch {
 		case o.ok:
+		case o.lost && p.lossReported:
+			// The loss was reported when the worker learnt of it.
 		case o.lost:
 			e := &LeaseLostError{Op: op, Queue: r.queue, Receipt: receipt,
 				Reason: "its lease was lost (the message was delivered again or dead-lettered meanwhile)"}
