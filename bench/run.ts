@@ -48,7 +48,8 @@ const { values } = parseArgs({
     shapes: { type: "string", default: SHAPES.join(",") },
     chart: { type: "string" },
     clients: { type: "string" },
-    "other-sdks": { type: "boolean", default: true },
+    // Node 20's parseArgs has no --no-X negation: the flag is its own option.
+    "no-other-sdks": { type: "boolean", default: false },
     help: { type: "boolean", short: "h", default: false },
   },
 });
@@ -144,7 +145,7 @@ for (const name of wanted) {
       results.push(summarize(system.name, shape, measured));
     }
     if (system instanceof CasqSystem && system.name === "casq") {
-      if (values["other-sdks"] && shapes.includes("process")) {
+      if (!values["no-other-sdks"] && shapes.includes("process")) {
         otherSdks = await measureOtherSdks(system, sizes.jobs, sizes.concurrency, sizes.payloadBytes, log);
       }
       for (const streams of clientCases) {

@@ -78,7 +78,13 @@ export class CasqSystem implements QueueSystem {
           "--log-level",
           "warn",
         ];
-    const child = spawn(process.execPath, args, { stdio: ["ignore", "pipe", "inherit"], cwd: ROOT });
+    // For profiling the broker under a shape, e.g.
+    // CASQ_BENCH_BROKER_NODE_ARGS="--cpu-prof --cpu-prof-dir=/tmp/prof".
+    const nodeArgs = (process.env.CASQ_BENCH_BROKER_NODE_ARGS ?? "").split(" ").filter(Boolean);
+    const child = spawn(process.execPath, [...nodeArgs, ...args], {
+      stdio: ["ignore", "pipe", "inherit"],
+      cwd: ROOT,
+    });
     this.child = child;
     const metrics = waitForLine(child, /metrics on (http:\/\/\S+\/metrics)/, "casq serve");
     this.address = (await waitForLine(child, /listening on (\S+)/, "casq serve"))[1] as string;
