@@ -110,19 +110,35 @@ def test_open_asks_for_prefetch_credits_less_the_lane_s_held_jobs() -> None:
     assert all(h.stream is again for h in core.held.values())
 
 
-def test_jobs_start_within_concurrency_and_give_their_credit_back_when_settled() -> None:
+def test_jobs_start_within_concurrency_and_give_their_credit_back_when_their_handler_finishes() -> None:
     core = make_core(concurrency=1, prefetch=2)
     stream, box = primary(core)
     assert [h.job.receipt for h in core.on_response(stream, job("r1"), Box).start] == ["r1"]
     assert core.on_response(stream, job("r2"), Box).start == []  # one handler at a time
     first = core.held["r1"]
+    credits_before = box.events().count("credit")
     assert [h.job.receipt for h in core.handler_done(first)] == ["r2"]
+    # The credit goes back with the handler's end, before the ack is answered...
+    assert box.events().count("credit") == credits_before + 1
     settle = core.settle(first, ack=True)
     assert settle is not None and settle.ack is not None and list(settle.ack.receipts) == ["r1"]
     assert core.settle(first, ack=True) is None  # once
+    # ... and only once.
     core.forget(first, credit=True)
-    assert box.events()[-1] == "credit"
+    assert box.events().count("credit") == credits_before + 1
     assert "r1" not in core.held
+
+
+def test_a_reopened_stream_does_not_count_jobs_whose_credit_came_back() -> None:
+    core = make_core(concurrency=2, prefetch=3)
+    stream, _ = primary(core)
+    core.on_response(stream, job("r1"), Box)
+    core.on_response(stream, job("r2"), Box)
+    core.handler_done(core.held["r1"])  # finished, its ack not answered yet
+    core.close_stream(stream)
+    _, box = primary(core)
+    reopened = box.items[0]
+    assert reopened is not None and reopened.open.credits == 2  # only r2 still uses a credit
 
 
 def test_nack_carries_the_reason_delay_and_release_on_both_paths() -> None:

@@ -110,6 +110,8 @@ interface Held {
    * opened with that much less credit).
    */
   creditTo: Session;
+  /** Its credit went back (when its handler finished, before the ack is answered). */
+  creditReturned: boolean;
   started: boolean;
   settled: boolean;
   abandoned: boolean;
@@ -144,8 +146,10 @@ function messageOf(error: unknown): string {
  *   open, or the leader its redirect named, opens it again when still
  *   needed, after a backoff per address.
  * - Each stream opens with `prefetch` credits (less the jobs of ended streams
- *   it takes over) and gets a credit back when a job it delivered is done;
- *   `concurrency` bounds the handlers of all streams together.
+ *   it takes over) and gets a credit back when a job it delivered is done:
+ *   when its handler finished (its ack or nack then rides with the next
+ *   claims, instead of holding a slot for a commit), or when it is dropped
+ *   unstarted. `concurrency` bounds the handlers of all streams together.
  */
 class Run {
   /** Streams open or opening (closed ones are removed as they end). */
@@ -260,7 +264,7 @@ class Run {
     let adopted = 0;
     for (const held of this.held.values()) {
       if (adopted >= this.prefetch) break;
-      if (held.creditTo.closed) {
+      if (held.creditTo.closed && !held.creditReturned) {
         held.creditTo = session;
         adopted++;
       }
@@ -471,6 +475,7 @@ class Run {
           controller,
           session,
           creditTo: session,
+          creditReturned: false,
           started: false,
           settled: false,
           abandoned: false,
@@ -541,6 +546,7 @@ class Run {
     }
     this.running--;
     if (held.abandoned) return; // stopped hard: the lease expires and the job is redelivered
+    this.returnCredit(held);
     // A lost lease does not stop the ack: the broker accepts it if nobody claimed the message since.
     await this.track(
       outcome.kind === "ack"
@@ -659,12 +665,19 @@ class Run {
     if (error) this.report(error, held.job);
   }
 
-  /** Drops a job from the held set and grants its credit back to its stream (unless stopping). */
+  /** Drops a job from the held set and grants its credit back to its stream if it has not yet. */
   private forget(held: Held): void {
     if (!this.held.delete(held.job.receipt)) return;
+    this.returnCredit(held);
+    if (this.running === 0) for (const wake of this.idleWaiters.splice(0)) wake();
+  }
+
+  /** Grants a job's credit back to its stream, once (not while stopping: no more jobs are wanted). */
+  private returnCredit(held: Held): void {
+    if (held.creditReturned) return;
+    held.creditReturned = true;
     const session = held.creditTo;
     if (!this.stopping && session.usable) session.send({ case: "credit", value: { credits: 1 } });
-    if (this.running === 0) for (const wake of this.idleWaiters.splice(0)) wake();
   }
 
   private startHeartbeat(ms: number): void {

@@ -134,6 +134,8 @@ class Held:
     started: bool = False
     in_handler: bool = False
     settled: bool = False
+    # Its credit went back (when its handler finished, before the ack is answered).
+    credited: bool = False
     # Given up by stop() after its deadline: never settled, not heartbeated.
     abandoned: bool = False
 
@@ -258,11 +260,13 @@ class WorkCore:
         if lane != PRIMARY and (lane in self.streams or address in {s.address for s in self.streams.values()}):
             return None
         stream = Stream(lane, address, outbox, self.clock())
-        # Jobs still held from the lane's earlier stream keep their leases and count
-        # against prefetch; their credit comes back to this stream.
+        # Jobs still held from the lane's earlier stream keep their leases; those
+        # whose credit has not come back yet count against prefetch, and their
+        # credit comes back to this stream.
         mine = [held for held in self.held.values() if held.lane == lane]
         for held in mine:
             held.stream = stream
+        mine = [held for held in mine if not held.credited]
         open_request = work_pb2.WorkOpen(
             queue=self.queue,
             subscription=self.subscription,
@@ -442,6 +446,9 @@ class WorkCore:
         if held.abandoned:
             self.forget(held, credit=False)
             return []
+        # The credit goes back now: the ack or nack rides with the next claims
+        # instead of holding a prefetch slot until it is answered.
+        self._return_credit(held)
         return self.runnable()
 
     def settle(
@@ -489,8 +496,16 @@ class WorkCore:
         """Drops a job from the held set; with ``credit``, gives its credit back to the stream it uses."""
         if self.held.pop(held.job.receipt, None) is None:
             return
+        if credit:
+            self._return_credit(held)
+
+    def _return_credit(self, held: Held) -> None:
+        """Gives a job's credit back to the stream it uses, once (not while stopping)."""
+        if held.credited:
+            return
+        held.credited = True
         stream = held.stream
-        if credit and not self.stopping and stream is not None and stream.usable:
+        if not self.stopping and stream is not None and stream.usable:
             stream.outbox.put_nowait(work_pb2.WorkRequest(credit=work_pb2.WorkCredit(credits=1)))
 
     def lost(self, receipts: Iterable[str]) -> None:
