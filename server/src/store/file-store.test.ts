@@ -35,6 +35,11 @@ function lockDirOf(root: string, key: string): string {
 /** Makes the key's lock look held by `ownerToken` (as the on-disk protocol writes it). */
 async function plantLock(root: string, key: string, ownerToken: string): Promise<string> {
   const dir = lockDirOf(root, key);
+  // A put resolves at its commit point and removes its lock right after: wait for that.
+  for (let tries = 0; existsSync(dir); tries++) {
+    if (tries > 500) throw new Error(`the lock directory ${dir} stayed after the put`);
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
   await mkdir(dir, { recursive: true });
   const marker = path.join(dir, `${ownerToken}.${randomBytes(8).toString("hex")}`);
   await writeFile(marker, "{}\n");

@@ -57,14 +57,18 @@
  *
  * ## Where the time goes
  *
- * A put makes about twenty file-system calls. Only the ones that wait for the
- * disk (the two fsyncs, and writes of bodies over 1 MiB) go to libuv's thread
- * pool; the metadata calls (open, rename, stat, unlink of a lock marker, a
- * small write into the page cache) run synchronously: on a local disk each
- * takes microseconds, while each trip to the thread pool costs a turn of the
- * event loop, which under load (a broker answering thousands of calls) is
- * the larger part of a put. This store is meant for local disks; on a network
- * file system those synchronous calls would block the broker.
+ * A put makes about twenty file-system calls, and each trip to libuv's thread
+ * pool costs a turn of the event loop, which under load (a broker answering
+ * thousands of calls) is most of a put. So the put's critical path keeps only
+ * what must wait: create the temp file, fsync it, rename the staged lock into
+ * place, rename the temp file, fsync the directory. Calls that only read
+ * (the condition check, the lock check) and the write of a body of at most
+ * 1 MiB into the page cache run synchronously (microseconds on a local disk;
+ * calls that change a directory can wait for the journal, so they stay on
+ * the pool). The next lock's staging directory and marker are made while the
+ * current one is used, and a lock is removed after the put has answered (the
+ * next call on the key waits for that). This store is meant for local
+ * disks; on a network file system the synchronous reads would block.
  *
  * ## Deadlines and errors
  *
@@ -86,19 +90,29 @@ import {
   fstatSync,
   fsync as fsyncCallback,
   mkdirSync,
+  open as openCallback,
   openSync,
   readFileSync,
   readlinkSync,
   readSync,
-  renameSync,
-  rmdirSync,
   statSync,
-  unlinkSync,
   write as writeCallback,
-  writeFileSync,
   writeSync,
 } from "node:fs";
-import { type FileHandle, mkdir, open, readdir, readFile, rm, stat, unlink, utimes } from "node:fs/promises";
+import {
+  type FileHandle,
+  mkdir,
+  open,
+  readdir,
+  readFile,
+  rename,
+  rm,
+  rmdir,
+  stat,
+  unlink,
+  utimes,
+  writeFile,
+} from "node:fs/promises";
 import { hostname } from "node:os";
 import path from "node:path";
 import { promisify } from "node:util";
@@ -380,6 +394,7 @@ async function ignoreMissing(action: Promise<unknown>): Promise<void> {
 }
 
 const fsyncFd = promisify(fsyncCallback);
+const openFd = promisify(openCallback);
 const writeFd = promisify(writeCallback);
 
 /** `write` until every byte of `bytes` is at `position` (a write may be short). */
@@ -494,6 +509,14 @@ class KeyedMutex {
 // Cross-process lock per key.
 // ---------------------------------------------------------------------------
 
+/** A staging directory holding my marker, ready to become a key's lock directory by one rename. */
+interface StagedLock {
+  readonly owner: string;
+  readonly dir: string;
+  /** When its marker was written (Date.now()). */
+  readonly at: number;
+}
+
 /** A held key lock: refreshes its marker while held and can tell whether it was broken. */
 class HeldLock {
   private readonly marker: string;
@@ -528,16 +551,12 @@ class HeldLock {
   }
 
   /** Deletes the marker and the lock directory, then lets the next in-process caller in. Never throws. */
-  release(): void {
+  async release(): Promise<void> {
     clearInterval(this.heartbeat);
     try {
       // ENOENT: already gone (broken as stale); ENOTEMPTY/EEXIST: the next holder moved in. Both fine.
-      try {
-        unlinkSync(this.marker);
-      } catch {}
-      try {
-        rmdirSync(this.lockDir);
-      } catch {}
+      await unlink(this.marker).catch(() => {});
+      await rmdir(this.lockDir).catch(() => {});
     } finally {
       this.afterRelease();
     }
@@ -565,6 +584,10 @@ export class FileStore implements ObjectStore {
   private readonly sweptDirs = new Set<string>();
   /** Directories this store made or found; a put into one skips the mkdir (see doPut for one removed since). */
   private readonly knownDirs = new Set<string>();
+  /** Lock releases still running after their call resolved (see releaseLater). */
+  private readonly releases = new Set<Promise<void>>();
+  /** A lock staged ahead of need (see acquireFileLock). */
+  private spare: Promise<StagedLock> | undefined;
   private readonly inFlight = new Set<Promise<unknown>>();
   private stagingSwept = false;
   private closed = false;
@@ -610,6 +633,11 @@ export class FileStore implements ObjectStore {
   async close(): Promise<void> {
     this.closed = true;
     await Promise.allSettled([...this.inFlight]);
+    await Promise.allSettled([...this.releases]);
+    const spare = this.spare;
+    this.spare = undefined;
+    const staged = spare ? await spare.catch(() => undefined) : undefined;
+    if (staged) await rm(staged.dir, { recursive: true, force: true }).catch(() => {});
   }
 
   private async track<T>(
@@ -726,7 +754,7 @@ export class FileStore implements ObjectStore {
         }
         throwIfAborted(signal, key, "before the write committed (nothing was written)");
         lock.assertHeld(key);
-        renameSync(temp, file);
+        await rename(temp, file);
         committed = true;
         try {
           await fsyncDir(dir);
@@ -738,7 +766,9 @@ export class FileStore implements ObjectStore {
           );
         }
       } finally {
-        lock.release();
+        // Not awaited: the answer need not wait for the lock's cleanup; the
+        // next call on this key waits for it (the mutex is freed after it).
+        this.releaseLater(lock);
       }
       return { etag };
     } catch (error) {
@@ -780,7 +810,7 @@ export class FileStore implements ObjectStore {
           );
         }
       } finally {
-        lock.release();
+        this.releaseLater(lock);
       }
     } catch (error) {
       throw classify(error, key, "deleting the object");
@@ -841,7 +871,7 @@ export class FileStore implements ObjectStore {
     key: string,
     signal: AbortSignal | undefined,
   ): Promise<void> {
-    const fd = openSync(temp, "wx");
+    const fd = await openFd(temp, "wx");
     try {
       writeAllSync(fd, Buffer.from(`${HEADER_MAGIC}${id}\n`, "latin1"), 0);
       if (body.byteLength <= SYNC_WRITE_MAX_BYTES) writeAllSync(fd, body, HEADER_BYTES);
@@ -926,32 +956,26 @@ export class FileStore implements ObjectStore {
       await this.sweepStaging().catch(() => {});
     }
     const lockDir = path.join(this.locksDir, createHash("sha256").update(key).digest("hex"));
-    const owner = newOwnerName();
-    const staged = path.join(this.stagingDir, owner);
-    // The marker's content is for humans; the protocol only uses its name and mtime.
-    const stage = () => {
-      makeDirsSync(staged);
-      writeFileSync(
-        path.join(staged, owner),
-        `${JSON.stringify({ key, pid: process.pid, host: hostname(), since: new Date().toISOString() })}\n`,
-      );
-    };
-    stage();
+    const refreshMs = Math.max(10, Math.floor(this.lockStaleMs / 3));
+    let staged = await this.takeStagedLock(refreshMs);
+    // The next lock's staging directory is made while this one is in use.
+    if (!this.closed) this.spare = this.stageLock();
     let delayMs = 1;
     let quickRetries = 0;
     let healed = false;
     try {
       for (;;) {
         try {
-          renameSync(staged, lockDir);
-          return new HeldLock(lockDir, owner, Math.max(10, Math.floor(this.lockStaleMs / 3)), afterRelease);
+          await rename(staged.dir, lockDir);
+          return new HeldLock(lockDir, staged.owner, refreshMs, afterRelease);
         } catch (error) {
           const code = errnoCode(error);
           if (code === "ENOENT" && !healed) {
             // Someone removed the internal directory under us: recreate it once and retry.
             healed = true;
-            makeDirsSync(this.locksDir);
-            stage();
+            await mkdir(this.locksDir, { recursive: true });
+            await rm(staged.dir, { recursive: true, force: true }).catch(() => {});
+            staged = await this.stageLock();
             continue;
           }
           if (code !== "ENOTEMPTY" && code !== "EEXIST") throw error;
@@ -972,9 +996,44 @@ export class FileStore implements ObjectStore {
         quickRetries = 0;
       }
     } catch (error) {
-      await rm(staged, { recursive: true, force: true }).catch(() => {});
+      await rm(staged.dir, { recursive: true, force: true }).catch(() => {});
       throw error;
     }
+  }
+
+  /** Releases a lock without making the caller wait; {@link close} waits for it. */
+  private releaseLater(lock: HeldLock): void {
+    const release = lock.release();
+    this.releases.add(release);
+    void release.finally(() => this.releases.delete(release));
+  }
+
+  /** Makes a staging directory holding a new marker, ready to be renamed onto a lock path. */
+  private async stageLock(): Promise<StagedLock> {
+    const owner = newOwnerName();
+    const dir = path.join(this.stagingDir, owner);
+    const at = Date.now();
+    await mkdir(dir, { recursive: true });
+    // The marker's content is for humans; the protocol only uses its name and mtime.
+    await writeFile(
+      path.join(dir, owner),
+      `${JSON.stringify({ pid: process.pid, host: hostname(), since: new Date(at).toISOString() })}\n`,
+    );
+    return { owner, dir, at };
+  }
+
+  /**
+   * The spare staged lock if it is fresh (its marker's mtime must not look
+   * stale to a waiter on another machine before the first refresh), else a
+   * new one. Taken synchronously, so two calls never share one.
+   */
+  private async takeStagedLock(freshMs: number): Promise<StagedLock> {
+    const pending = this.spare;
+    this.spare = undefined;
+    const spare = pending ? await pending.catch(() => undefined) : undefined;
+    if (spare && Date.now() - spare.at < freshMs) return spare;
+    if (spare) void rm(spare.dir, { recursive: true, force: true }).catch(() => {});
+    return this.stageLock();
   }
 
   /**
