@@ -22,10 +22,10 @@ import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { Broker, NO_MANIFESTS } from "../server/src/broker/broker.ts";
 import type { CommitInfo } from "../server/src/broker/shard-observer.ts";
-import { FaultInjectingStore } from "../server/src/store/fault-injecting-store.ts";
 import { FileStore } from "../server/src/store/file-store.ts";
 import { systemClock } from "../server/src/util/clock.ts";
 import { seededRandom } from "../server/src/util/random.ts";
+import { FaultInjectingStore } from "../server/testing/fault-injecting-store.ts";
 
 const { values } = parseArgs({
   options: {

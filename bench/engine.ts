@@ -15,10 +15,10 @@ import { parseArgs } from "node:util";
 import { Broker, type Delivery, NO_MANIFESTS } from "../server/src/broker/broker.ts";
 import { applyOperation } from "../server/src/model/apply-operation.ts";
 import { ShardState } from "../server/src/model/shard-state.ts";
-import { FaultInjectingStore } from "../server/src/store/fault-injecting-store.ts";
 import { MemoryStore } from "../server/src/store/memory-store.ts";
 import { systemClock } from "../server/src/util/clock.ts";
 import { seededRandom } from "../server/src/util/random.ts";
+import { FaultInjectingStore } from "../server/testing/fault-injecting-store.ts";
 
 const { values } = parseArgs({
   options: {

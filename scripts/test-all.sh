@@ -34,8 +34,11 @@ bash scripts/check-generated.sh
 step "TypeScript type check (tsc --noEmit)"
 npx tsc --noEmit -p tsconfig.json
 
-step "format and lint (biome ci)"
+step "format and lint, including the determinism rules of engine code (biome ci)"
 npx biome ci .
+
+step "layer boundaries: imports between layers, no cycles, no test code in production (npm run check:deps)"
+npm run --silent check:deps
 
 step "TypeScript tests (vitest)"
 npx vitest run

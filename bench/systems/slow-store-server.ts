@@ -9,8 +9,8 @@
  */
 import pino from "pino";
 import { startCasqServer } from "../../server/src/service/casq-server.ts";
-import { FaultInjectingStore } from "../../server/src/store/fault-injecting-store.ts";
 import { openStore } from "../../server/src/store/open-store.ts";
+import { FaultInjectingStore } from "../../server/testing/fault-injecting-store.ts";
 
 const [dir, latency] = process.argv.slice(2);
 if (!dir || !latency) {

@@ -15,8 +15,8 @@ import { ShardLeader } from "../../server/src/broker/shard-leader.ts";
 import { isCasqError } from "../../server/src/errors.ts";
 import { ShardState } from "../../server/src/model/shard-state.ts";
 import { MemoryStore } from "../../server/src/store/memory-store.ts";
-import { ManualClock } from "../../server/src/util/manual-clock.ts";
 import { seededRandom } from "../../server/src/util/random.ts";
+import { ManualClock } from "../../server/testing/manual-clock.ts";
 import { V1_SHARD_FORMAT, v1DocumentGate } from "./frozen-v1-document-gate.ts";
 
 const HEAD = "queues/jobs/0.json";

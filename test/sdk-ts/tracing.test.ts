@@ -9,7 +9,7 @@ import { Admin, type Job, Producer, spanContextFromTraceContext, Worker } from "
 import { context, ROOT_CONTEXT, type SpanContext, SpanKind, SpanStatusCode, trace } from "@opentelemetry/api";
 import { AsyncLocalStorageContextManager } from "@opentelemetry/context-async-hooks";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { inMemoryTracing } from "../../server/src/telemetry/trace-testing.ts";
+import { inMemoryTracing } from "../../server/testing/trace-testing.ts";
 import { type CasqServerProcess, startServer, tempDir } from "../e2e/support/processes.ts";
 import { eventually } from "./support.ts";
 

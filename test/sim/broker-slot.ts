@@ -18,10 +18,10 @@
  */
 import { Broker, NO_MANIFESTS } from "../../server/src/broker/broker.ts";
 import { CasqError } from "../../server/src/errors.ts";
-import { FaultInjectingStore, type FaultRule } from "../../server/src/store/fault-injecting-store.ts";
 import type { ObjectStore } from "../../server/src/store/object-store.ts";
 import { RetryingStore } from "../../server/src/store/retrying-store.ts";
-import type { ManualClock } from "../../server/src/util/manual-clock.ts";
+import { FaultInjectingStore, type FaultRule } from "../../server/testing/fault-injecting-store.ts";
+import type { ManualClock } from "../../server/testing/manual-clock.ts";
 import { KillSwitchStore } from "./kill-switch-store.ts";
 import type { LinkFaultRates, SimConfig } from "./sim-config.ts";
 import type { SimRandom } from "./sim-random.ts";

@@ -10,7 +10,7 @@
  */
 import type { Broker } from "../../server/src/broker/broker.ts";
 import { isCasqError } from "../../server/src/errors.ts";
-import type { ManualClock } from "../../server/src/util/manual-clock.ts";
+import type { ManualClock } from "../../server/testing/manual-clock.ts";
 import type { Auditor } from "./auditor.ts";
 import type { BrokerSlot } from "./broker-slot.ts";
 import type { SimRandom } from "./sim-random.ts";

@@ -8,7 +8,7 @@
  * (faults off, every machine healthy, producers stopped, workers ack
  * everything) -> `done` (actors stop).
  */
-import { ManualClock } from "../../server/src/util/manual-clock.ts";
+import { ManualClock } from "../../server/testing/manual-clock.ts";
 import { Auditor } from "./auditor.ts";
 import { BrokerSlot } from "./broker-slot.ts";
 import { Nemesis } from "./nemesis.ts";

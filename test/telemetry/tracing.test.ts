@@ -9,7 +9,7 @@ import { shardKey } from "../../server/src/broker/shard-key.ts";
 import { type RunningCasqServer, startCasqServer } from "../../server/src/service/casq-server.ts";
 import { MemoryStore } from "../../server/src/store/memory-store.ts";
 import type { ObjectStore } from "../../server/src/store/object-store.ts";
-import { inMemoryTracing, type ReadableSpan } from "../../server/src/telemetry/trace-testing.ts";
+import { inMemoryTracing, type ReadableSpan } from "../../server/testing/trace-testing.ts";
 import { bytes, grpcClients, quietLogger, sharedStore } from "../service/support.ts";
 
 let server: RunningCasqServer | undefined;

@@ -1,10 +1,10 @@
 import { describe, expect, it } from "vitest";
+import { flush, makeBroker } from "../../testing/broker-test-support.ts";
+import { ManualClock } from "../../testing/manual-clock.ts";
 import { ShardState } from "../model/shard-state.ts";
 import { MemoryStore } from "../store/memory-store.ts";
-import { ManualClock } from "../util/manual-clock.ts";
 import { expectKind } from "./broker.ts";
 import { shardForKey } from "./shard-routing.ts";
-import { flush, makeBroker } from "./test-support.ts";
 
 const bytes = (text: string) => new TextEncoder().encode(text);
 

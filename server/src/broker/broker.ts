@@ -9,7 +9,7 @@
  * the shard leader.
  */
 import { CasqError, isCasqError } from "../errors.ts";
-import type { ClaimedMessage, NewMessage, OperationResult, Receipt } from "../model/operations.ts";
+import type { NewMessage, OperationResult, Receipt } from "../model/operations.ts";
 import type { QueueConfig } from "../model/queue-config.ts";
 import { validateName } from "../model/shard-state.ts";
 import type { ObjectStore } from "../store/object-store.ts";
@@ -19,7 +19,7 @@ import type { BrokerIdentity } from "./leadership.ts";
 import { newMessageId } from "./message-ids.ts";
 import { expectKind } from "./operation-effects.ts";
 import { missingShardVerdict, queueNotFound } from "./queue-catalog.ts";
-import { ShardClaimer } from "./shard-claims.ts";
+import { type Delivery, ShardClaimer } from "./shard-claims.ts";
 import { type CommitOptions, ShardLeader } from "./shard-leader.ts";
 import type { ShardObserver } from "./shard-observer.ts";
 import { shardForKey } from "./shard-routing.ts";
@@ -57,6 +57,9 @@ export interface BrokerParams {
  */
 export const NO_MANIFESTS = async (): Promise<boolean> => false;
 
+/** What a claim returns (defined beside the claimer, which makes them). */
+export type { Delivery } from "./shard-claims.ts";
+
 /** A message to enqueue; the broker assigns the id. */
 export type EnqueueInput = Omit<NewMessage, "id">;
 
@@ -72,12 +75,6 @@ export interface EnqueueOutcome {
 /** A receipt together with the shard it belongs to: identifies one delivery of one message. */
 export interface ShardReceipt extends Receipt {
   readonly shard: number;
-}
-
-/** A claimed message and the shard it came from. */
-export interface Delivery {
-  readonly shard: number;
-  readonly message: ClaimedMessage;
 }
 
 /**

@@ -6,14 +6,14 @@
  * missing document is repeated for a second without store reads.
  */
 import { describe, expect, it } from "vitest";
+import { makeBroker } from "../../testing/broker-test-support.ts";
+import { ManualClock } from "../../testing/manual-clock.ts";
 import { DEFAULT_QUEUE_CONFIG } from "../model/queue-config.ts";
 import { ShardState } from "../model/shard-state.ts";
 import { MemoryStore } from "../store/memory-store.ts";
 import type { ObjectStore } from "../store/object-store.ts";
-import { ManualClock } from "../util/manual-clock.ts";
 import { encodeManifest, manifestKey, type QueueState } from "./queue-catalog.ts";
 import { MISSING_HEAD_RECHECK_MS } from "./shard-head-store.ts";
-import { makeBroker } from "./test-support.ts";
 
 const bytes = (text: string) => new TextEncoder().encode(text);
 

@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
+import { ManualClock } from "../../testing/manual-clock.ts";
 import { DEFAULT_QUEUE_CONFIG, mergeConfig } from "../model/queue-config.ts";
 import { MemoryStore } from "../store/memory-store.ts";
-import { ManualClock } from "../util/manual-clock.ts";
 import { decodeManifest, encodeManifest, manifestKey, QueueCatalog } from "./queue-catalog.ts";
 
 const text = (b: Uint8Array | undefined) => new TextDecoder().decode(b);

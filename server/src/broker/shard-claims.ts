@@ -27,12 +27,18 @@
  * claim through this one walker.
  */
 import { CasqError, isCasqError } from "../errors.ts";
+import type { ClaimedMessage } from "../model/operations.ts";
 import type { ShardState } from "../model/shard-state.ts";
 import { hasRunnable } from "../model/shard-stats.ts";
 import type { Clock } from "../util/clock.ts";
-import type { Delivery } from "./broker.ts";
 import { expectKind } from "./operation-effects.ts";
 import type { ShardLeader } from "./shard-leader.ts";
+
+/** A claimed message and the shard it came from. */
+export interface Delivery {
+  readonly shard: number;
+  readonly message: ClaimedMessage;
+}
 
 /** What the claimer needs from the broker: the leader object of a shard. */
 export interface ShardLeaders {

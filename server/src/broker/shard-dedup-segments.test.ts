@@ -1,8 +1,8 @@
 import { describe, expect, it } from "vitest";
+import { ManualClock } from "../../testing/manual-clock.ts";
 import { isCasqError } from "../errors.ts";
 import { MemoryStore } from "../store/memory-store.ts";
 import type { CallOptions, StoredObject } from "../store/object-store.ts";
-import { ManualClock } from "../util/manual-clock.ts";
 import { seededRandom } from "../util/random.ts";
 import { expectKind } from "./broker.ts";
 import { ShardLeader } from "./shard-leader.ts";

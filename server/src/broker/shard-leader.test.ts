@@ -1,16 +1,16 @@
 import { describe, expect, it } from "vitest";
+import { flush, GatedStore, makeBroker } from "../../testing/broker-test-support.ts";
+import { FaultInjectingStore } from "../../testing/fault-injecting-store.ts";
+import { ManualClock } from "../../testing/manual-clock.ts";
 import { isCasqError } from "../errors.ts";
 import { ShardState, WRITE_HISTORY } from "../model/shard-state.ts";
-import { FaultInjectingStore } from "../store/fault-injecting-store.ts";
 import { MemoryStore } from "../store/memory-store.ts";
 import type { PutCondition, PutResult } from "../store/object-store.ts";
 import { AmbiguousWriteError } from "../store/store-errors.ts";
-import { ManualClock } from "../util/manual-clock.ts";
 import { seededRandom } from "../util/random.ts";
 import { expectKind } from "./broker.ts";
 import { ShardLeader } from "./shard-leader.ts";
 import { shardForKey } from "./shard-routing.ts";
-import { flush, GatedStore, makeBroker } from "./test-support.ts";
 
 const payload = (text: string) => new TextEncoder().encode(text);
 

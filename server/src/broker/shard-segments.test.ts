@@ -1,10 +1,10 @@
 import { describe, expect, it } from "vitest";
+import { ManualClock } from "../../testing/manual-clock.ts";
 import { isCasqError } from "../errors.ts";
 import { ShardState } from "../model/shard-state.ts";
 import { MemoryStore } from "../store/memory-store.ts";
 import type { CallOptions, PutCondition, PutResult } from "../store/object-store.ts";
 import { AmbiguousWriteError, UnavailableError } from "../store/store-errors.ts";
-import { ManualClock } from "../util/manual-clock.ts";
 import { seededRandom } from "../util/random.ts";
 import { expectKind } from "./broker.ts";
 import { ShardLeader } from "./shard-leader.ts";

@@ -1,5 +1,4 @@
 import { describe, expect, it } from "vitest";
-import { applyOperation } from "./apply-operation.ts";
 import {
   ack,
   claim,
@@ -11,7 +10,8 @@ import {
   msg,
   newShard,
   T0,
-} from "./model-test-helpers.ts";
+} from "../../testing/model-test-helpers.ts";
+import { applyOperation } from "./apply-operation.ts";
 import type { Receipt } from "./operations.ts";
 
 describe("ack", () => {

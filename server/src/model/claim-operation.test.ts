@@ -1,6 +1,15 @@
 import { describe, expect, it } from "vitest";
+import {
+  claim,
+  docJson,
+  enqueue,
+  expectRejected,
+  ids,
+  msg,
+  newShard,
+  T0,
+} from "../../testing/model-test-helpers.ts";
 import { applyOperation } from "./apply-operation.ts";
-import { claim, docJson, enqueue, expectRejected, ids, msg, newShard, T0 } from "./model-test-helpers.ts";
 
 describe("claim", () => {
   it("orders by priority (high first), then offset", () => {

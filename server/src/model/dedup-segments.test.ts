@@ -1,7 +1,15 @@
 import { describe, expect, it } from "vitest";
+import {
+  docJson,
+  enqueue,
+  expectCasqError,
+  expire,
+  msg,
+  newShard,
+  T0,
+} from "../../testing/model-test-helpers.ts";
 import { dedupSealCandidates, sealDedupSegment } from "./dedup-segments.ts";
 import { parseShardDocument } from "./document-codec.ts";
-import { docJson, enqueue, expectCasqError, expire, msg, newShard, T0 } from "./model-test-helpers.ts";
 import { ShardState } from "./shard-state.ts";
 import { computeStats } from "./shard-stats.ts";
 

@@ -21,11 +21,11 @@
  */
 import { DEDUP_SEGMENT_ENTRY_BYTES, dedupBytes } from "./approx-size.ts";
 import type { SealedObject } from "./segment-mechanics.ts";
+import type { ShardData } from "./shard-data.ts";
 import type { DedupEntry, DedupSegmentState } from "./shard-records.ts";
-import type { ShardState } from "./shard-state.ts";
 
 /** Stores a new dedup entry in the head's part (replacing an expired one with the same id). */
-export function putDedup(state: ShardState, e: DedupEntry): void {
+export function putDedup(state: ShardData, e: DedupEntry): void {
   forgetDedup(state, e.dedupId);
   state.dedup.set(e.dedupId, e);
   state.recentDedup.set(e.dedupId, e);
@@ -36,14 +36,14 @@ export function putDedup(state: ShardState, e: DedupEntry): void {
 }
 
 /** Remembers an entry read from a dedup segment (replacing an older one with the same id). */
-export function putSealedDedup(state: ShardState, e: DedupEntry): void {
+export function putSealedDedup(state: ShardData, e: DedupEntry): void {
   forgetDedup(state, e.dedupId);
   state.dedup.set(e.dedupId, e);
   state.dedupIndex.push({ expiresAt: e.expiresAt, dedupId: e.dedupId });
 }
 
 /** Forgets a dedup entry. Returns true when the head held it (so the head changes). */
-export function forgetDedup(state: ShardState, dedupId: string): boolean {
+export function forgetDedup(state: ShardData, dedupId: string): boolean {
   const old = state.dedup.get(dedupId);
   if (old === undefined) return false;
   state.dedup.delete(dedupId);
@@ -59,7 +59,7 @@ export function forgetDedup(state: ShardState, dedupId: string): boolean {
  * The head's dedup entries to seal next, ascending offsets: all of them once
  * they hold more than `budgetBytes`, none before.
  */
-export function dedupSealCandidates(state: ShardState, budgetBytes: number): DedupEntry[] {
+export function dedupSealCandidates(state: ShardData, budgetBytes: number): DedupEntry[] {
   if (state.recentDedupBytes <= budgetBytes || state.recentDedup.size === 0) return [];
   return [...state.recentDedup.values()];
 }
@@ -70,7 +70,7 @@ export function dedupSealCandidates(state: ShardState, budgetBytes: number): Ded
  * written. They stay remembered (`state.dedup`); the head stops carrying them.
  */
 export function sealDedupSegment(
-  state: ShardState,
+  state: ShardData,
   entries: readonly DedupEntry[],
   object: SealedObject,
 ): DedupSegmentState {
@@ -113,7 +113,7 @@ export function newDedupSegmentState(
 }
 
 /** Indexes a dedup segment in the state (its entries are remembered by the caller). */
-export function addDedupSegment(state: ShardState, seg: DedupSegmentState): void {
+export function addDedupSegment(state: ShardData, seg: DedupSegmentState): void {
   state.dedupSegments.set(seg.name, seg);
   state.bytes += DEDUP_SEGMENT_ENTRY_BYTES;
   state.dedupSegmentIndex.push({ expiresAt: seg.expiresAt, name: seg.name });
@@ -124,7 +124,7 @@ export function addDedupSegment(state: ShardState, seg: DedupSegmentState): void
  * the index, and its name joins `retiredSegments` (the broker deletes the
  * object once a head without it has landed). Returns how many.
  */
-export function retireExpiredDedupSegments(state: ShardState, now: number): number {
+export function retireExpiredDedupSegments(state: ShardData, now: number): number {
   let retired = 0;
   for (;;) {
     const e = state.dedupSegmentIndex.peek();

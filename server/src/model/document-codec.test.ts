@@ -1,6 +1,4 @@
 import { describe, expect, it } from "vitest";
-import { applyOperation } from "./apply-operation.ts";
-import { SHARD_FORMAT } from "./document-codec.ts";
 import {
   ack,
   claim,
@@ -12,7 +10,9 @@ import {
   msg,
   newShard,
   T0,
-} from "./model-test-helpers.ts";
+} from "../../testing/model-test-helpers.ts";
+import { applyOperation } from "./apply-operation.ts";
+import { SHARD_FORMAT } from "./document-codec.ts";
 import type { Operation, Receipt } from "./operations.ts";
 import { ShardState, WRITE_HISTORY } from "./shard-state.ts";
 

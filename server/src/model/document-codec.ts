@@ -20,6 +20,7 @@ import { CasqError } from "../errors.ts";
 import { base64Length } from "./approx-size.ts";
 import { PRIORITY_MAX, PRIORITY_MIN } from "./input-validation.ts";
 import { type BackoffPolicy, configProblem, type QueueConfig } from "./queue-config.ts";
+import type { ShardData } from "./shard-data.ts";
 import { isSettled, sortedStringMap } from "./shard-mechanics.ts";
 import type {
   BrokerRecord,
@@ -30,7 +31,6 @@ import type {
   SubscriptionCounters,
   SubscriptionState,
 } from "./shard-records.ts";
-import type { ShardState } from "./shard-state.ts";
 
 /** The format version this casq writes. */
 export const SHARD_FORMAT = "casq.shard.v2";
@@ -105,7 +105,7 @@ export function subscriptionCountersJson(c: SubscriptionCounters): string {
   return `"enqueued":${c.enqueued},"delivered":${c.delivered},"acked":${c.acked},"redelivered":${c.redelivered},"dead_lettered":${c.deadLettered},"dead_evicted":${c.deadEvicted},"purged":${c.purged},"redriven":${c.redriven}`;
 }
 
-function subscriptionJson(state: ShardState, sub: SubscriptionState, ordered: ShardStateMessages): string {
+function subscriptionJson(state: ShardData, sub: SubscriptionState, ordered: ShardStateMessages): string {
   // acked_below: the lowest untargeted retained offset this subscription has not settled (else next_offset);
   // acked: settled untargeted retained offsets above it.
   let ackedBelow = state.nextOffset;
@@ -156,7 +156,7 @@ export function dedupEntryJson(e: DedupEntry): string {
 }
 
 /** The canonical v1 JSON array of every remembered dedup id, by expiry then id. */
-export function dedupJson(state: ShardState): string {
+export function dedupJson(state: ShardData): string {
   const dedup = [...state.dedup.values()].sort((a, b) =>
     a.expiresAt !== b.expiresAt ? a.expiresAt - b.expiresAt : a.dedupId < b.dedupId ? -1 : 1,
   );
@@ -164,7 +164,7 @@ export function dedupJson(state: ShardState): string {
 }
 
 /** The canonical JSON members before `next_offset` shared by both formats (from `format` to `broker`). */
-export function headerJson(state: ShardState, format: string): string {
+export function headerJson(state: ShardData, format: string): string {
   const broker = state.broker;
   return (
     `{"format":"${format}","queue":${json(state.queue)},"shard":${state.shard},"created_at":${state.createdAt}` +
@@ -174,14 +174,14 @@ export function headerJson(state: ShardState, format: string): string {
   );
 }
 
-type ShardStateMessages = ReturnType<ShardState["sortedMessages"]>;
+type ShardStateMessages = ReturnType<ShardData["sortedMessages"]>;
 
 /**
  * The canonical v1 document bytes of a shard (the whole shard in one
  * document). casq writes v2; this stays to test reading v1 documents and
  * the mixed-version rules. O(document).
  */
-export function encodeShardV1(state: ShardState): Uint8Array {
+export function encodeShardV1(state: ShardData): Uint8Array {
   const c = state.counters;
   const ordered = state.sortedMessages();
   const parts: string[] = [

@@ -1,6 +1,6 @@
 import { readFileSync } from "node:fs";
 import { describe, expect, it } from "vitest";
-import { buildExampleShard } from "./document-example.ts";
+import { buildExampleShard } from "../../testing/document-example.ts";
 import { ShardState } from "./shard-state.ts";
 
 const DOC = new URL("../../../docs/document-format.md", import.meta.url);

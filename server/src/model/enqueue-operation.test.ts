@@ -1,5 +1,4 @@
 import { describe, expect, it } from "vitest";
-import { applyOperation } from "./apply-operation.ts";
 import {
   claim,
   docJson,
@@ -11,7 +10,8 @@ import {
   newShard,
   T0,
   text,
-} from "./model-test-helpers.ts";
+} from "../../testing/model-test-helpers.ts";
+import { applyOperation } from "./apply-operation.ts";
 
 describe("enqueue", () => {
   it("assigns consecutive offsets and stores every field", () => {

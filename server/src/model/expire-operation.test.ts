@@ -1,6 +1,16 @@
 import { describe, expect, it } from "vitest";
+import {
+  ack,
+  claim,
+  docJson,
+  enqueue,
+  expire,
+  ids,
+  msg,
+  newShard,
+  T0,
+} from "../../testing/model-test-helpers.ts";
 import { applyOperation } from "./apply-operation.ts";
-import { ack, claim, docJson, enqueue, expire, ids, msg, newShard, T0 } from "./model-test-helpers.ts";
 import type { Receipt } from "./operations.ts";
 
 describe("expire", () => {

@@ -23,9 +23,9 @@ import {
   SHARD_FORMAT,
   subscriptionCountersJson,
 } from "./document-codec.ts";
+import type { ShardData } from "./shard-data.ts";
 import { compactAckState } from "./shard-mechanics.ts";
 import type { DedupSegmentState, SegmentState, SubscriptionState } from "./shard-records.ts";
-import type { ShardState } from "./shard-state.ts";
 
 const encoder = new TextEncoder();
 const json = JSON.stringify;
@@ -47,7 +47,7 @@ export function rangesJson(sorted: readonly number[]): string {
   return `[${parts.join(",")}]`;
 }
 
-function subscriptionJson(state: ShardState, sub: SubscriptionState): string {
+function subscriptionJson(state: ShardData, sub: SubscriptionState): string {
   compactAckState(state, sub);
   const acked = [...sub.settled].sort((a, b) => a - b);
   return `{"name":${json(sub.name)},"created_at":${sub.createdAt},"acked_below":${sub.start},"acked":${rangesJson(acked)},"deliveries":${deliveriesJson(sub)},"dead_letters":${deadLettersJson(sub)},"counters":{${subscriptionCountersJson(sub.counters)}}}`;
@@ -68,7 +68,7 @@ function dedupSegmentJson(seg: DedupSegmentState): string {
 }
 
 /** The head's dedup ids in offset order, then (when there are any) the index of dedup segments. */
-function dedupPartJson(state: ShardState): string {
+function dedupPartJson(state: ShardData): string {
   const entries: string[] = [];
   for (const e of state.recentDedup.values()) entries.push(dedupEntryJson(e));
   let out = `,"dedup":[${entries.join(",")}]`;
@@ -81,7 +81,7 @@ function dedupPartJson(state: ShardState): string {
 }
 
 /** The canonical v2 head bytes of a shard. O(head). */
-export function encodeHead(state: ShardState): Uint8Array {
+export function encodeHead(state: ShardData): Uint8Array {
   const c = state.counters;
   const parts: string[] = [
     headerJson(state, SHARD_FORMAT),

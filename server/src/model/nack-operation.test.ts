@@ -1,6 +1,4 @@
 import { describe, expect, it } from "vitest";
-import { applyOperation } from "./apply-operation.ts";
-import { backoffDelayMs } from "./backoff.ts";
 import {
   ack,
   claim,
@@ -11,7 +9,9 @@ import {
   msg,
   newShard,
   T0,
-} from "./model-test-helpers.ts";
+} from "../../testing/model-test-helpers.ts";
+import { applyOperation } from "./apply-operation.ts";
+import { backoffDelayMs } from "./backoff.ts";
 import type { NackOperation, Receipt } from "./operations.ts";
 import { DEFAULT_QUEUE_CONFIG } from "./queue-config.ts";
 import type { ShardState } from "./shard-state.ts";

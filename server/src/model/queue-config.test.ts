@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
+import { expectCasqError } from "../../testing/model-test-helpers.ts";
 import { isCasqError } from "../errors.ts";
-import { expectCasqError } from "./model-test-helpers.ts";
 import { DEFAULT_QUEUE_CONFIG, mergeConfig, sameConfig, validateConfigPatch } from "./queue-config.ts";
 
 describe("queue config", () => {

@@ -1,5 +1,4 @@
 import { describe, expect, it } from "vitest";
-import { applyOperation } from "./apply-operation.ts";
 import {
   ack,
   claim,
@@ -10,7 +9,8 @@ import {
   msg,
   newShard,
   T0,
-} from "./model-test-helpers.ts";
+} from "../../testing/model-test-helpers.ts";
+import { applyOperation } from "./apply-operation.ts";
 import type { Receipt } from "./operations.ts";
 import type { ShardState } from "./shard-state.ts";
 

@@ -18,11 +18,11 @@
  * Costs: O(1) per message moved (plus O(k log k) to sort k candidates).
  */
 import { SEGMENT_ENTRY_BYTES } from "./approx-size.ts";
+import type { ShardData } from "./shard-data.ts";
 import type { MessageRecord, RetainedMessage, SegmentState } from "./shard-records.ts";
-import type { ShardState } from "./shard-state.ts";
 
 /** Adds a retained message to the shard, its contents in the tail. */
-export function retainInTail(state: ShardState, m: RetainedMessage): void {
+export function retainInTail(state: ShardData, m: RetainedMessage): void {
   const offset = m.msg.offset;
   state.messages.set(offset, m);
   state.ids.set(m.msg.id, offset);
@@ -35,7 +35,7 @@ export function retainInTail(state: ShardState, m: RetainedMessage): void {
 }
 
 /** Takes a message out of the tail or its segment (it is leaving the shard, or moving). */
-export function removeContents(state: ShardState, m: RetainedMessage): void {
+export function removeContents(state: ShardData, m: RetainedMessage): void {
   if (m.segment !== undefined) {
     leaveSegment(state, m.segment, m.msg.offset);
     m.segment = undefined;
@@ -48,7 +48,7 @@ export function removeContents(state: ShardState, m: RetainedMessage): void {
 }
 
 /** Moves a sealed message back into the tail (a redrive is about to give it `targets`). */
-export function unsealToTail(state: ShardState, m: RetainedMessage): void {
+export function unsealToTail(state: ShardData, m: RetainedMessage): void {
   if (m.segment === undefined) return;
   removeContents(state, m);
   state.tail.set(m.msg.offset, m);
@@ -58,7 +58,7 @@ export function unsealToTail(state: ShardState, m: RetainedMessage): void {
 }
 
 /** Marks `offset` gone from `seg`; retires the segment when nothing is left in it. */
-export function leaveSegment(state: ShardState, seg: SegmentState, offset: number): void {
+export function leaveSegment(state: ShardData, seg: SegmentState, offset: number): void {
   seg.gone.add(offset);
   seg.json = undefined;
   if (seg.gone.size < seg.count) return;
@@ -73,7 +73,7 @@ export function leaveSegment(state: ShardState, seg: SegmentState, offset: numbe
  * until at least half the budget is left in the tail, so sealing happens in
  * chunks of about half the budget. Empty when the tail is within budget.
  */
-export function sealCandidates(state: ShardState, budgetBytes: number): RetainedMessage[] {
+export function sealCandidates(state: ShardData, budgetBytes: number): RetainedMessage[] {
   if (state.tailBytes <= budgetBytes) return [];
   const ordered = state.sortedTail();
   const out: RetainedMessage[] = [];
@@ -101,7 +101,7 @@ export interface SealedObject {
  * has already written. Returns the new segment.
  */
 export function sealSegment(
-  state: ShardState,
+  state: ShardData,
   messages: readonly RetainedMessage[],
   object: SealedObject,
 ): SegmentState {
@@ -118,7 +118,7 @@ export function sealSegment(
 }
 
 /** Indexes a segment in the state (its messages are linked by the caller). */
-export function addSegment(state: ShardState, seg: SegmentState): void {
+export function addSegment(state: ShardData, seg: SegmentState): void {
   state.segments.set(seg.name, seg);
   state.bytes += SEGMENT_ENTRY_BYTES;
 }

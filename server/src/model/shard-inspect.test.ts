@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
+import { claim, enqueue, expectCasqError, msg, newShard, T0 } from "../../testing/model-test-helpers.ts";
 import { applyOperation } from "./apply-operation.ts";
-import { claim, enqueue, expectCasqError, msg, newShard, T0 } from "./model-test-helpers.ts";
 import { inspectMessage, listDeadLetters } from "./shard-inspect.ts";
 
 describe("inspection", () => {

@@ -23,6 +23,7 @@ import { DELIVERY_BYTES, deadLetterBytes, subscriptionBytes } from "./approx-siz
 import { BinaryHeap } from "./binary-heap.ts";
 import type { MessageView } from "./operations.ts";
 import { removeContents } from "./segment-mechanics.ts";
+import type { ShardData } from "./shard-data.ts";
 import {
   type DelayedEntry,
   type Delivery,
@@ -33,7 +34,6 @@ import {
   type SubscriptionState,
   zeroSubscriptionCounters,
 } from "./shard-records.ts";
-import type { ShardState } from "./shard-state.ts";
 
 /** Ready order: higher priority first, then lower offset. */
 export function readyBefore(a: ReadyEntry, b: ReadyEntry): boolean {
@@ -66,13 +66,13 @@ export function newSubscription(
 }
 
 /** Registers a subscription in the state. */
-export function addSubscription(state: ShardState, sub: SubscriptionState): void {
+export function addSubscription(state: ShardData, sub: SubscriptionState): void {
   state.subs.set(sub.name, sub);
   state.bytes += subscriptionBytes(sub.name);
 }
 
 /** The subscription, or `not_found` telling the user how to create it. */
-export function requireSubscription(state: ShardState, name: unknown): SubscriptionState {
+export function requireSubscription(state: ShardData, name: unknown): SubscriptionState {
   if (typeof name !== "string" || name === "") {
     throw new CasqError("invalid_argument", "subscription name is required");
   }
@@ -100,7 +100,7 @@ export function runnableAt(m: RetainedMessage, d: Delivery | undefined): number 
 }
 
 /** The max-attempts budget of a message (its override or the queue's). */
-export function maxAttemptsOf(state: ShardState, m: MessageRecord): number {
+export function maxAttemptsOf(state: ShardData, m: MessageRecord): number {
   return m.maxAttempts ?? state.config.maxAttempts;
 }
 
@@ -122,7 +122,7 @@ export function schedule(
 
 /** The retained, unsettled, unleased message at `offset`, or undefined. */
 export function pendingAt(
-  state: ShardState,
+  state: ShardData,
   sub: SubscriptionState,
   offset: number,
 ): { m: RetainedMessage; d: Delivery | undefined } | undefined {
@@ -134,7 +134,7 @@ export function pendingAt(
 }
 
 /** Moves wake-up entries due at `now` into the runnable index (index-only; the document does not change). */
-export function promoteDue(state: ShardState, sub: SubscriptionState, now: number): void {
+export function promoteDue(state: ShardData, sub: SubscriptionState, now: number): void {
   for (;;) {
     const top = sub.delayed.peek();
     if (top === undefined || top.at > now) return;
@@ -146,7 +146,7 @@ export function promoteDue(state: ShardState, sub: SubscriptionState, now: numbe
 }
 
 /** Drops stale entries from the top of the wake-up index; returns the next valid wake time. */
-export function nextDelayedAt(state: ShardState, sub: SubscriptionState): number | undefined {
+export function nextDelayedAt(state: ShardData, sub: SubscriptionState): number | undefined {
   for (;;) {
     const top = sub.delayed.peek();
     if (top === undefined) return undefined;
@@ -158,7 +158,7 @@ export function nextDelayedAt(state: ShardState, sub: SubscriptionState): number
 
 /** Drops stale entries from the top of the runnable index; returns the first runnable message. */
 export function peekRunnable(
-  state: ShardState,
+  state: ShardData,
   sub: SubscriptionState,
   now: number,
 ): { m: RetainedMessage; d: Delivery | undefined } | undefined {
@@ -173,25 +173,25 @@ export function peekRunnable(
 }
 
 /** Stores a new delivery record. */
-export function addDelivery(state: ShardState, sub: SubscriptionState, offset: number, d: Delivery): void {
+export function addDelivery(state: ShardData, sub: SubscriptionState, offset: number, d: Delivery): void {
   sub.deliveries.set(offset, d);
   state.bytes += DELIVERY_BYTES;
 }
 
 /** Removes a delivery record, if any. */
-export function removeDelivery(state: ShardState, sub: SubscriptionState, offset: number): void {
+export function removeDelivery(state: ShardData, sub: SubscriptionState, offset: number): void {
   if (sub.deliveries.delete(offset)) state.bytes -= DELIVERY_BYTES;
 }
 
 /** Indexes the current lease of a delivery for the expiry sweep. */
-export function indexLease(state: ShardState, sub: SubscriptionState, offset: number, d: Delivery): void {
+export function indexLease(state: ShardData, sub: SubscriptionState, offset: number, d: Delivery): void {
   if (d.lease === undefined) return;
   state.leaseIndex.push({ deadline: d.lease.deadline, sub, offset, attempt: d.attempt });
 }
 
 /** Leases a pending message to a worker: bumps the attempt, clears backoff, indexes the deadline. */
 export function leaseMessage(
-  state: ShardState,
+  state: ShardData,
   sub: SubscriptionState,
   m: RetainedMessage,
   worker: string,
@@ -218,7 +218,7 @@ export function leaseMessage(
  * (no later delivery, not settled, not a pre-redrive receipt).
  */
 export function currentDelivery(
-  state: ShardState,
+  state: ShardData,
   sub: SubscriptionState,
   offset: number,
   attempt: number,
@@ -231,7 +231,7 @@ export function currentDelivery(
 }
 
 /** Removes a message from the shard and every index that names it. */
-export function dropMessage(state: ShardState, m: RetainedMessage): void {
+export function dropMessage(state: ShardData, m: RetainedMessage): void {
   const offset = m.msg.offset;
   state.messages.delete(offset);
   if (state.ids.get(m.msg.id) === offset) state.ids.delete(m.msg.id);
@@ -248,7 +248,7 @@ export function dropMessage(state: ShardState, m: RetainedMessage): void {
  * Called when no subscription owes work on `m` any more: drops it now when
  * its retention has passed, else schedules the drop. Returns true if dropped.
  */
-export function onFullySettled(state: ShardState, m: RetainedMessage, now: number): boolean {
+export function onFullySettled(state: ShardData, m: RetainedMessage, now: number): boolean {
   const dropAt = m.msg.enqueuedAt + state.config.retentionMs;
   if (now >= dropAt) {
     dropMessage(state, m);
@@ -263,7 +263,7 @@ export function onFullySettled(state: ShardState, m: RetainedMessage, now: numbe
  * Forgets the delivery state; drops the message if that was the last
  * subscription and retention allows. Returns true if the message was dropped.
  */
-export function settle(state: ShardState, m: RetainedMessage, sub: SubscriptionState, now: number): boolean {
+export function settle(state: ShardData, m: RetainedMessage, sub: SubscriptionState, now: number): boolean {
   const offset = m.msg.offset;
   if (m.targets !== undefined) m.targets = m.targets.filter((name) => name !== sub.name);
   else sub.settled.add(offset);
@@ -280,7 +280,7 @@ export function settle(state: ShardState, m: RetainedMessage, sub: SubscriptionS
  * offset over the shard's life; stops at the first untargeted retained
  * message it still owes.
  */
-export function compactAckState(state: ShardState, sub: SubscriptionState): void {
+export function compactAckState(state: ShardData, sub: SubscriptionState): void {
   let start = sub.start;
   while (start < state.next) {
     const m = state.messages.get(start);
@@ -292,7 +292,7 @@ export function compactAckState(state: ShardState, sub: SubscriptionState): void
 }
 
 /** Evicts the oldest dead letters of `sub` beyond the queue's limit; returns how many. */
-export function evictDeadLetters(state: ShardState, sub: SubscriptionState): number {
+export function evictDeadLetters(state: ShardData, sub: SubscriptionState): number {
   let evicted = 0;
   const limit = state.config.deadLetterLimit;
   while (sub.dead.size > limit) {
@@ -310,7 +310,7 @@ export function evictDeadLetters(state: ShardState, sub: SubscriptionState): num
 
 /** Moves an unsettled message to the subscription's dead letters (a full copy), settling it there. */
 export function deadLetter(
-  state: ShardState,
+  state: ShardData,
   sub: SubscriptionState,
   m: RetainedMessage,
   reason: string,

@@ -38,6 +38,7 @@ import {
   type QueueConfigPatch,
 } from "./queue-config.ts";
 import { addSegment, newSegmentState } from "./segment-mechanics.ts";
+import type { ShardData } from "./shard-data.ts";
 import {
   addDelivery,
   addSubscription,
@@ -144,7 +145,7 @@ function dedupSegmentBefore(a: DedupSegmentExpiry, b: DedupSegmentExpiry): boole
 }
 
 /** One queue shard's complete state (see module header). */
-export class ShardState {
+export class ShardState implements ShardData {
   /** Queue name. */
   readonly queue: string;
   /** Shard number within the queue. */

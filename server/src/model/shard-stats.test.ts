@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
+import { ack, claim, enqueue, expire, msg, newShard, T0 } from "../../testing/model-test-helpers.ts";
 import { applyOperation } from "./apply-operation.ts";
-import { ack, claim, enqueue, expire, msg, newShard, T0 } from "./model-test-helpers.ts";
 import type { Receipt } from "./operations.ts";
 import { ShardState } from "./shard-state.ts";
 import { computeStats, hasRunnable, nextHousekeepingAt, nextWakeAt } from "./shard-stats.ts";

@@ -55,6 +55,7 @@ import { rpcMetricsInterceptor } from "../telemetry/rpc-metrics.ts";
 import { storeMetricsObserver } from "../telemetry/store-metrics.ts";
 import { CasqTracing } from "../telemetry/tracing.ts";
 import { type Clock, systemClock } from "../util/clock.ts";
+import { formatAddress } from "../util/listen-address.ts";
 import { type Random, systemRandom } from "../util/random.ts";
 import { createAdminService } from "./admin-service.ts";
 import { createAuthInterceptor, loadTokenFile } from "./auth.ts";
@@ -67,7 +68,6 @@ import {
   type ConnectionTimeouts,
   callContextValues,
   type DualHandler,
-  formatAddress,
   type RunningListener,
   startListener,
   type TlsFiles,

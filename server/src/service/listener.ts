@@ -37,6 +37,7 @@ import http2, { type Http2ServerRequest, type Http2ServerResponse, type Http2Ses
 import net from "node:net";
 import { type ContextValues, createContextKey, createContextValues } from "@connectrpc/connect";
 import type { Logger } from "pino";
+import { parseListenAddress } from "../util/listen-address.ts";
 
 /** TLS files of a server. */
 export interface TlsFiles {
@@ -126,23 +127,6 @@ export function callContextValues(req: IncomingMessage | Http2ServerRequest): Co
 
 /** The HTTP/2 connection preface every prior-knowledge h2c client sends first. */
 const H2_PREFACE = Buffer.from("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", "latin1");
-
-/** Splits `HOST:PORT` (also `[v6]:PORT` and `:PORT`). Throws with a clear message. */
-export function parseListenAddress(listen: string): { host: string; port: number } {
-  const match = /^(?:\[([^\]]+)\]|([^:[\]]*)):(\d{1,5})$/.exec(listen.trim());
-  const port = Number(match?.[3]);
-  if (!match || !Number.isInteger(port) || port > 65535)
-    throw new Error(
-      `listen address ${JSON.stringify(listen)} is not HOST:PORT (e.g. 127.0.0.1:50051, [::1]:0, :50051)`,
-    );
-  const host = match[1] ?? match[2] ?? "";
-  return { host: host === "" ? "0.0.0.0" : host, port };
-}
-
-/** Formats a host and port as `HOST:PORT` (brackets around IPv6). */
-export function formatAddress(host: string, port: number): string {
-  return host.includes(":") ? `[${host}]:${port}` : `${host}:${port}`;
-}
 
 /** Binds the port and starts serving (see the module header). Rejects with the system error (EADDRINUSE, ...). */
 export async function startListener(options: ListenerOptions): Promise<RunningListener> {

@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
-import { ManualClock } from "../util/manual-clock.ts";
+import { FaultInjectingStore } from "../../testing/fault-injecting-store.ts";
+import { ManualClock } from "../../testing/manual-clock.ts";
 import { seededRandom } from "../util/random.ts";
-import { FaultInjectingStore } from "./fault-injecting-store.ts";
 import {
   combineObservers,
   InstrumentedStore,

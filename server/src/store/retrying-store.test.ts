@@ -1,9 +1,9 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
+import { FaultInjectingStore, type FaultKind, type FaultRule } from "../../testing/fault-injecting-store.ts";
+import { ManualClock } from "../../testing/manual-clock.ts";
 import type { Clock } from "../util/clock.ts";
-import { ManualClock } from "../util/manual-clock.ts";
 import { type Random, seededRandom } from "../util/random.ts";
-import { FaultInjectingStore, type FaultKind, type FaultRule } from "./fault-injecting-store.ts";
 import { InstrumentedStore, type StoreOpEnd } from "./instrumented-store.ts";
 import { MemoryStore } from "./memory-store.ts";
 import {

@@ -8,7 +8,7 @@
  */
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
-import { formatAddress, parseListenAddress } from "../service/listener.ts";
+import { formatAddress, parseListenAddress } from "../util/listen-address.ts";
 import type { CasqMetrics } from "./metrics.ts";
 
 /** Options of {@link startMetricsServer}. */

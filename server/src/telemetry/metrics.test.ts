@@ -1,7 +1,7 @@
 import { Code } from "@connectrpc/connect";
 import { Registry } from "prom-client";
 import { describe, expect, it } from "vitest";
-import { makeBroker } from "../broker/test-support.ts";
+import { makeBroker } from "../../testing/broker-test-support.ts";
 import { InstrumentedStore } from "../store/instrumented-store.ts";
 import { MemoryStore } from "../store/memory-store.ts";
 import { brokerMetricsObserver, createBrokerRefresher } from "./broker-metrics.ts";

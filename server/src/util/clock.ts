@@ -2,7 +2,8 @@
  * Time and randomness are injected into the engine so that a seeded
  * simulation can replay a run exactly. Engine code never calls `Date.now()`,
  * `setTimeout` or `Math.random()` directly; it asks a {@link Clock} and a
- * {@link Random}.
+ * {@link Random} (a lint rule in biome.json enforces it, see
+ * docs/architecture.md "What holds the layers").
  */
 
 /** A source of wall-clock time and timers. */

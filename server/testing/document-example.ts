@@ -4,11 +4,11 @@
  * exactly what this produces, so the docs cannot drift from the code.
  *
  * Regenerate the example with:
- *   npx tsx -e 'import("./server/src/model/document-example.ts").then(m => console.log(m.exampleDocumentJson()))'
+ *   npx tsx -e 'import("./server/testing/document-example.ts").then(m => console.log(m.exampleDocumentJson()))'
  */
-import { applyOperation } from "./apply-operation.ts";
-import type { Receipt } from "./operations.ts";
-import { ShardState } from "./shard-state.ts";
+import { applyOperation } from "../src/model/apply-operation.ts";
+import type { Receipt } from "../src/model/operations.ts";
+import { ShardState } from "../src/model/shard-state.ts";
 
 /** 2026-01-01T00:00:00Z. */
 const T = 1_767_225_600_000;

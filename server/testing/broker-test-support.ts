@@ -2,12 +2,13 @@
  * Small helpers shared by the broker's tests: a store that counts and can
  * hold writes, and a quick way to build brokers on one store.
  */
-import { MemoryStore } from "../store/memory-store.ts";
-import type { CallOptions, ObjectStore, PutCondition, PutResult } from "../store/object-store.ts";
-import type { Clock } from "../util/clock.ts";
-import { systemClock } from "../util/clock.ts";
-import { seededRandom } from "../util/random.ts";
-import { Broker, type BrokerParams, NO_MANIFESTS } from "./broker.ts";
+
+import { Broker, type BrokerParams, NO_MANIFESTS } from "../src/broker/broker.ts";
+import { MemoryStore } from "../src/store/memory-store.ts";
+import type { CallOptions, ObjectStore, PutCondition, PutResult } from "../src/store/object-store.ts";
+import type { Clock } from "../src/util/clock.ts";
+import { systemClock } from "../src/util/clock.ts";
+import { seededRandom } from "../src/util/random.ts";
 
 /** Wraps a store, counting puts and optionally holding each put until released. */
 export class GatedStore implements ObjectStore {

@@ -48,9 +48,8 @@
  * Rules can be added and removed at any time (the simulation flips faults on
  * and off); `stats()` counts calls and injected faults.
  */
-import { type Clock, systemClock } from "../util/clock.ts";
-import { type Random, systemRandom } from "../util/random.ts";
-import { STORE_OPERATIONS, type StoreOperation } from "./instrumented-store.ts";
+
+import { STORE_OPERATIONS, type StoreOperation } from "../src/store/instrumented-store.ts";
 import type {
   CallOptions,
   ListedObject,
@@ -58,8 +57,10 @@ import type {
   PutCondition,
   PutResult,
   StoredObject,
-} from "./object-store.ts";
-import { AmbiguousWriteError, ConflictError, UnavailableError } from "./store-errors.ts";
+} from "../src/store/object-store.ts";
+import { AmbiguousWriteError, ConflictError, UnavailableError } from "../src/store/store-errors.ts";
+import { type Clock, systemClock } from "../src/util/clock.ts";
+import { type Random, systemRandom } from "../src/util/random.ts";
 
 /**
  * A latency distribution, in milliseconds:

@@ -38,7 +38,7 @@
  * times code observes are identical from run to run, because time never moves
  * on its own and ties are broken by registration order.
  */
-import type { Clock } from "./clock.ts";
+import type { Clock } from "../src/util/clock.ts";
 
 /** Default start time of a {@link ManualClock}: 2024-01-01T00:00:00Z, a realistic epoch-milliseconds value. */
 export const MANUAL_CLOCK_DEFAULT_START_MS = Date.UTC(2024, 0, 1);

@@ -2,11 +2,11 @@
  * Helpers for the model's tests (not a test file itself).
  */
 import { expect } from "vitest";
-import { type CasqErrorCode, isCasqError } from "../errors.ts";
-import { applyOperation } from "./apply-operation.ts";
-import type { ClaimedMessage, NewMessage, Operation, Receipt } from "./operations.ts";
-import type { QueueConfigPatch } from "./queue-config.ts";
-import { ShardState } from "./shard-state.ts";
+import { type CasqErrorCode, isCasqError } from "../src/errors.ts";
+import { applyOperation } from "../src/model/apply-operation.ts";
+import type { ClaimedMessage, NewMessage, Operation, Receipt } from "../src/model/operations.ts";
+import type { QueueConfigPatch } from "../src/model/queue-config.ts";
+import { ShardState } from "../src/model/shard-state.ts";
 
 /** A fixed start time for tests. */
 export const T0 = 1_700_000_000_000;

@@ -1,14 +1,19 @@
 import { describe, expect, it } from "vitest";
-import { ManualClock } from "../util/manual-clock.ts";
-import { seededRandom } from "../util/random.ts";
+import { MemoryStore } from "../src/store/memory-store.ts";
+import {
+  AmbiguousWriteError,
+  ConflictError,
+  isStoreError,
+  UnavailableError,
+} from "../src/store/store-errors.ts";
+import { seededRandom } from "../src/util/random.ts";
 import {
   drawLatency,
   FaultInjectingStore,
   type FaultInjectingStoreOptions,
   type InjectedFault,
 } from "./fault-injecting-store.ts";
-import { MemoryStore } from "./memory-store.ts";
-import { AmbiguousWriteError, ConflictError, isStoreError, UnavailableError } from "./store-errors.ts";
+import { ManualClock } from "./manual-clock.ts";
 
 const bytes = (text: string) => new TextEncoder().encode(text);
 const text = (body: Uint8Array | undefined) =>

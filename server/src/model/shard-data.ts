@@ -1,0 +1,64 @@
+/**
+ * The fields of a shard's in-memory state, as the model's mechanics see them
+ * (model-internal).
+ *
+ * `ShardState` (`shard-state.ts`) implements this and adds creating,
+ * decoding and encoding. The mechanics, the codec and the head encoder take a
+ * `ShardData` rather than a `ShardState`, so that `shard-state.ts` can use
+ * them without an import cycle. Each member is documented on `ShardState`.
+ */
+import type { BinaryHeap } from "./binary-heap.ts";
+import type { QueueConfig } from "./queue-config.ts";
+import type {
+  BrokerRecord,
+  DedupEntry,
+  DedupExpiryEntry,
+  DedupSegmentExpiry,
+  DedupSegmentState,
+  DelayedEntry,
+  LeaseEntry,
+  RetainedMessage,
+  SegmentState,
+  ShardCounters,
+  SubscriptionState,
+} from "./shard-records.ts";
+
+/** One queue shard's state and indexes (see `ShardState` for each member). */
+export interface ShardData {
+  readonly queue: string;
+  readonly shard: number;
+  writeId: string | undefined;
+  recentWriteIds: string[];
+  broker: BrokerRecord | undefined;
+  readonly createdAt: number;
+  readonly config: QueueConfig;
+  readonly nextOffset: number;
+  next: number;
+  readonly messages: Map<number, RetainedMessage>;
+  messagesSorted: boolean;
+  readonly ids: Map<string, number>;
+  readonly subs: Map<string, SubscriptionState>;
+  readonly dedup: Map<string, DedupEntry>;
+  readonly recentDedup: Map<string, DedupEntry>;
+  recentDedupBytes: number;
+  readonly dedupSegments: Map<string, DedupSegmentState>;
+  readonly dedupSegmentIndex: BinaryHeap<DedupSegmentExpiry>;
+  readonly counters: ShardCounters;
+  readonly leaseIndex: BinaryHeap<LeaseEntry>;
+  readonly dedupIndex: BinaryHeap<DedupExpiryEntry>;
+  readonly retentionIndex: BinaryHeap<DelayedEntry>;
+  readonly tail: Map<number, RetainedMessage>;
+  tailSorted: boolean;
+  tailLastOffset: number | undefined;
+  tailBytes: number;
+  readonly segments: Map<string, SegmentState>;
+  readonly retiredSegments: string[];
+  bytes: number;
+  settledSlots: number;
+  /** Subscription names, sorted. */
+  subscriptionNames(): string[];
+  /** The tail's messages in ascending offset order. */
+  sortedTail(): RetainedMessage[];
+  /** Retained messages in ascending offset order. */
+  sortedMessages(): RetainedMessage[];
+}
