@@ -10,6 +10,8 @@ import type { WorkRequestSchema, WorkResponse } from "@casq/sdk/gen/casq/v1/work
 import { Code, ConnectError } from "@connectrpc/connect";
 import { describe, expect, it } from "vitest";
 import { AsyncQueue } from "../../server/src/service/async-queue.ts";
+import { MemoryStore } from "../../server/src/store/memory-store.ts";
+import type { CallOptions, ObjectStore, PutCondition } from "../../server/src/store/object-store.ts";
 import {
   bytes,
   type Clients,
@@ -176,6 +178,39 @@ describe("Work stream", () => {
     await clients.queue.enqueue({ queue: "later", messages: [{ payload: bytes("now") }] });
     const job = await work.next("job");
     expect(text(job.event.value.message?.payload)).toBe("now");
+    work.halfClose();
+    await work.end();
+  });
+
+  it("hands an enqueue to a waiting stream in the enqueue's own write (its claim rides in that commit)", async () => {
+    const heads: unknown[] = [];
+    const memory = new MemoryStore();
+    const store: ObjectStore = Object.assign(Object.create(memory) as MemoryStore, {
+      put: (key: string, body: Uint8Array, condition: PutCondition, options?: CallOptions) => {
+        if (key === "queues/fused/0.json") heads.push(JSON.parse(new TextDecoder().decode(body)));
+        return memory.put(key, body, condition, options);
+      },
+    });
+    const s = await server({ store });
+    const clients = grpcClients(s.address);
+    await clients.admin.createQueue({ queue: "fused" });
+    const work = new WorkClient(clients);
+    work.send(open("fused", 5));
+    await work.next("opened");
+    await eventually(() => s.broker.leader("fused", 0).standingClaims > 0);
+    const enqueued = await clients.queue.enqueue({ queue: "fused", messages: [{ payload: bytes("now") }] });
+    const job = await work.next("job");
+    expect(job.event.value.message?.id).toBe(enqueued.messages[0]?.id);
+    type Head = {
+      messages: { offset: number; id: string }[];
+      subscriptions: { name: string; deliveries: { offset: number; lease?: { worker: string } }[] }[];
+    };
+    const first = (heads as Head[]).find((h) => h.messages.some((m) => m.id === job.event.value.message?.id));
+    const offset = first?.messages.find((m) => m.id === job.event.value.message?.id)?.offset;
+    const lease = first?.subscriptions
+      .find((sub) => sub.name === "default")
+      ?.deliveries.find((d) => d.offset === offset)?.lease;
+    expect(lease?.worker).toBe("worker-1");
     work.halfClose();
     await work.end();
   });

@@ -15,7 +15,9 @@
  * listens to the commits of the served shards and wakes as soon as one
  * leaves a runnable message for the subscription (an enqueue, a nack, an
  * expired lease, a delayed message coming due — the leader's timer commits
- * then), or when the wait ends.
+ * then), or when the wait ends. A Work stream also stands a claim on them
+ * ({@link ShardClaimer.stand}): it is applied in the commit that makes
+ * something runnable, so the job leaves with that commit, not the next.
  *
  * Deliveries whose lease ran out before the pass returned (a slow store, an
  * ambiguous write resolved late, a slow shard later in the walk) are
@@ -32,7 +34,7 @@ import type { ShardState } from "../model/shard-state.ts";
 import { hasRunnable } from "../model/shard-stats.ts";
 import type { Clock } from "../util/clock.ts";
 import { expectKind } from "./operation-effects.ts";
-import type { ShardLeader } from "./shard-leader.ts";
+import type { ShardLeader, StandingClaim } from "./shard-leader.ts";
 
 /** A claimed message and the shard it came from. */
 export interface Delivery {
@@ -181,6 +183,33 @@ export class ShardClaimer {
           );
       }
     });
+  }
+
+  /**
+   * Stands `claim` on each of `shards` (see {@link StandingClaim}); their
+   * `credit` is shared, so together they never claim more than it holds.
+   * Returns the function that withdraws them all.
+   */
+  stand(
+    queue: string,
+    shards: readonly number[],
+    claim: Omit<StandingClaim, "deliver"> & {
+      deliver(shard: number, messages: readonly ClaimedMessage[]): void;
+    },
+  ): () => void {
+    const withdraw: (() => void)[] = [];
+    for (const shard of shards) {
+      let leader: ShardLeader;
+      try {
+        leader = this.broker.leader(queue, shard);
+      } catch {
+        continue;
+      }
+      withdraw.push(leader.stand({ ...claim, deliver: (messages) => claim.deliver(shard, messages) }));
+    }
+    return () => {
+      for (const off of withdraw) off();
+    };
   }
 
   private nextStart(queue: string, count: number): number {

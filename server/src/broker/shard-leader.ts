@@ -26,10 +26,10 @@
  */
 import { CasqError } from "../errors.ts";
 import { applyOperation } from "../model/apply-operation.ts";
-import type { ExpireResult, Operation, OperationResult } from "../model/operations.ts";
+import type { ClaimedMessage, ExpireResult, Operation, OperationResult } from "../model/operations.ts";
 import type { QueueConfig } from "../model/queue-config.ts";
 import type { BrokerRecord, ShardState } from "../model/shard-state.ts";
-import { nextHousekeepingAt, nextWakeAt } from "../model/shard-stats.ts";
+import { hasRunnable, nextHousekeepingAt, nextWakeAt } from "../model/shard-stats.ts";
 import type { ObjectStore } from "../store/object-store.ts";
 import { DEFAULT_RETRY_POLICY, type RetryPolicy } from "../store/retrying-store.ts";
 import type { Clock } from "../util/clock.ts";
@@ -123,6 +123,33 @@ export interface ShardObserverWithTracing extends ShardObserver {
 /** The leader's view of a shard. */
 export type ShardMode = "unloaded" | "leading" | "following" | "refused" | "stopped";
 
+/**
+ * A consumer waiting for messages on this shard (a Work stream with credit
+ * and nothing runnable). Its claim rides in the next commit that leaves
+ * something runnable for its subscription, so an enqueue and the claim that
+ * hands it to a waiting worker are one write instead of two.
+ */
+export interface StandingClaim {
+  readonly subscription: string;
+  readonly workerId: string;
+  /** Lease TTL; undefined means the queue's. */
+  readonly leaseTtlMs: number | undefined;
+  /**
+   * How many messages the consumer wants now. Shared by its standing claims
+   * on every shard and taken synchronously as a commit applies them, so they
+   * never claim more than it wants together.
+   */
+  readonly credit: { available: number };
+  /** The messages claimed for it, once their commit is durable (leases may have run out since: check). */
+  deliver(messages: readonly ClaimedMessage[]): void;
+}
+
+/** A standing claim applied in one commit attempt. */
+interface StandingFill {
+  readonly claim: StandingClaim;
+  readonly messages: readonly ClaimedMessage[];
+}
+
 type Settle<T> = { resolve(value: T): void; reject(error: unknown): void };
 
 type BatchItem =
@@ -132,7 +159,28 @@ type BatchItem =
 type Outcome = { ok: true; result: OperationResult } | { ok: false; error: unknown };
 
 /** What one attempt at a batch did: the `now` it saw, each operation's outcome, its expiry sweep. */
-type AppliedBatch = { now: number; outcomes: Outcome[]; expire: ExpireResult };
+type AppliedBatch = {
+  now: number;
+  outcomes: Outcome[];
+  expire: ExpireResult;
+  /** The claims of standing claims that rode in this commit. */
+  standing: AppliedOperation[];
+};
+type AppliedOperation = { op: Operation; result: OperationResult };
+
+function standingApplied(fill: StandingFill): AppliedOperation {
+  const { claim } = fill;
+  return {
+    op: {
+      kind: "claim",
+      subscription: claim.subscription,
+      workerId: claim.workerId,
+      max: fill.messages.length,
+      ...(claim.leaseTtlMs === undefined ? {} : { leaseTtlMs: claim.leaseTtlMs }),
+    },
+    result: { kind: "claim", messages: fill.messages, changed: true },
+  };
+}
 
 /**
  * Group-commits every operation on one queue shard into CAS writes of its
@@ -160,6 +208,7 @@ export class ShardLeader {
   private releaseRequested = false;
   private timerFailures = 0;
   private readonly commitListeners = new Set<(state: ShardState) => void>();
+  private readonly standing = new Set<StandingClaim>();
 
   constructor(params: ShardLeaderParams) {
     this.queue = params.queue;
@@ -229,6 +278,24 @@ export class ShardLeader {
       this.pending.push({ kind: "read", read, resolve: resolve as (value: unknown) => void, reject });
       this.kick();
     });
+  }
+
+  /**
+   * Registers a {@link StandingClaim} until the returned function is called
+   * (or it was filled once: then it is removed). If something is runnable
+   * now, a commit is started to fill it.
+   */
+  stand(claim: StandingClaim): () => void {
+    this.standing.add(claim);
+    const state = this.head.state;
+    if (state && hasRunnable(state, claim.subscription, this.now()))
+      void this.read(() => undefined).catch(() => {});
+    return () => this.standing.delete(claim);
+  }
+
+  /** How many standing claims wait on this shard (for observation and tests). */
+  get standingClaims(): number {
+    return this.standing.size;
   }
 
   /** Calls `listener` after every commit (or no-write batch) with the committed document. Returns an unsubscribe. */
@@ -340,8 +407,14 @@ export class ShardLeader {
   /** Applies one batch and writes it through the head store; settles every item. */
   private async commitBatch(batch: BatchItem[], release: boolean): Promise<void> {
     const started = this.now();
+    // The standing claims filled by the latest attempt (the head store may
+    // apply a batch again after a lost race: the earlier attempt's fills are
+    // given back first).
+    let fills: StandingFill[] = [];
     const result = await this.head.commit<AppliedBatch>(
       (working, now) => {
+        for (const fill of fills) fill.claim.credit.available += fill.messages.length;
+        fills = [];
         const expire = applyOperation(working, { kind: "expire" }, now);
         let changed = operationChangesState(expire);
         const outcomes: Outcome[] = [];
@@ -355,18 +428,55 @@ export class ShardLeader {
             outcomes.push({ ok: false, error });
           }
         }
-        return { value: { now, outcomes, expire }, changed };
+        if (!release) fills = this.fillStanding(working, now);
+        if (fills.length > 0) changed = true;
+        return { value: { now, outcomes, expire, standing: fills.map(standingApplied) }, changed };
       },
       { release },
     );
-    if (result.kind === "failed") return this.failBatch(batch, result.error);
+    if (result.kind === "failed") {
+      for (const fill of fills) fill.claim.credit.available += fill.messages.length;
+      return this.failBatch(batch, result.error);
+    }
     const applied = result.value;
+    for (const fill of fills) this.standing.delete(fill.claim);
     this.settle(batch, applied.outcomes);
+    for (const fill of fills) fill.claim.deliver(fill.messages);
     this.observer?.onCommit?.(
       result.kind === "written"
         ? this.commitInfo(batch, started, result.casAttempts, "ok", result.bytes, applied)
         : this.commitInfo(batch, started, 0, "no_write", 0, applied),
     );
+  }
+
+  /** Applies the standing claims that something is runnable for, within their shared credit. */
+  private fillStanding(working: ShardState, now: number): StandingFill[] {
+    const fills: StandingFill[] = [];
+    for (const claim of this.standing) {
+      const max = claim.credit.available;
+      if (max <= 0 || !hasRunnable(working, claim.subscription, now)) continue;
+      let messages: readonly ClaimedMessage[];
+      try {
+        const result = applyOperation(
+          working,
+          {
+            kind: "claim",
+            subscription: claim.subscription,
+            workerId: claim.workerId,
+            max,
+            ...(claim.leaseTtlMs === undefined ? {} : { leaseTtlMs: claim.leaseTtlMs }),
+          },
+          now,
+        );
+        messages = result.kind === "claim" ? result.messages : [];
+      } catch {
+        continue; // e.g. the subscription was deleted in this batch: the consumer's own claim will say so
+      }
+      if (messages.length === 0) continue;
+      claim.credit.available -= messages.length;
+      fills.push({ claim, messages });
+    }
+    return fills;
   }
 
   private settle(batch: BatchItem[], outcomes: Outcome[]): void {
@@ -436,25 +546,32 @@ export class ShardLeader {
     casAttempts: number,
     outcome: "ok" | "no_write",
     bytes: number,
-    applied: { now: number; outcomes: readonly Outcome[]; expire?: ExpireResult },
+    applied: {
+      now: number;
+      outcomes: readonly Outcome[];
+      expire?: ExpireResult;
+      standing?: readonly AppliedOperation[];
+    },
   ): CommitInfo {
     const opsByKind: Record<string, number> = {};
     for (const item of batch) {
       const kind = item.kind === "op" ? item.op.kind : "read";
       opsByKind[kind] = (opsByKind[kind] ?? 0) + 1;
     }
+    const standing = applied.standing ?? [];
+    if (standing.length > 0) opsByKind.claim = (opsByKind.claim ?? 0) + standing.length;
     return {
       queue: this.queue,
       shard: this.shard,
       epoch: this.head.state?.broker?.epoch ?? 0,
-      operations: batch.length,
+      operations: batch.length + standing.length,
       opsByKind,
       casAttempts,
       outcome,
       documentBytes: bytes,
       durationMs: this.now() - started,
       appliedAt: applied.now,
-      applied: appliedOperations(batch, applied.outcomes),
+      applied: [...appliedOperations(batch, applied.outcomes), ...standing],
       ...(applied.expire && { expired: applied.expire }),
     };
   }

@@ -14,8 +14,9 @@
  *    `credit` messages from the served shards (one operation of each shard's
  *    group commit, so a job is sent only once its lease is durable), sends
  *    each as a `job` and uses one credit per job. With credit and nothing
- *    runnable it waits for a commit that makes something runnable. Credit is
- *    only ever added by `open` and `credit` messages.
+ *    runnable it stands a claim on the served shards, which the commit that
+ *    makes something runnable applies (the jobs leave with that commit).
+ *    Credit is only ever added by `open` and `credit` messages.
  * 3. **Requests.** `heartbeat`, `ack` and `nack` run concurrently with the
  *    claim loop and with each other; each is answered (by request_id) once
  *    durable, or with `request_failed` carrying the status the unary RPC
@@ -43,7 +44,7 @@ import type { WorkOpen, WorkRequest, WorkResponseSchema } from "@casq/sdk/gen/ca
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import { type ClaimPass, throwIfNothingServed } from "../broker/shard-claims.ts";
 import { CasqError, isCasqError } from "../errors.ts";
-import type { Receipt } from "../model/operations.ts";
+import type { ClaimedMessage, Receipt } from "../model/operations.ts";
 import { inspectMessage } from "../model/shard-inspect.ts";
 import type { ShardState } from "../model/shard-state.ts";
 import { recordDeliveries } from "../telemetry/tracing.ts";
@@ -110,7 +111,11 @@ class WorkSession implements WorkSessionHandle {
   private readonly held = new Map<number, Map<string, Receipt>>();
   private served: number[] = [];
   private readonly lastLeaseCheck = new Map<number, number>();
-  private credits: number;
+  /**
+   * Credit not yet used: shared with this stream's standing claims, which
+   * take from it as a commit applies them (see ShardLeader.stand).
+   */
+  private readonly credit: { available: number };
   private pending = 0;
   private halfClosed = false;
   private claiming = true;
@@ -137,7 +142,15 @@ class WorkSession implements WorkSessionHandle {
     private readonly leaseTtlOverrideMs: number | undefined,
     credits: number,
   ) {
-    this.credits = credits;
+    this.credit = { available: credits };
+  }
+
+  private get credits(): number {
+    return this.credit.available;
+  }
+
+  private set credits(value: number) {
+    this.credit.available = value;
   }
 
   /** Validates an open, checks the queue and its shards, and answers `opened`. */
@@ -462,13 +475,64 @@ class WorkSession implements WorkSessionHandle {
       }
       failures = 0;
       if (pass.deliveries.length > 0) continue;
+      await this.waitForJobs(pass.served, wake);
+    }
+  }
+
+  /**
+   * With credit and nothing runnable: stands a claim on each served shard
+   * (it rides in the next commit that leaves something runnable: the jobs
+   * come with that commit, see {@link sendStanding}), and wakes on such a
+   * commit, on a wake-up (credit, stop), or after PROBE_INTERVAL_MS.
+   */
+  private async waitForJobs(served: readonly number[], wake: AbortSignal): Promise<void> {
+    const stop = new AbortController();
+    const onWake = () => stop.abort();
+    wake.addEventListener("abort", onWake, { once: true });
+    const unstand = this.ctx.claimer.stand(this.queue, served, {
+      subscription: this.subscription,
+      workerId: this.workerId,
+      leaseTtlMs: this.leaseTtlOverrideMs,
+      credit: this.credit,
+      deliver: (shard, messages) => {
+        this.sendStanding(shard, messages);
+        stop.abort();
+      },
+    });
+    try {
+      if (wake.aborted) return;
       await this.ctx.claimer.waitForRunnable(
         this.queue,
-        pass.served,
+        served,
         this.subscription,
         this.ctx.clock.now() + PROBE_INTERVAL_MS,
-        wake,
+        stop.signal,
       );
+    } finally {
+      unstand();
+      wake.removeEventListener("abort", onWake);
+    }
+  }
+
+  /** Sends the jobs a standing claim got (their credit was taken when the claim was applied). */
+  private sendStanding(shard: number, messages: readonly ClaimedMessage[]): void {
+    const now = this.ctx.clock.now();
+    const live = messages.filter((message) => message.leaseDeadline > now);
+    // Leases that ran out before their commit was answered are not sent; they are redelivered.
+    this.credits += messages.length - live.length;
+    if (this.halfClosed || this.outbox.closed || !this.claiming) {
+      if (live.length > 0)
+        this.ctx.logger.debug(
+          { session: this.sessionId, claimed: live.length },
+          "jobs claimed as the stream ended were not sent; their leases will expire",
+        );
+      return;
+    }
+    const deliveries = live.map((message) => ({ shard, message }));
+    recordDeliveries(this.call.values, this.queue, deliveries); // Telemetry: tracing
+    for (const d of deliveries) {
+      this.hold(d.shard, d.message.receipt);
+      this.outbox.push({ event: { case: "job", value: claimedToProto(this.queue, d.shard, d.message) } });
     }
   }
 
