@@ -38,6 +38,7 @@
  */
 import { randomUUID } from "node:crypto";
 import type { MessageInitShape } from "@bufbuild/protobuf";
+import { AsyncQueue } from "@casq/sdk/async-queue.ts";
 import { backoffCap } from "@casq/sdk/backoff.ts";
 import type { QueueService } from "@casq/sdk/gen/casq/v1/queue_service_pb.ts";
 import type { WorkOpen, WorkRequest, WorkResponseSchema } from "@casq/sdk/gen/casq/v1/work_pb.ts";
@@ -48,7 +49,6 @@ import type { Receipt } from "../model/operations.ts";
 import { inspectMessage } from "../model/shard-inspect.ts";
 import type { ShardState } from "../model/shard-state.ts";
 import { recordDeliveries } from "../telemetry/tracing.ts";
-import { AsyncQueue } from "./async-queue.ts";
 import { claimedToProto, leaderToProto, receiptText, toDuration } from "./conversions.ts";
 import { toRpcStatus } from "./grpc-errors.ts";
 import { ackReceipts, heartbeatReceipts, type LeaseTarget, nackReceipts } from "./lease-requests.ts";
