@@ -200,14 +200,9 @@ func (c *Client) next(addr string) string {
 	return n
 }
 
-// backoff returns the jittered delay before retry number n (0-based).
+// backoff returns the jittered delay before retry number n (0-based); see backoffDelay.
 func (c *Client) backoff(n int) time.Duration {
-	d := c.opts.BackoffInitial
-	for i := 0; i < n && d < c.opts.BackoffMax; i++ {
-		d *= 2
-	}
-	d = min(d, c.opts.BackoffMax)
-	return d/2 + rand.N(d/2+1)
+	return backoffDelay(n, c.opts.BackoffInitial, c.opts.BackoffMax, rand.N[time.Duration])
 }
 
 // outgoing adds the token and trace context to ctx's outgoing metadata.

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	casq "github.com/casq/casq/sdk/go"
 	casqv1 "github.com/casq/casq/sdk/go/gen/casq/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -275,7 +276,7 @@ var redirect = &casqv1.LeaderRedirect{
 }
 
 func (fakeQueue) Ack(ctx context.Context, _ *casqv1.AckRequest) (*casqv1.AckResponse, error) {
-	if err := grpc.SetTrailer(ctx, metadata.Pairs("casq-leader-address", redirect.GetLeaderAddress())); err != nil {
+	if err := grpc.SetTrailer(ctx, metadata.Pairs(casq.LeaderAddressTrailer, redirect.GetLeaderAddress())); err != nil {
 		return nil, err
 	}
 	st, err := status.New(codes.Unavailable, "shard emails/1 is led by broker-b; resend to 10.0.0.7:7070").WithDetails(redirect)
@@ -382,8 +383,8 @@ func TestRedirectDetailOverLoopback(t *testing.T) {
 	if st.Code() != codes.Unavailable {
 		t.Fatalf("Ack: err = %v, want code Unavailable", err)
 	}
-	if got := trailer.Get("casq-leader-address"); len(got) != 1 || got[0] != "10.0.0.7:7070" {
-		t.Fatalf("casq-leader-address trailer = %v", got)
+	if got := trailer.Get(casq.LeaderAddressTrailer); len(got) != 1 || got[0] != "10.0.0.7:7070" {
+		t.Fatalf("%s trailer = %v", casq.LeaderAddressTrailer, got)
 	}
 	// The generic way: grpc-go decodes the details of grpc-status-details-bin.
 	var found *casqv1.LeaderRedirect

@@ -16,6 +16,7 @@ import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { afterAll, describe, expect, it } from "vitest";
+import { LEADER_ADDRESS_TRAILER } from "../../sdk/ts/src/errors.ts";
 import { LeaderRedirectSchema } from "../../sdk/ts/src/gen/casq/v1/errors_pb.ts";
 import { QueueService } from "../../sdk/ts/src/gen/casq/v1/queue_service_pb.ts";
 import { casq } from "./support/processes.ts";
@@ -50,12 +51,21 @@ async function startStub(answer: () => string): Promise<Stub> {
             throw new ConnectError("client gave up", Code.Canceled);
           }
           if (what !== "store") {
-            throw new ConnectError("shard led elsewhere", Code.Unavailable, { "casq-leader-address": what }, [
-              {
-                desc: LeaderRedirectSchema,
-                value: create(LeaderRedirectSchema, { leaderAddress: what, queue: request.queue, shard: 0 }),
-              },
-            ]);
+            throw new ConnectError(
+              "shard led elsewhere",
+              Code.Unavailable,
+              { [LEADER_ADDRESS_TRAILER]: what },
+              [
+                {
+                  desc: LeaderRedirectSchema,
+                  value: create(LeaderRedirectSchema, {
+                    leaderAddress: what,
+                    queue: request.queue,
+                    shard: 0,
+                  }),
+                },
+              ],
+            );
           }
           return {
             messages: request.messages.map((m) => ({ id: `id-${m.dedupId}`, shard: 0, offset: offset++ })),

@@ -60,6 +60,7 @@ describe("leader redirects", () => {
     );
     raw.close();
     expect(error.code).toBe(grpc.status.UNAVAILABLE);
+    // Spelled out as proto/casq/v1/errors.proto names it: a plain gRPC client sees this name.
     expect(error.metadata.get("casq-leader-address")).toEqual([leader.address]);
 
     const viaFollower = await casq(["enqueue", "routed", "via follower", "--server", follower.address]);

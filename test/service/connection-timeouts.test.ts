@@ -8,9 +8,12 @@
 import http2 from "node:http2";
 import net from "node:net";
 import type { MessageInitShape } from "@bufbuild/protobuf";
+import { AsyncQueue } from "@casq/sdk/async-queue.ts";
 import type { WorkRequestSchema } from "@casq/sdk/gen/casq/v1/work_pb.ts";
 import { describe, expect, it } from "vitest";
 import { eventually, grpcClients, useTestServers } from "./support.ts";
+
+type WorkRequestInit = MessageInitShape<typeof WorkRequestSchema>;
 
 const server = useTestServers();
 
@@ -99,7 +102,7 @@ describe("connection timeouts", () => {
     const s = await server({ connectionTimeouts: liveTimeouts });
     const { admin, queue } = grpcClients(s.address);
     await admin.createQueue({ queue: "q" });
-    const requests = new RequestQueue();
+    const requests = new AsyncQueue<WorkRequestInit>();
     requests.push({ command: { case: "open", value: { queue: "q", workerId: "w", credits: 1 } } });
     const responses = queue.work(requests)[Symbol.asyncIterator]();
     const opened = await responses.next();
@@ -113,29 +116,3 @@ describe("connection timeouts", () => {
     requests.end();
   });
 });
-
-type WorkRequestInit = MessageInitShape<typeof WorkRequestSchema>;
-
-/** A request stream the test writes to. */
-class RequestQueue implements AsyncIterable<WorkRequestInit> {
-  private items: WorkRequestInit[] = [];
-  private wake: (() => void) | undefined;
-  private ended = false;
-  push(item: WorkRequestInit) {
-    this.items.push(item);
-    this.wake?.();
-  }
-  end() {
-    this.ended = true;
-    this.wake?.();
-  }
-  async *[Symbol.asyncIterator]() {
-    for (;;) {
-      while (this.items.length > 0) yield this.items.shift() as WorkRequestInit;
-      if (this.ended) return;
-      await new Promise<void>((resolve) => {
-        this.wake = resolve;
-      });
-    }
-  }
-}

@@ -188,6 +188,7 @@ describe("error mapping", () => {
       Code.Unavailable,
       /led by broker broker-a/,
     );
+    // Spelled out as proto/casq/v1/errors.proto names it: this pins LEADER_ADDRESS_TRAILER on the wire.
     expect(error.metadata.get("casq-leader-address")).toBe(a.advertisedAddress);
     const [redirect] = error.findDetails(LeaderRedirectSchema);
     expect(redirect).toMatchObject({

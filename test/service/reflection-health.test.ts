@@ -8,10 +8,10 @@ import {
   FileDescriptorProtoSchema,
   FileDescriptorSetSchema,
 } from "@bufbuild/protobuf/wkt";
+import { AsyncQueue } from "@casq/sdk/async-queue.ts";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { describe, expect, it } from "vitest";
-import { AsyncQueue } from "../../server/src/service/async-queue.ts";
 import {
   Health,
   ServerReflectionV1,

@@ -19,8 +19,6 @@ import { isStoreError, type StoreErrorKind } from "../../server/src/store/store-
 /** A store under test, as made fresh for each test by the backend's factory. */
 export interface ConformanceTarget {
   store: ObjectStore;
-  /** false for an emulator whose conditional put is not atomic under concurrency; the race test then states the deviation instead of asserting one winner. */
-  atomicCas: boolean;
   /**
    * false for a backend whose etag is derived from the content (S3: the MD5 of
    * the bytes), so rewriting identical bytes keeps the etag. CAS stays correct
@@ -260,8 +258,8 @@ export function describeStoreConformance(name: string, makeTarget: () => Promise
       expect(text((await store.get("doc.json"))?.body)).toBe("same");
     });
 
-    /** One round: RACE_WRITERS writers CAS from the same etag; returns who won and how the others failed. */
-    async function raceRound(key: string, round: number): Promise<{ winners: string[]; bodies: string[] }> {
+    /** One round: RACE_WRITERS writers CAS from the same etag; returns the bodies that won (the others must lose the race). */
+    async function raceRound(key: string, round: number): Promise<string[]> {
       const current = await store.get(key);
       if (!current) throw new Error("race key vanished");
       const bodies = Array.from({ length: RACE_WRITERS }, (_, writer) => `round ${round} writer ${writer}`);
@@ -277,32 +275,17 @@ export function describeStoreConformance(name: string, makeTarget: () => Promise
         )
           throw new Error(`writer ${writer} failed with an unexpected error`, { cause: outcome.reason });
       });
-      return { winners, bodies };
+      return winners;
     }
 
-    it(`race: ${RACE_WRITERS} concurrent put-if-match writers on one key, exactly one winner per round`, async (ctx) => {
-      ctx.skip(!target.atomicCas, "this backend declared atomicCas: false; see the deviation test");
+    // No backend may deviate here: a CAS that is not atomic is not a store casq can run on.
+    it(`race: ${RACE_WRITERS} concurrent put-if-match writers on one key, exactly one winner per round`, async () => {
       await store.put("race.json", bytes("start"), { ifAbsent: true });
       for (let round = 0; round < RACE_ROUNDS; round += 1) {
-        const { winners } = await raceRound("race.json", round);
+        const winners = await raceRound("race.json", round);
         expect(winners, `round ${round}`).toHaveLength(1);
         expect(text((await store.get("race.json"))?.body)).toBe(winners[0]);
       }
-    });
-
-    it("race (non-atomic emulator: deviation stated)", async (ctx) => {
-      ctx.skip(target.atomicCas, "this backend's CAS is atomic; the strict race test applies");
-      await store.put("race.json", bytes("start"), { ifAbsent: true });
-      const winnersPerRound: number[] = [];
-      for (let round = 0; round < RACE_ROUNDS; round += 1) {
-        const { winners, bodies } = await raceRound("race.json", round);
-        winnersPerRound.push(winners.length);
-        const final = text((await store.get("race.json"))?.body);
-        expect(bodies).toContain(final);
-      }
-      const statement = `DEVIATION (${name}): conditional put is not atomic under concurrency; winners per round of ${RACE_WRITERS} writers: ${winnersPerRound.join(", ")} (an atomic store has exactly 1)`;
-      console.warn(statement);
-      await ctx.annotate(statement, "deviation");
     });
 
     it("list by prefix: sorted, respects prefix boundaries, includes nested keys, excludes other prefixes", async () => {

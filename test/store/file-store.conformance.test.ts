@@ -10,7 +10,6 @@ describeStoreConformance("file", async () => {
   const store = new FileStore({ root });
   return {
     store,
-    atomicCas: true,
     async cleanup() {
       await store.close();
       await rm(root, { recursive: true, force: true });

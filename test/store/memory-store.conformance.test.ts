@@ -4,5 +4,5 @@ import { describeStoreConformance } from "./conformance-suite.ts";
 
 describeStoreConformance("memory", async () => {
   const store = new MemoryStore();
-  return { store, atomicCas: true, cleanup: () => store.close() };
+  return { store, cleanup: () => store.close() };
 });

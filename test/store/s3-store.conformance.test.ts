@@ -5,8 +5,8 @@
  * gets its own unique key prefix in the shared bucket, so tests never see
  * each other's keys.
  *
- * atomicCas is true for both: their conditional PutObject checks and writes
- * atomically (measured: 32 concurrent If-Match writers from one etag, exactly
+ * Both pass the strict race test: their conditional PutObject checks and
+ * writes atomically (32 concurrent If-Match writers from one etag, exactly
  * one winner in every round; VersityGW serialises conditional writes of one
  * key with an advisory lock file).
  */
@@ -31,7 +31,6 @@ for (const kind of S3_SERVER_KINDS) {
     });
     return {
       store,
-      atomicCas: true,
       // S3 etags are the MD5 of the bytes; see ConformanceTarget.uniqueEtags.
       uniqueEtags: false,
       // VersityGW answers 204 to a conditional delete of a missing key (AWS: 404); see docs/operations.md.

@@ -19,6 +19,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 import casq
 import casq.aio
+from casq.errors import LEADER_ADDRESS_KEY
 from casq.v1 import admin_service_pb2, queue_config_pb2, work_pb2
 
 BOUND = 15.0  # upper bound of every wait: a hang fails the test instead of blocking the suite
@@ -412,7 +413,7 @@ def test_follows_redirect_trailer(server_address: str) -> None:
         requests: Any, context: grpc.aio.ServicerContext[work_pb2.WorkRequest, work_pb2.WorkResponse]
     ) -> None:
         calls.append("Work")
-        trailers = (("casq-leader-address", server_address),)
+        trailers = ((LEADER_ADDRESS_KEY, server_address),)
         await context.abort(grpc.StatusCode.UNAVAILABLE, "not the leader", trailing_metadata=trailers)
 
     async def main() -> None:

@@ -29,7 +29,7 @@ from test_several_leaders import Brokers, brokers, split_shards  # noqa: F401 - 
 import casq
 import casq.aio
 from casq._messages import MAX_BATCH_SPLITS
-from casq.errors import BatchRedirectError, error_from_rpc, error_from_status
+from casq.errors import LEADER_ADDRESS_KEY, BatchRedirectError, error_from_rpc, error_from_status
 from casq.v1 import errors_pb2, message_pb2, queue_service_pb2
 
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
@@ -82,7 +82,7 @@ class FakeBrokers:
                 self.abort_with(
                     context,
                     errors_pb2.LeaderRedirect(leader_address=self.addresses[leader], queue=request.queue),
-                    (("casq-leader-address", self.addresses[leader]),),
+                    ((LEADER_ADDRESS_KEY, self.addresses[leader]),),
                 )
             routes: dict[int, list[int]] = {}
             for index, owner in enumerate(owners):

@@ -10,7 +10,7 @@ from google.protobuf.any_pb2 import Any
 
 import casq
 import casq.aio
-from casq.errors import error_from_rpc, error_from_status
+from casq.errors import LEADER_ADDRESS_KEY, error_from_rpc, error_from_status
 from casq.v1 import errors_pb2
 
 
@@ -43,7 +43,7 @@ def test_redirect_from_status_details() -> None:
 
 
 def test_redirect_from_bare_trailer_and_plain_codes() -> None:
-    error = error_from_rpc(FakeRpcError(grpc.StatusCode.UNAVAILABLE, "x", (("casq-leader-address", "h:1"),)))
+    error = error_from_rpc(FakeRpcError(grpc.StatusCode.UNAVAILABLE, "x", ((LEADER_ADDRESS_KEY, "h:1"),)))
     assert isinstance(error, casq.RedirectError) and error.leader_address == "h:1"
     assert isinstance(error_from_rpc(FakeRpcError(grpc.StatusCode.UNAVAILABLE, "down")), casq.UnavailableError)
     assert isinstance(error_from_rpc(FakeRpcError(grpc.StatusCode.NOT_FOUND, "no")), casq.NotFoundError)

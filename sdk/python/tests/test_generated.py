@@ -18,6 +18,7 @@ from google.protobuf.duration_pb2 import Duration
 from google.protobuf.message import Message as ProtoMessage
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from casq.errors import LEADER_ADDRESS_KEY, STATUS_DETAILS_KEY
 from casq.v1 import (
     admin_service_pb2,
     errors_pb2,
@@ -225,8 +226,8 @@ class FakeQueue(queue_service_pb2_grpc.QueueServiceServicer):
         details.details.add().Pack(REDIRECT)
         context.set_trailing_metadata(
             (
-                ("casq-leader-address", REDIRECT.leader_address),
-                ("grpc-status-details-bin", details.SerializeToString()),
+                (LEADER_ADDRESS_KEY, REDIRECT.leader_address),
+                (STATUS_DETAILS_KEY, details.SerializeToString()),
             )
         )
         context.abort(grpc.StatusCode.UNAVAILABLE, message)
@@ -311,8 +312,8 @@ def test_redirect_detail_over_loopback(stub: queue_service_pb2_grpc.QueueService
     assert error.code() == grpc.StatusCode.UNAVAILABLE
     # Text values arrive as str, "-bin" values as bytes.
     trailers: dict[str, str | bytes] = {m.key: m.value for m in error.trailing_metadata()}
-    assert trailers["casq-leader-address"] == "10.0.0.7:7070"
-    raw = trailers["grpc-status-details-bin"]
+    assert trailers[LEADER_ADDRESS_KEY] == "10.0.0.7:7070"
+    raw = trailers[STATUS_DETAILS_KEY]
     assert isinstance(raw, bytes)
     status = errors_pb2.RpcStatus.FromString(raw)
     assert status.code == grpc.StatusCode.UNAVAILABLE.value[0]

@@ -17,7 +17,14 @@ import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { context, ROOT_CONTEXT, trace } from "@opentelemetry/api";
 import { AsyncLocalStorageContextManager } from "@opentelemetry/context-async-hooks";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { BatchRedirectError, fromRpcStatus, NotFoundError, RedirectError, toCasqError } from "./errors.ts";
+import {
+  BatchRedirectError,
+  fromRpcStatus,
+  LEADER_ADDRESS_TRAILER,
+  NotFoundError,
+  RedirectError,
+  toCasqError,
+} from "./errors.ts";
 import { BatchRedirectSchema, LeaderRedirectSchema, RpcStatusSchema } from "./gen/casq/v1/errors_pb.ts";
 import { type EnqueueRequest, QueueService } from "./gen/casq/v1/queue_service_pb.ts";
 import { MAX_BATCH_SPLITS, Producer } from "./producer.ts";
@@ -74,7 +81,7 @@ async function startStub(): Promise<Stub> {
               throw new ConnectError(
                 "shard led elsewhere",
                 Code.Unavailable,
-                { "casq-leader-address": leaderAddress },
+                { [LEADER_ADDRESS_TRAILER]: leaderAddress },
                 [{ desc: LeaderRedirectSchema, value: create(LeaderRedirectSchema, { leaderAddress }) }],
               );
             }
@@ -284,7 +291,7 @@ describe("BatchRedirect detail", () => {
 
   it("becomes a BatchRedirectError, even next to a casq-leader-address trailer", () => {
     const error = toCasqError(
-      new ConnectError("split", Code.Unavailable, { "casq-leader-address": "10.0.0.1:50051" }, [
+      new ConnectError("split", Code.Unavailable, { [LEADER_ADDRESS_TRAILER]: "10.0.0.1:50051" }, [
         { desc: BatchRedirectSchema, value: detail },
       ]),
     );

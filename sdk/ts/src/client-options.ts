@@ -35,7 +35,7 @@ export interface ClientOptions {
   readonly retryTimeoutMs?: number;
   /** Also cap the attempts of one call. Default: no cap, only `retryTimeoutMs`. */
   readonly maxAttempts?: number;
-  /** First retry delay in ms (doubled per attempt, with full jitter). Default 100. */
+  /** First retry delay in ms (doubled per attempt, with equal jitter: each delay is at least half its cap). Default 100. */
   readonly backoffInitialMs?: number;
   /** Largest retry delay in ms. Default 5 000. */
   readonly backoffMaxMs?: number;

@@ -15,6 +15,13 @@ import {
 
 export { Code } from "@connectrpc/connect";
 
+/**
+ * The trailer (response metadata) in which a broker names the leader's
+ * address when it redirects a call (see `proto/casq/v1/errors.proto`). The
+ * one spelling of it in TypeScript: the server sends it, the SDK and the CLI read it.
+ */
+export const LEADER_ADDRESS_TRAILER = "casq-leader-address";
+
 /** Any error of a casq call. `code` is the gRPC status code (`Code` from @connectrpc/connect). */
 export class CasqError extends Error {
   /** The gRPC status code of the failure. */
@@ -212,7 +219,7 @@ export function toCasqError(error: unknown): CasqError {
   if (error instanceof CasqError) return error;
   const connect = ConnectError.from(error);
   const [detail] = connect.findDetails(LeaderRedirectSchema);
-  const trailer = connect.metadata.get("casq-leader-address");
+  const trailer = connect.metadata.get(LEADER_ADDRESS_TRAILER);
   const redirect =
     detail ??
     (trailer

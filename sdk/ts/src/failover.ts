@@ -1,7 +1,7 @@
 /**
  * The call wrapper behind every unary call of the SDK: follows redirects to
  * the leading broker at once, moves on to the next broker with exponential
- * backoff and full jitter on outages, connection errors and attempts that
+ * backoff and equal jitter ({@link retryDelayMs}) on outages, connection errors and attempts that
  * timed out (a hung broker), and gives up when the retry budget
  * (`retryTimeoutMs`, optionally `maxAttempts`) is spent, on an abort, or at
  * the caller's deadline.
@@ -21,6 +21,8 @@
  * with that attempt's error instead.
  */
 import { Code } from "@connectrpc/connect";
+import { backoffDelay, type RandomSource } from "./backoff.ts";
+import type { ResolvedClientOptions } from "./client-options.ts";
 import { CasqError, isRetryable, RedirectError, toCasqError } from "./errors.ts";
 import type { BrokerPool } from "./transport.ts";
 
@@ -112,15 +114,25 @@ export function mayHaveBeenApplied(error: CasqError, ownTimeout: boolean): boole
   return error.code !== Code.Unavailable && !/ECONNREFUSED|ENOTFOUND|EHOSTUNREACH/.test(error.message);
 }
 
-/** Delay before retry number `attempt` (1-based): full jitter over min(max, initial * 2^(attempt-1)). */
-export function backoffDelay(
+/**
+ * The SDK's delay in whole ms before retry number `attempt` (1-based), from
+ * the client's backoff options: equal jitter (see `backoff.ts`), uniform
+ * between half and all of min(backoffMaxMs, backoffInitialMs * 2^(attempt-1)),
+ * so a retry always waits at least half its cap (full jitter would sometimes
+ * retry at once).
+ */
+export function retryDelayMs(
   attempt: number,
-  initialMs: number,
-  maxMs: number,
-  random = Math.random,
+  options: Pick<ResolvedClientOptions, "backoffInitialMs" | "backoffMaxMs">,
+  random?: RandomSource,
 ): number {
-  const ceiling = Math.min(maxMs, initialMs * 2 ** Math.max(0, attempt - 1));
-  return Math.round(ceiling / 2 + (random() * ceiling) / 2);
+  const backoff = {
+    immediateRetries: 0,
+    baseDelayMs: options.backoffInitialMs,
+    maxDelayMs: options.backoffMaxMs,
+    jitter: "equal",
+  } as const;
+  return Math.round(backoffDelay(attempt, backoff, random));
 }
 
 /** Resolves after `ms`, or rejects with a CANCELLED CasqError when `signal` aborts. */
@@ -159,7 +171,7 @@ export async function callWithFailover<T>(
   attempt: (ctx: AttemptContext) => Promise<T>,
   options: FailoverCallOptions = {},
 ): Promise<T> {
-  const { backoffInitialMs, backoffMaxMs, timeoutMs, retryTimeoutMs } = pool.options;
+  const { timeoutMs, retryTimeoutMs } = pool.options;
   const maxAttempts = options.maxAttempts ?? pool.options.maxAttempts;
   const giveUpAt = Date.now() + retryTimeoutMs;
   let address = options.address ?? pool.preferred();
@@ -170,7 +182,7 @@ export async function callWithFailover<T>(
   const failed = new Set<string>();
   /** Sleeps the next backoff delay; rethrows `error` when that would pass the deadline. */
   const backOff = async (error: CasqError): Promise<void> => {
-    const delay = backoffDelay(++failures, backoffInitialMs, backoffMaxMs);
+    const delay = retryDelayMs(++failures, pool.options);
     const end = Date.now() + delay;
     if (end >= giveUpAt || (options.deadline !== undefined && end >= options.deadline)) throw error;
     if (error instanceof RedirectError && failed.has(error.leaderAddress))

@@ -13,6 +13,7 @@ export {
   Code,
   DeadLetterError,
   InvalidArgumentError,
+  LEADER_ADDRESS_TRAILER,
   LeaseLostError,
   NotFoundError,
   RedirectError,

@@ -4,6 +4,7 @@
  * matched to requests by request id, the stream's routing and its state.
  */
 import type { MessageInitShape } from "@bufbuild/protobuf";
+import { AsyncQueue } from "./async-queue.ts";
 import { fromRpcStatus, UnavailableError } from "./errors.ts";
 import type { WorkRequestSchema, WorkResponse, WorkRouting } from "./gen/casq/v1/work_pb.ts";
 
@@ -18,43 +19,6 @@ export type Command = WorkRequestInit["command"];
  */
 export class StreamClosedError extends UnavailableError {}
 
-/** An async iterable fed by push(); end() finishes it. */
-class Pushable<T> implements AsyncIterable<T> {
-  private readonly items: T[] = [];
-  private wake: (() => void) | undefined;
-  private done = false;
-
-  push(item: T): void {
-    if (this.done) return;
-    this.items.push(item);
-    this.wake?.();
-  }
-
-  end(): void {
-    this.done = true;
-    this.wake?.();
-  }
-
-  get ended(): boolean {
-    return this.done;
-  }
-
-  async *[Symbol.asyncIterator](): AsyncIterator<T> {
-    for (;;) {
-      const item = this.items.shift();
-      if (item !== undefined) {
-        yield item;
-        continue;
-      }
-      if (this.done) return;
-      await new Promise<void>((resolve) => {
-        this.wake = resolve;
-      });
-      this.wake = undefined;
-    }
-  }
-}
-
 /**
  * One Work stream, to one broker. A request unanswered after
  * `requestTimeoutMs` breaks the stream: the broker is hung or cut off, and
@@ -62,7 +26,7 @@ class Pushable<T> implements AsyncIterable<T> {
  * keeps its connections open).
  */
 export class Session {
-  readonly requests = new Pushable<WorkRequestInit>();
+  readonly requests = new AsyncQueue<WorkRequestInit>();
   readonly abort = new AbortController();
   private readonly pending = new Map<
     bigint,
@@ -90,7 +54,7 @@ export class Session {
   ) {}
 
   get usable(): boolean {
-    return !this.closed && !this.requests.ended && !this.draining;
+    return !this.closed && !this.requests.closed && !this.draining;
   }
 
   send(command: Command): void {

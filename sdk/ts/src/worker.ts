@@ -19,7 +19,7 @@ import {
   type SettleOperation,
   toCasqError,
 } from "./errors.ts";
-import { backoffDelay, callWithFailover, sleep } from "./failover.ts";
+import { callWithFailover, retryDelayMs, sleep } from "./failover.ts";
 import {
   type AckResult,
   HeartbeatOutcome,
@@ -318,8 +318,7 @@ class Run {
     retry.failures++;
     // Back off before this broker is tried again: the routing that sent us
     // there may be stale, and a routing event that corrects it may never come.
-    const { backoffInitialMs, backoffMaxMs } = this.pool.options;
-    retry.notBefore = Date.now() + backoffDelay(retry.failures, backoffInitialMs, backoffMaxMs);
+    retry.notBefore = Date.now() + retryDelayMs(retry.failures, this.pool.options);
     this.secondaryRetry.set(session.address, retry);
     if (error instanceof RedirectError) {
       // That broker leads none of the queue's shards any more; the one it
@@ -399,10 +398,7 @@ class Run {
         await session.ended;
         if (this.stopping) break;
         address = this.pool.rotate(address);
-        await sleep(
-          backoffDelay(++this.failures, this.pool.options.backoffInitialMs, this.pool.options.backoffMaxMs),
-          this.stopController.signal,
-        );
+        await sleep(retryDelayMs(++this.failures, this.pool.options), this.stopController.signal);
       } catch (thrown) {
         if (this.stopping) break;
         const error = toCasqError(thrown);
@@ -442,10 +438,7 @@ class Run {
 
   private async pause(failures: number): Promise<void> {
     try {
-      await sleep(
-        backoffDelay(failures, this.pool.options.backoffInitialMs, this.pool.options.backoffMaxMs),
-        this.stopController.signal,
-      );
+      await sleep(retryDelayMs(failures, this.pool.options), this.stopController.signal);
     } catch {
       // stopped while waiting
     }

@@ -35,6 +35,7 @@
  * The shard leader (`shard-leader.ts`) sits on top: group commit, batching,
  * answering callers and timers. This module knows nothing of batches.
  */
+import { type Backoff, backoffDelay } from "@casq/sdk/backoff.ts";
 import { CasqError, isCasqError } from "../errors.ts";
 import { dedupSealCandidates, sealDedupSegment } from "../model/dedup-segments.ts";
 import { parseShardDocument, type SegmentRef } from "../model/document-codec.ts";
@@ -52,7 +53,6 @@ import { sealCandidates, sealSegment } from "../model/segment-mechanics.ts";
 import type { DedupEntry, MessageRecord } from "../model/shard-records.ts";
 import { type BrokerRecord, checkDocumentPlace, ShardState } from "../model/shard-state.ts";
 import type { ObjectStore, PutCondition, StoredObject } from "../store/object-store.ts";
-import { backoffDelay, type RetryPolicy } from "../store/retrying-store.ts";
 import { isStoreError } from "../store/store-errors.ts";
 import type { Clock } from "../util/clock.ts";
 import type { Random } from "../util/random.ts";
@@ -77,7 +77,7 @@ export interface HeadStoreOptions {
   /** Give up (answering `unavailable`) after this many lost races. */
   readonly maxConflictRetries: number;
   /** Backoff between conflict retries after the immediate ones. */
-  readonly conflictBackoff: RetryPolicy;
+  readonly conflictBackoff: Backoff;
   /**
    * The head's tail of newest messages is sealed into a segment once its
    * messages exceed this many bytes; so are the head's dedup ids, into a dedup segment.

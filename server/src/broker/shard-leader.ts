@@ -24,6 +24,7 @@
  * fails the head store rebuilds it from the store (or from the last
  * committed bytes), so a failed batch leaves no trace.
  */
+import { type Backoff, backoffCap } from "@casq/sdk/backoff.ts";
 import { CasqError } from "../errors.ts";
 import { applyOperation } from "../model/apply-operation.ts";
 import type { ClaimedMessage, ExpireResult, Operation, OperationResult } from "../model/operations.ts";
@@ -31,7 +32,6 @@ import type { QueueConfig } from "../model/queue-config.ts";
 import type { BrokerRecord, ShardState } from "../model/shard-state.ts";
 import { hasRunnable, nextHousekeepingAt, nextWakeAt } from "../model/shard-stats.ts";
 import type { ObjectStore } from "../store/object-store.ts";
-import { DEFAULT_RETRY_POLICY, type RetryPolicy } from "../store/retrying-store.ts";
 import type { Clock } from "../util/clock.ts";
 import type { Random } from "../util/random.ts";
 import type { BrokerIdentity } from "./leadership.ts";
@@ -57,7 +57,7 @@ export interface CommitOptions {
   /** Give up a batch (answering `unavailable`) after this many lost races. Default 50. */
   readonly maxConflictRetries: number;
   /** Backoff between conflict retries after the immediate ones. */
-  readonly conflictBackoff: RetryPolicy;
+  readonly conflictBackoff: Backoff;
   /** Bytes of newest messages kept in the head before the oldest are sealed into a segment. Default 256 KiB. */
   readonly tailBytes: number;
 }
@@ -71,8 +71,9 @@ export const DEFAULT_COMMIT_OPTIONS: CommitOptions = {
   maxPendingOps: 100_000,
   immediateConflictRetries: 3,
   maxConflictRetries: 50,
-  // The immediate retries are counted by `immediateConflictRetries`; backoff starts after them.
-  conflictBackoff: { ...DEFAULT_RETRY_POLICY, immediateRetries: 0 },
+  // The immediate retries are counted by `immediateConflictRetries`; backoff starts after them:
+  // full jitter (contention is what it spreads best) below caps of 50 ms, doubling, up to 2 s.
+  conflictBackoff: { immediateRetries: 0, baseDelayMs: 50, maxDelayMs: 2000, jitter: "full" },
   tailBytes: 256 * 1024,
 };
 
@@ -519,8 +520,7 @@ export class ShardLeader {
     const controller = new AbortController();
     this.timer = controller;
     // A floor, and backoff while the store keeps failing, keep the timer from busy-looping.
-    const floor =
-      this.timerFailures === 0 ? MIN_TIMER_MS : Math.min(2000, MIN_TIMER_MS * 2 ** this.timerFailures);
+    const floor = backoffCap(this.timerFailures + 1, TIMER_BACKOFF);
     const delay = Math.max(floor, due - now);
     this.clock.sleep(delay, controller.signal).then(
       () => {
@@ -578,6 +578,8 @@ export class ShardLeader {
 }
 
 const MIN_TIMER_MS = 10;
+/** The timer's floor: MIN_TIMER_MS, doubling per failed timer run while the store keeps failing, up to 2 s. */
+const TIMER_BACKOFF = { immediateRetries: 0, baseDelayMs: MIN_TIMER_MS, maxDelayMs: 2000 } as const;
 
 /** Resolves after the current turn of the event loop (not a timer: no clock involved). */
 function nextTurn(): Promise<void> {

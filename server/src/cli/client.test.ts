@@ -1,4 +1,5 @@
 import { create, toBinary } from "@bufbuild/protobuf";
+import { LEADER_ADDRESS_TRAILER } from "@casq/sdk";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { describe, expect, it } from "vitest";
 import { LeaderRedirectSchema } from "./api.ts";
@@ -8,7 +9,7 @@ import { describeRpcError, leaderAddressOf } from "./client.ts";
 describe("leaderAddressOf", () => {
   it("reads the casq-leader-address trailer of an UNAVAILABLE error", () => {
     const error = new ConnectError("led elsewhere", Code.Unavailable, {
-      "casq-leader-address": "10.0.0.2:50051",
+      [LEADER_ADDRESS_TRAILER]: "10.0.0.2:50051",
     });
     expect(leaderAddressOf(error)).toBe("10.0.0.2:50051");
   });
@@ -23,7 +24,7 @@ describe("leaderAddressOf", () => {
   it("is undefined for other errors", () => {
     expect(leaderAddressOf(new ConnectError("store down", Code.Unavailable))).toBeUndefined();
     expect(
-      leaderAddressOf(new ConnectError("x", Code.NotFound, { "casq-leader-address": "a:1" })),
+      leaderAddressOf(new ConnectError("x", Code.NotFound, { [LEADER_ADDRESS_TRAILER]: "a:1" })),
     ).toBeUndefined();
     expect(leaderAddressOf(new Error("x"))).toBeUndefined();
   });

@@ -30,7 +30,7 @@
  */
 import { readFileSync } from "node:fs";
 import type * as http2 from "node:http2";
-import { CasqError, type RedirectError, toCasqError } from "@casq/sdk";
+import { CasqError, LEADER_ADDRESS_TRAILER, type RedirectError, toCasqError } from "@casq/sdk";
 import { resolveClientOptions } from "@casq/sdk/client-options.ts";
 import { callWithFailover, mayHaveBeenApplied } from "@casq/sdk/failover.ts";
 import { BrokerPool } from "@casq/sdk/transport.ts";
@@ -43,9 +43,6 @@ import { hostPortText, parseDurationMs } from "./parse.ts";
 
 /** The default broker address of every client command. */
 export const DEFAULT_SERVER = "127.0.0.1:50051";
-
-/** Trailer that names the leader in a redirect. */
-export const LEADER_ADDRESS_TRAILER = "casq-leader-address";
 
 /** How to reach the broker; filled from the connection flags. */
 export interface ClientOptions {

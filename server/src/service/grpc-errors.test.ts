@@ -1,10 +1,11 @@
 import { anyUnpack } from "@bufbuild/protobuf/wkt";
+import { LEADER_ADDRESS_TRAILER } from "@casq/sdk/errors.ts";
 import { BatchRedirectSchema, LeaderRedirectSchema } from "@casq/sdk/gen/casq/v1/errors_pb.ts";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { describe, expect, it } from "vitest";
 import { CasqError, type CasqErrorCode } from "../errors.ts";
 import { StoreMisconfiguredError, UnavailableError } from "../store/store-errors.ts";
-import { GRPC_CODE_OF, LEADER_ADDRESS_TRAILER, toConnectError, toRpcStatus } from "./grpc-errors.ts";
+import { GRPC_CODE_OF, toConnectError, toRpcStatus } from "./grpc-errors.ts";
 
 describe("grpc-errors", () => {
   it("maps every engine code", () => {

@@ -33,6 +33,7 @@
  */
 import { create } from "@bufbuild/protobuf";
 import { anyPack } from "@bufbuild/protobuf/wkt";
+import { LEADER_ADDRESS_TRAILER } from "@casq/sdk/errors.ts";
 import {
   BatchRedirectSchema,
   type LeaderRedirect,
@@ -44,9 +45,6 @@ import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 import type { Logger } from "pino";
 import { type CasqErrorCode, type CasqErrorDetails, isCasqError } from "../errors.ts";
 import { isStoreError, misconfiguredCause } from "../store/store-errors.ts";
-
-/** Trailer (response metadata) that carries the leader's address on a redirect. */
-export const LEADER_ADDRESS_TRAILER = "casq-leader-address";
 
 /** gRPC code of every engine code. */
 export const GRPC_CODE_OF: Readonly<Record<CasqErrorCode, Code>> = Object.freeze({

@@ -39,6 +39,8 @@
  */
 import { randomUUID } from "node:crypto";
 import type { MessageInitShape } from "@bufbuild/protobuf";
+import { AsyncQueue } from "@casq/sdk/async-queue.ts";
+import { backoffCap } from "@casq/sdk/backoff.ts";
 import type { QueueService } from "@casq/sdk/gen/casq/v1/queue_service_pb.ts";
 import type { WorkOpen, WorkRequest, WorkResponseSchema } from "@casq/sdk/gen/casq/v1/work_pb.ts";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
@@ -48,7 +50,6 @@ import type { ClaimedMessage, Receipt } from "../model/operations.ts";
 import { inspectMessage } from "../model/shard-inspect.ts";
 import type { ShardState } from "../model/shard-state.ts";
 import { recordDeliveries } from "../telemetry/tracing.ts";
-import { AsyncQueue } from "./async-queue.ts";
 import { claimedToProto, leaderToProto, receiptText, toDuration } from "./conversions.ts";
 import { toRpcStatus } from "./grpc-errors.ts";
 import { ackReceipts, heartbeatReceipts, type LeaseTarget, nackReceipts } from "./lease-requests.ts";
@@ -70,6 +71,8 @@ export const MAX_CREDITS = 1000;
 
 /** With credit and nothing runnable, re-visit every shard at least this often (to pick up orphaned shards). */
 const PROBE_INTERVAL_MS = 5_000;
+/** Claim passes that reached no shard (a store outage) retry after 200 ms, doubling, up to 5 s. */
+const CLAIM_RETRY_BACKOFF = { immediateRetries: 0, baseDelayMs: 200, maxDelayMs: 5_000 } as const;
 
 /** Held jobs of a shard are checked against its commits at most this often. */
 const LEASE_CHECK_MS = 200;
@@ -470,7 +473,7 @@ class WorkSession implements WorkSessionHandle {
           return;
         }
         failures += 1;
-        await this.ctx.clock.sleep(Math.min(5_000, 100 * 2 ** Math.min(failures, 6)), wake).catch(() => {});
+        await this.ctx.clock.sleep(backoffCap(failures, CLAIM_RETRY_BACKOFF), wake).catch(() => {});
         continue;
       }
       failures = 0;

@@ -6,7 +6,7 @@
  */
 import { createHash, randomBytes } from "node:crypto";
 import { existsSync } from "node:fs";
-import { mkdir, mkdtemp, readdir, readFile, rm, utimes, writeFile } from "node:fs/promises";
+import { chown, mkdir, mkdtemp, readdir, readFile, rm, utimes, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
@@ -17,6 +17,32 @@ import { isStoreError, type StoreErrorKind } from "./store-errors.ts";
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
 const bytes = (text: string) => encoder.encode(text);
+
+/** The uid and gid of `nobody`: any user without root's right to write everywhere. */
+const UNPRIVILEGED_ID = 65534;
+
+/**
+ * Runs `action` as an unprivileged user when this process is root (CI runs
+ * as root, and root may write into any directory, so an EACCES could not
+ * happen): `dir` is handed to that user and the effective ids are switched
+ * for the length of the action, then restored. Not root: runs it as it is.
+ * Needs a test process of its own (vitest's default `forks` pool), where
+ * `process.seteuid` exists.
+ */
+async function asUnprivileged<T>(dir: string, action: () => Promise<T>): Promise<T> {
+  if (process.geteuid?.() !== 0) return action();
+  if (process.seteuid === undefined || process.setegid === undefined)
+    throw new Error("running as root without process.seteuid (a worker thread?): cannot drop privileges");
+  await chown(dir, UNPRIVILEGED_ID, UNPRIVILEGED_ID);
+  process.setegid(UNPRIVILEGED_ID);
+  process.seteuid(UNPRIVILEGED_ID);
+  try {
+    return await action();
+  } finally {
+    process.seteuid(0);
+    process.setegid(0);
+  }
+}
 
 async function rejectionKind(action: () => Promise<unknown>): Promise<StoreErrorKind> {
   try {
@@ -295,12 +321,22 @@ describe("FileStore", () => {
     expect(await rejectionKind(() => store.get("late.json"))).toBe("unavailable");
   });
 
-  it.skipIf(process.getuid?.() === 0)("an unwritable directory is unavailable, not a crash", async () => {
-    const locked = path.join(root, "locked");
-    await mkdir(locked, { mode: 0o500 });
-    expect(await rejectionKind(() => store.put("locked/doc.json", bytes("x"), { ifAbsent: true }))).toBe(
-      "unavailable",
-    );
+  it("an unwritable directory is unavailable, not a crash", async () => {
+    const base = await mkdtemp(path.join(tmpdir(), "casq-file-store-unwritable-"));
+    try {
+      const kind = await asUnprivileged(base, async () => {
+        const own = new FileStore({ root: path.join(base, "data") });
+        try {
+          await mkdir(path.join(own.root, "locked"), { mode: 0o500 });
+          return await rejectionKind(() => own.put("locked/doc.json", bytes("x"), { ifAbsent: true }));
+        } finally {
+          await own.close();
+        }
+      });
+      expect(kind).toBe("unavailable");
+    } finally {
+      await rm(base, { recursive: true, force: true });
+    }
   });
 
   it.skipIf(!existsSync("/sys/kernel"))(

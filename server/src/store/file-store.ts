@@ -116,6 +116,7 @@ import {
 import { hostname } from "node:os";
 import path from "node:path";
 import { promisify } from "node:util";
+import { type Backoff, backoffDelay } from "@casq/sdk/backoff.ts";
 import { validateKey, validatePrefix } from "./keys.ts";
 import type {
   CallOptions,
@@ -166,6 +167,8 @@ const IO_CHUNK = 4 * 1024 * 1024;
 const SYNC_WRITE_MAX_BYTES = 1024 * 1024;
 const DEFAULT_LOCK_STALE_MS = 10_000;
 const DEFAULT_LOCK_TIMEOUT_MS = 30_000;
+/** Polling a held lock: after 1..2 ms, doubling, up to 20..40 ms (equal jitter, so waiters spread). */
+const LOCK_WAIT_BACKOFF: Backoff = { immediateRetries: 0, baseDelayMs: 2, maxDelayMs: 40, jitter: "equal" };
 /** Temp files and staging dirs whose owner cannot be checked are removed after this long. */
 const ORPHAN_MAX_AGE_MS = 60 * 60 * 1000;
 
@@ -960,7 +963,7 @@ export class FileStore implements ObjectStore {
     let staged = await this.takeStagedLock(refreshMs);
     // The next lock's staging directory is made while this one is in use.
     if (!this.closed) this.spare = this.stageLock();
-    let delayMs = 1;
+    let waits = 0;
     let quickRetries = 0;
     let healed = false;
     try {
@@ -991,8 +994,7 @@ export class FileStore implements ObjectStore {
             key,
             `timed out after ${this.lockTimeoutMs} ms waiting for the key's lock held by ${holder ?? "another call"} (${lockDir}); if that process is gone, remove the directory`,
           );
-        await sleep(delayMs + Math.floor(Math.random() * delayMs), signal);
-        delayMs = Math.min(delayMs * 2, 20);
+        await sleep(Math.floor(backoffDelay(++waits, LOCK_WAIT_BACKOFF)), signal);
         quickRetries = 0;
       }
     } catch (error) {

@@ -1,3 +1,4 @@
+import { backoffCap, backoffDelay } from "@casq/sdk/backoff.ts";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { FaultInjectingStore, type FaultKind, type FaultRule } from "../../testing/fault-injecting-store.ts";
@@ -7,8 +8,6 @@ import { type Random, seededRandom } from "../util/random.ts";
 import { InstrumentedStore, type StoreOpEnd } from "./instrumented-store.ts";
 import { MemoryStore } from "./memory-store.ts";
 import {
-  backoffCap,
-  backoffDelay,
   DEFAULT_RETRY_POLICY,
   type RetryEvent,
   RetryingStore,

@@ -13,8 +13,8 @@
  * - `precondition_failed` (412): another writer won the CAS race. Repeating
  *   the same `If-Match` would fail forever; the broker must re-read.
  * - `conflict` (409): a concurrent conditional write was in flight; the
- *   broker re-reads first (it may reuse {@link backoffDelay} for its own
- *   conflict loop).
+ *   broker re-reads first (its conflict loop backs off with the same
+ *   `backoffDelay` of `@casq/sdk/backoff.ts`).
  * - `ambiguous`: the write may have landed. Nobody may be told anything until
  *   a re-read finds out, and a blind retry of an `If-Match` write that did
  *   land would then fail with 412 and hide the success.
@@ -24,9 +24,10 @@
  * out at once (a single hiccup costs no latency), then exponential backoff
  * from `baseDelayMs`, doubling, capped at `maxDelayMs`, with jitter so that
  * brokers that failed together do not retry together; at most `maxAttempts`
- * attempts in total. Delays are slept on the injected {@link Clock} and
- * jittered with the injected {@link Random}, so tests and the simulation see
- * simulated, reproducible time.
+ * attempts in total. The delays are computed by the one backoff helper of
+ * the TypeScript code, `backoffDelay` in `@casq/sdk/backoff.ts`. Delays are
+ * slept on the injected {@link Clock} and jittered with the injected
+ * {@link Random}, so tests and the simulation see simulated, reproducible time.
  *
  * Aborting the call's signal stops retrying: an in-progress backoff sleep is
  * cut short and the call rejects with an `UnavailableError` (the last attempt
@@ -38,6 +39,7 @@
  * label every HTTP request with its attempt number.
  */
 import { setMaxListeners } from "node:events";
+import { type Backoff, backoffDelay } from "@casq/sdk/backoff.ts";
 import { type Clock, systemClock } from "../util/clock.ts";
 import { type Random, systemRandom } from "../util/random.ts";
 import type { AttemptCallOptions, StoreOperation } from "./instrumented-store.ts";
@@ -51,26 +53,10 @@ import type {
 } from "./object-store.ts";
 import { isTransient, UnavailableError } from "./store-errors.ts";
 
-/**
- * How a backoff delay is randomised below its cap `c`:
- * - `full`: uniform in [0, c) — spreads retries the most (AWS's recommendation for contention).
- * - `equal`: uniform in [c/2, c) — guarantees at least half the cap.
- * - `none`: exactly `c` — only for tests and diagnostics.
- */
-export type JitterMode = "full" | "equal" | "none";
-
-/** A retry policy. Used by {@link RetryingStore}, and reusable by the broker for its own conflict retries. */
-export interface RetryPolicy {
+/** A retry policy: a {@link Backoff} and an attempt limit. Used by {@link RetryingStore}. */
+export interface RetryPolicy extends Backoff {
   /** Attempts in total, including the first. 1 disables retrying. */
   readonly maxAttempts: number;
-  /** How many of the first retries are sent at once, without any delay. */
-  readonly immediateRetries: number;
-  /** Cap of the first delayed retry, in ms; doubles for each further retry. */
-  readonly baseDelayMs: number;
-  /** No delay ever exceeds this, in ms. */
-  readonly maxDelayMs: number;
-  /** How delays are randomised below their cap. */
-  readonly jitter: JitterMode;
 }
 
 /**
@@ -113,39 +99,6 @@ export function resolveRetryPolicy(overrides: Partial<RetryPolicy> = {}): RetryP
       `retry policy: jitter must be "full", "equal" or "none", got ${String(policy.jitter)}`,
     );
   return Object.freeze(policy);
-}
-
-/**
- * The upper bound of the delay after the `attempt`-th failed attempt
- * (1-based), before jitter: 0 for the first `immediateRetries` attempts, then
- * `baseDelayMs * 2^k` for k = 0, 1, 2, ..., capped at `maxDelayMs`. Pure and
- * non-decreasing in `attempt`.
- */
-export function backoffCap(attempt: number, policy: RetryPolicy): number {
-  if (!(attempt > policy.immediateRetries) || policy.baseDelayMs <= 0) return 0;
-  const exponent = Math.floor(attempt) - policy.immediateRetries - 1;
-  // 2 ** exponent overflows to Infinity for huge attempts; Math.min handles it.
-  return Math.min(policy.maxDelayMs, policy.baseDelayMs * 2 ** exponent);
-}
-
-/**
- * The delay in ms to wait after the `attempt`-th failed attempt (1-based)
- * before the next one: {@link backoffCap} randomised by `policy.jitter`.
- * Always within [0, maxDelayMs]. Draws exactly one value from `random` when
- * the cap is positive and jitter is not `none`, and none otherwise, so a
- * seeded caller stays reproducible.
- */
-export function backoffDelay(attempt: number, policy: RetryPolicy, random: Random): number {
-  const cap = backoffCap(attempt, policy);
-  if (cap <= 0) return 0;
-  switch (policy.jitter) {
-    case "none":
-      return cap;
-    case "equal":
-      return cap / 2 + random.next() * (cap / 2);
-    case "full":
-      return random.next() * cap;
-  }
 }
 
 /** Reported before each retry of a {@link RetryingStore}. */

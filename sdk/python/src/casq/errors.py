@@ -8,7 +8,10 @@ import grpc
 
 from casq.v1 import errors_pb2
 
+#: The trailer in which a broker names the leader's address when it redirects a
+#: call (see proto/casq/v1/errors.proto): the one spelling of it in Python.
 LEADER_ADDRESS_KEY = "casq-leader-address"
+#: The trailer of gRPC's rich status (a google.rpc.Status with the details).
 STATUS_DETAILS_KEY = "grpc-status-details-bin"
 
 MetadataItems = Iterable[tuple[str, str | bytes]]

@@ -1,7 +1,10 @@
 /**
- * A small unbounded async queue: producers push, one consumer iterates.
- * The Work stream uses it to merge events from several tasks (replies,
- * jobs, routing changes) into the one response stream, in push order.
+ * A small unbounded async queue: producers push, one consumer iterates, in
+ * push order. The one such queue of the TypeScript code: the SDK's worker
+ * feeds a Work stream's requests through it, the server's Work stream
+ * merges events from several tasks (replies, jobs, routing changes) into
+ * its one response stream with it (`@casq/sdk/async-queue.ts`), and tests
+ * write request streams with it.
  */
 
 /** An async-iterable queue that ends normally ({@link end}) or with an error ({@link fail}). */
@@ -40,9 +43,8 @@ export class AsyncQueue<T> implements AsyncIterable<T> {
 
   async *[Symbol.asyncIterator](): AsyncIterator<T> {
     for (;;) {
-      const item = this.items.shift();
-      if (item !== undefined) {
-        yield item;
+      if (this.items.length > 0) {
+        yield this.items.shift() as T;
         continue;
       }
       if (this.ended) {
