@@ -3,10 +3,13 @@ import { isCasqError } from "../errors.ts";
 import { listDeadLetters } from "../model/shard-inspect.ts";
 import { computeStats } from "../model/shard-stats.ts";
 import { MemoryStore } from "../store/memory-store.ts";
+import type { CallOptions, PutCondition, PutResult } from "../store/object-store.ts";
+import { AmbiguousWriteError, UnavailableError } from "../store/store-errors.ts";
 import { ManualClock } from "../util/manual-clock.ts";
 import { seededRandom } from "../util/random.ts";
 import { expectKind } from "./broker.ts";
 import { ShardLeader } from "./shard-leader.ts";
+import { readShardSnapshot } from "./shard-snapshot.ts";
 
 const HEAD = "queues/jobs/0.json";
 const SEG = "queues/jobs/0/seg/";
@@ -281,4 +284,123 @@ describe("shard format v2: dead letters in dead-letter segments", () => {
       expect(await store.get(key).then((s) => s !== undefined)).toBe(damage === "corrupt");
     });
   }
+
+  it("deletes a dead-letter segment whose head write did not land; the dead letters stay in the head", async () => {
+    class FailingHeadStore extends MemoryStore {
+      failHead = false;
+      override async put(
+        key: string,
+        bytes: Uint8Array,
+        condition: PutCondition,
+        options?: CallOptions,
+      ): Promise<PutResult> {
+        if (this.failHead && key === HEAD) throw new UnavailableError(key, "injected: head write failed");
+        return super.put(key, bytes, condition, options);
+      }
+    }
+    const store = new FailingHeadStore();
+    const clock = new ManualClock();
+    const a = leader(store, "a", clock, 4096);
+    await deadLetter(a, 0, 5, 5); // within the budget: in the head
+    await a.submit({
+      kind: "enqueue",
+      messages: Array.from({ length: 30 }, (_, i) => ({ id: `b${i}`, payload })),
+    });
+    const claim = expectKind(
+      await a.submit({ kind: "claim", subscription: "default", workerId: "w", max: 30 }),
+      "claim",
+    );
+    store.failHead = true;
+    const nack = a.submit({
+      kind: "nack",
+      subscription: "default",
+      receipts: claim.messages.map((m) => m.receipt),
+      deadLetter: true,
+      reason: "x".repeat(200),
+    });
+    await expect(nack).rejects.toThrow(/head write failed/);
+    await a.stop({ release: false }); // waits for background deletions
+    expect(await deadKeys(store)).toEqual([]);
+    const { doc } = await head(store);
+    expect(deadSegments(doc)).toEqual([]);
+    expect(doc.subscriptions[0].dead_letters).toHaveLength(5);
+    store.failHead = false;
+    clock.advance(60_000);
+    const b = leader(store, "b", clock, 4096);
+    expect(await listedIds(b)).toEqual(["msg-0", "msg-1", "msg-2", "msg-3", "msg-4"]);
+    await b.stop({ release: true });
+  });
+
+  it("keeps the dead-letter segments of an ambiguous head write that lands late", async () => {
+    class LateHeadStore extends MemoryStore {
+      delayNext = false;
+      held: (() => Promise<unknown>) | undefined;
+      override async put(
+        key: string,
+        bytes: Uint8Array,
+        condition: PutCondition,
+        options?: CallOptions,
+      ): Promise<PutResult> {
+        if (key === HEAD && this.delayNext) {
+          this.delayNext = false;
+          this.held = () => super.put(key, bytes, condition, options);
+          throw new AmbiguousWriteError(key, "injected: timed out, lands later");
+        }
+        if (key === HEAD && this.held) {
+          const late = this.held;
+          this.held = undefined;
+          await late();
+        }
+        return super.put(key, bytes, condition, options);
+      }
+    }
+    const store = new LateHeadStore();
+    const clock = new ManualClock();
+    const a = leader(store, "a", clock, 2048);
+    await a.submit({
+      kind: "enqueue",
+      messages: Array.from({ length: 20 }, (_, i) => ({ id: `msg-${i}`, payload })),
+    });
+    const claim = expectKind(
+      await a.submit({ kind: "claim", subscription: "default", workerId: "w", max: 20 }),
+      "claim",
+    );
+    store.delayNext = true;
+    await a.submit({
+      kind: "nack",
+      subscription: "default",
+      receipts: claim.messages.map((m) => m.receipt),
+      deadLetter: true,
+    }); // the late first attempt is what landed
+    await a.stop({ release: true });
+    const { doc } = await head(store);
+    expect(deadSegments(doc).length).toBeGreaterThan(0);
+    const keys = await deadKeys(store);
+    for (const seg of deadSegments(doc)) expect(keys).toContain(SEG + seg.name);
+    const b = leader(store, "b", clock, 2048);
+    expect((await listedIds(b)).length).toBe(20);
+    await b.stop({ release: true });
+  });
+
+  it("a takeover sweeps orphan dead-letter segments of earlier epochs, keeps referenced ones; admin reads see sealed dead letters", async () => {
+    const store = new MemoryStore();
+    const clock = new ManualClock();
+    const a = leader(store, "a", clock, 2048);
+    await deadLetter(a, 0, 40, 10);
+    await a.stop({ release: true });
+    const { doc } = await head(store);
+    const orphan = `${SEG}${"0".repeat(15)}99999-1-zzz.dead.json`;
+    await store.put(orphan, new TextEncoder().encode("{}"), { ifAbsent: true });
+    // an admin read of the shard (not its leader) loads the dead-letter segments too
+    const stored = await store.get(HEAD);
+    const snapshot = await readShardSnapshot(store, "jobs", 0, stored as NonNullable<typeof stored>);
+    expect(listDeadLetters(snapshot, "default", { limit: 100 })).toHaveLength(40);
+    const b = leader(store, "b", clock, 2048);
+    await b.submit({ kind: "enqueue", messages: [{ id: "x", payload }] });
+    await b.stop({ release: true });
+    const keys = await deadKeys(store);
+    expect(keys).not.toContain(orphan);
+    for (const seg of deadSegments(doc)) expect(keys).toContain(SEG + seg.name);
+    expect((await listedIds(leader(store, "c", clock, 2048))).length).toBe(40);
+  });
 });
