@@ -150,6 +150,17 @@ describe("dead-letter segments", () => {
       "data_loss",
     );
     expectCasqError(() => ShardState.decode(s.encode()), "data_loss"); // referenced but not given
+    // one object indexed under two subscriptions
+    const twice = docJson(s);
+    twice.subscriptions.push({ ...twice.subscriptions[0], name: "zz", dead_letters: [] });
+    const records = s.deadLetterSegmentRecords("default", name as string);
+    expectCasqError(
+      () =>
+        ShardState.decode(new TextEncoder().encode(JSON.stringify(twice)), {
+          deadLetterSegments: () => records,
+        }),
+      "data_loss",
+    );
     const lookup = (): DeadLetterRecord[] => [];
     expectCasqError(() => ShardState.decode(s.encode(), { deadLetterSegments: lookup }), "data_loss");
   });

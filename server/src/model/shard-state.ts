@@ -364,6 +364,7 @@ export class ShardState {
       }
     }
 
+    const deadSegmentNames = new Set<string>(); // an object belongs to one subscription, indexed once
     for (const ds of doc.subscriptions) {
       const sub = state.subs.get(ds.name) as SubscriptionState;
       let last = -1;
@@ -400,7 +401,8 @@ export class ShardState {
       };
       // Sealed dead letters first (they died before the head's own), segment by segment.
       for (const ref of ds.deadLetterSegments) {
-        if (sub.deadSegments.has(ref.name)) fail(`dead-letter segment ${ref.name} is indexed twice`);
+        if (deadSegmentNames.has(ref.name)) fail(`dead-letter segment ${ref.name} is indexed twice`);
+        deadSegmentNames.add(ref.name);
         const letters = lookupDead(ref, ds.name);
         if (letters === undefined)
           fail(`dead-letter segment ${ref.name} is referenced by the head but was not loaded`);
