@@ -9,6 +9,11 @@
  * broker whose gate rejects a head never writes over it is shown on this
  * casq's own leader with a head from a newer format than it knows: the same
  * refuse-and-never-write path v1's leader has.
+ *
+ * The same for a v2 broker from before dead-letter segments: its parser
+ * (the frozen field checks of `frozen-v2-field-gate.ts`) reads heads without
+ * them, and refuses a head whose subscriptions index dead-letter segments as
+ * corrupt (an unknown field), which its leader never writes over.
  */
 import { describe, expect, it } from "vitest";
 import { ShardLeader } from "../../server/src/broker/shard-leader.ts";
@@ -18,6 +23,7 @@ import { MemoryStore } from "../../server/src/store/memory-store.ts";
 import { seededRandom } from "../../server/src/util/random.ts";
 import { ManualClock } from "../../server/testing/manual-clock.ts";
 import { V1_SHARD_FORMAT, v1DocumentGate } from "./frozen-v1-document-gate.ts";
+import { v2FieldGate } from "./frozen-v2-field-gate.ts";
 
 const HEAD = "queues/jobs/0.json";
 const SEG = "queues/jobs/0/seg/";
@@ -109,5 +115,78 @@ describe("mixed versions: v1 and v2 brokers on one store", () => {
     const after = await store.get(HEAD);
     expect(after?.etag).toBe(before?.etag);
     expect(new TextDecoder().decode(after?.body)).toBe(newer);
+  });
+});
+
+describe("mixed versions: a v2 broker from before dead-letter segments", () => {
+  async function deadLetter(shard: ShardLeader, from: number, count: number) {
+    const messages = Array.from({ length: count }, (_, k) => ({
+      id: `d${from + k}`,
+      payload: body(from + k),
+    }));
+    await shard.submit({ kind: "enqueue", messages });
+    const claim = await shard.submit({ kind: "claim", subscription: "default", workerId: "w", max: count });
+    if (claim.kind !== "claim") throw new Error("not a claim");
+    await shard.submit({
+      kind: "nack",
+      subscription: "default",
+      receipts: claim.messages.map((m) => m.receipt),
+      deadLetter: true,
+    });
+  }
+
+  it("reads a head whose dead letters are all in the head, and refuses one that indexes dead-letter segments as corrupt", async () => {
+    const store = new MemoryStore();
+    const clock = new ManualClock();
+    const writer = leader(store, "writer", clock);
+    await deadLetter(writer, 0, 2); // far below the budget: in the head
+    let head = await store.get(HEAD);
+    expect(() => v2FieldGate(head?.body ?? new Uint8Array())).not.toThrow();
+    for (let i = 2; i < 40; i += 5) await deadLetter(writer, i, 5); // past it: sealed
+    head = await store.get(HEAD);
+    const doc = JSON.parse(new TextDecoder().decode(head?.body));
+    expect(doc.format).toBe("casq.shard.v2");
+    expect(doc.subscriptions[0].dead_letter_segments.length).toBeGreaterThan(0);
+    let refusal: unknown;
+    try {
+      v2FieldGate(head?.body ?? new Uint8Array());
+    } catch (error) {
+      refusal = error;
+    }
+    expect(isCasqError(refusal, "data_loss"), String(refusal)).toBe(true);
+    expect(String(refusal)).toContain('unknown field "dead_letter_segments"');
+    expect(String(refusal)).toContain("refusing to load or overwrite it");
+  });
+
+  it("a broker refuses a head with a subscription field it does not know and never writes over it", async () => {
+    const store = new MemoryStore();
+    const clock = new ManualClock();
+    const writer = leader(store, "writer", clock);
+    await deadLetter(writer, 0, 2);
+    await writer.stop({ release: true });
+    // A head with a field this casq does not know, as an older broker sees dead_letter_segments.
+    const current = await store.get(HEAD);
+    const unknown = new TextDecoder()
+      .decode(current?.body)
+      .replace('"dead_letters":[', '"future_index":[],"dead_letters":[');
+    await store.put(HEAD, new TextEncoder().encode(unknown), { ifMatch: current?.etag ?? "" });
+    const before = await store.get(HEAD);
+
+    const old = leader(store, "old", clock);
+    for (const call of [
+      old.submit({ kind: "enqueue", messages: [{ id: "m1", payload: body(1) }] }),
+      old.submit({ kind: "redrive", subscription: "default" }),
+      old.submit({ kind: "purge", subscription: "default", deadLetters: true }),
+    ]) {
+      const error = await failure(call);
+      expect(isCasqError(error, "data_loss"), String(error)).toBe(true);
+      expect(String(error)).toContain('unknown field "future_index"');
+    }
+    expect(old.currentMode).toBe("refused");
+    clock.advance(60_000); // past any lease: still nothing to take over
+    await failure(old.read(() => undefined));
+    const after = await store.get(HEAD);
+    expect(after?.etag).toBe(before?.etag);
+    expect(new TextDecoder().decode(after?.body)).toBe(unknown);
   });
 });

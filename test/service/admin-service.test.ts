@@ -205,6 +205,29 @@ describe("AdminService", () => {
     ]);
   });
 
+  it("deletes a queue whose shard has sealed dead letters, dead-letter segments included", async () => {
+    const inner = new MemoryStore();
+    const s = await server({ store: sharedStore(inner), commit: { tailBytes: 1024 } });
+    const { admin, queue } = grpcClients(s.address);
+    await admin.createQueue({ queue: "dl", shardCount: 1 });
+    for (let i = 0; i < 4; i++) {
+      await queue.enqueue({
+        queue: "dl",
+        messages: Array.from({ length: 5 }, (_, k) => ({ payload: bytes(`m${i}-${k}-${"x".repeat(200)}`) })),
+      });
+      const claimed = await queue.claim({ queue: "dl", workerId: "w", maxMessages: 5 });
+      await queue.nack({ queue: "dl", receipts: claimed.messages.map((m) => m.receipt), deadLetter: true });
+    }
+    const sealed = (await inner.list("queues/dl/0/seg/")).filter((e) => e.key.endsWith(".dead.json"));
+    expect(sealed.length).toBeGreaterThan(1);
+    const listed = await admin.listDeadLetters({ queue: "dl", pageSize: 7 });
+    expect(listed.deadLetters).toHaveLength(7);
+    expect(listed.nextPageToken).not.toBe("");
+    expect(await codeOf(admin.deleteQueue({ queue: "dl" }))).toBe("FailedPrecondition"); // dead letters count
+    await admin.deleteQueue({ queue: "dl", force: true });
+    expect((await inner.list("queues/dl/")).map((e) => e.key)).toEqual([]);
+  });
+
   it("completes an interrupted CreateQueue with the same shard count and config", async () => {
     const inner = new MemoryStore();
     const s = await server({ store: sharedStore(inner) });

@@ -238,6 +238,83 @@ describe("RepairShard", () => {
       );
     });
 
+    /** Shard 0 with 20 messages settled by `audit` and dead-lettered by `default`, the dead letters sealed. */
+    async function deadLettered() {
+      const { inner, c } = await setup({ tailBytes: 1024 });
+      await c.queue.enqueue({
+        queue: "q",
+        messages: Array.from({ length: 20 }, (_, i) => ({
+          payload: bytes(`d${i}-${"x".repeat(200)}`),
+          key: "k",
+        })),
+      });
+      const audit = await c.queue.claim({
+        queue: "q",
+        subscription: "audit",
+        workerId: "w",
+        maxMessages: 20,
+      });
+      await c.queue.ack({
+        queue: "q",
+        subscription: "audit",
+        receipts: audit.messages.map((m) => m.receipt),
+      });
+      const claimed = await c.queue.claim({ queue: "q", workerId: "w", maxMessages: 20 });
+      for (
+        let i = 0;
+        i < 20;
+        i += 5 // several commits: several dead-letter segments
+      )
+        await c.queue.nack({
+          queue: "q",
+          receipts: claimed.messages.slice(i, i + 5).map((m) => m.receipt),
+          deadLetter: true,
+          reason: "broken",
+        });
+      const dead = (await inner.list(SEG)).map((e) => e.key).filter((k) => k.endsWith(".dead.json"));
+      expect(dead.length).toBeGreaterThan(1);
+      const ids = (await c.admin.listDeadLetters({ queue: "q", pageSize: 100 })).deadLetters.map(
+        (dl) => dl.message?.id,
+      );
+      expect(ids).toHaveLength(20);
+      return { inner, c, dead, ids };
+    }
+
+    it("salvages sealed dead letters (and the head's own) of an inconsistent head, and backs their segments up", async () => {
+      const { inner, c, dead, ids } = await deadLettered();
+      const raw = JSON.parse(text((await inner.get("queues/q/0.json"))?.body));
+      raw.next_offset = 1; // inconsistent: below the dead letters' offsets
+      await overwrite(inner, "queues/q/0.json", JSON.stringify(raw));
+      expect(await code(c.admin.updateQueue({ queue: "q", config: { maxAttempts: 3 } }))).toBe("DataLoss");
+
+      const repaired = await c.admin.repairShard({ queue: "q", shard: 0 });
+      expect(repaired.messagesSalvaged).toBe(0n); // every message left the shard: only dead letters hold them
+      expect(repaired.nextOffset).toBe(20n);
+      const backups = (await inner.list("repairs/q/0/")).map((e) => e.key);
+      for (const key of dead)
+        expect(backups.some((b) => b.endsWith(`/seg/${key.slice(SEG.length)}`))).toBe(true);
+      const listed = (await c.admin.listDeadLetters({ queue: "q", pageSize: 100 })).deadLetters;
+      expect(listed.map((dl) => dl.message?.id)).toEqual(ids);
+      expect(listed.every((dl) => dl.reason === "broken")).toBe(true);
+      const redriven = await c.admin.redriveDeadLetters({ queue: "q", all: true });
+      expect(Number(redriven.redriven)).toBe(20);
+    });
+
+    it("salvages the dead letters of every dead-letter segment object when the head is gone", async () => {
+      const { inner, c, dead } = await deadLettered();
+      let sealed = 0;
+      for (const key of dead) sealed += JSON.parse(text((await inner.get(key))?.body)).dead_letters.length;
+      await inner.delete("queues/q/0.json");
+      expect(
+        await code(c.queue.enqueue({ queue: "q", messages: [{ payload: bytes("late"), key: "k" }] })),
+      ).toBe("DataLoss");
+      const repaired = await c.admin.repairShard({ queue: "q", shard: 0 });
+      expect(repaired.problem).toMatch(/is missing/);
+      const listed = (await c.admin.listDeadLetters({ queue: "q", pageSize: 100 })).deadLetters;
+      expect(listed).toHaveLength(sealed);
+      expect(sealed).toBeGreaterThan(0);
+    });
+
     it("treats a readable v2 shard with segments as readable (nothing to repair)", async () => {
       const { c } = await sealed();
       expect(await code(c.admin.repairShard({ queue: "q", shard: 0 }))).toBe("FailedPrecondition");

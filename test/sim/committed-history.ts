@@ -32,7 +32,11 @@
  * deliveries were committed, which the final audit compares with the
  * attempts recorded in dead letters.
  */
-import { parseDedupSegmentDocument, parseSegmentDocument } from "../../server/src/model/document-codec.ts";
+import {
+  parseDeadLetterSegmentDocument,
+  parseDedupSegmentDocument,
+  parseSegmentDocument,
+} from "../../server/src/model/document-codec.ts";
 import { ShardState } from "../../server/src/model/shard-state.ts";
 import type { PutCondition } from "../../server/src/store/object-store.ts";
 import {
@@ -113,6 +117,18 @@ export class CommittedHistory {
           const stored = this.segments.get(ref.name);
           return (
             stored && parseDedupSegmentDocument(stored, { queue: queueOf(key), shard: shardOf(key), ref })
+          );
+        },
+        deadLetterSegments: (ref, subscription) => {
+          const stored = this.segments.get(ref.name);
+          return (
+            stored &&
+            parseDeadLetterSegmentDocument(stored, {
+              queue: queueOf(key),
+              shard: shardOf(key),
+              subscription,
+              ref,
+            })
           );
         },
         now: committedAt, // a live dedup segment the head references must be there

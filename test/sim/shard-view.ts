@@ -105,7 +105,9 @@ function ackedOffsets(raw: unknown[]): number[] {
 /**
  * Parses committed document bytes into a {@link ShardView}. A v2 head's
  * sealed messages come from its segments (`segments`: segment object name ->
- * bytes, as written to the store), minus the offsets the head marks gone.
+ * bytes, as written to the store), minus the offsets the head marks gone;
+ * sealed dead letters from its dead-letter segments, minus the positions
+ * the head marks gone.
  * Throws on bytes that are not a JSON object, or a segment that is not given.
  */
 export function parseShardView(
@@ -157,7 +159,18 @@ export function parseShardView(
       });
     }
     const dead = new Map<number, DeadLetterView>();
-    for (const dl of raw.dead_letters as Json[]) {
+    // Sealed dead letters (oldest) from their dead-letter segments, less the positions marked gone.
+    const sealed: Json[] = [];
+    for (const ref of (raw.dead_letter_segments as Json[] | undefined) ?? []) {
+      const stored = segments.get(ref.name as string);
+      if (stored === undefined) throw new Error(`dead-letter segment ${String(ref.name)} was never written`);
+      const gone = new Set(ackedOffsets(ref.gone as unknown[]));
+      const seg = JSON.parse(new TextDecoder().decode(stored)) as Json;
+      (seg.dead_letters as Json[]).forEach((dl, position) => {
+        if (!gone.has(position)) sealed.push(dl);
+      });
+    }
+    for (const dl of [...sealed, ...(raw.dead_letters as Json[])]) {
       const message = dl.message as Json;
       dead.set(num(message.offset), {
         id: message.id as string,

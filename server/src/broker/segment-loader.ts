@@ -12,19 +12,25 @@
  * Dedup segments are read the same way, but only those whose latest
  * `expires_at` is after the reader's `now`: an expired one remembers
  * nothing, so a takeover reads just the dedup segments of one window.
+ * Dead-letter segments are all read (every one the head indexes holds a
+ * live dead letter), with the same checks.
  */
 import { CasqError } from "../errors.ts";
 import {
+  type DeadLetterSegmentRef,
   type DedupSegmentRef,
+  parseDeadLetterSegmentDocument,
   parseDedupSegmentDocument,
   parseSegmentDocument,
   type SegmentRef,
   type ShardDocument,
 } from "../model/document-codec.ts";
 import { segmentPrefix, sha256Hex } from "../model/segment-codec.ts";
-import type { DedupEntry, MessageRecord } from "../model/shard-records.ts";
+import type { DeadLetterRecord, DedupEntry, MessageRecord } from "../model/shard-records.ts";
 import type { ObjectStore, StoredObject } from "../store/object-store.ts";
 import { isStoreError } from "../store/store-errors.ts";
+
+const KIND_NAMES = { messages: "segment", dedup: "dedup segment", dead: "dead-letter segment" } as const;
 
 /** Segment reads in flight at once while loading a head. */
 const READ_PARALLELISM = 8;
@@ -38,7 +44,8 @@ export interface DedupSegmentCache {
 /**
  * Loads into `cache` every segment `doc` (read at `headKey` with etag
  * `headEtag`) references and `cache` lacks, and into `dedup.cache` every
- * dedup segment it references that is live at `dedup.now`. Resolves
+ * dedup segment it references that is live at `dedup.now`, and into
+ * `dead` every dead-letter segment it references (when given). Resolves
  * `"moved"` when a segment was gone because the head changed meanwhile.
  * Rejects with `data_loss` for a missing or corrupt segment of the current
  * head, `unavailable` when the store fails.
@@ -50,17 +57,23 @@ export async function loadSegments(
   doc: ShardDocument,
   cache: Map<string, readonly MessageRecord[]>,
   dedup?: DedupSegmentCache,
+  dead?: Map<string, readonly DeadLetterRecord[]>,
 ): Promise<"ok" | "moved"> {
   const where = { queue: doc.queue, shard: doc.shard };
   type Wanted =
     | { readonly kind: "messages"; readonly ref: SegmentRef }
-    | { readonly kind: "dedup"; readonly ref: DedupSegmentRef };
+    | { readonly kind: "dedup"; readonly ref: DedupSegmentRef }
+    | { readonly kind: "dead"; readonly ref: DeadLetterSegmentRef; readonly subscription: string };
   const wanted: Wanted[] = doc.segments
     .filter((ref) => !cache.has(ref.name))
     .map((ref) => ({ kind: "messages", ref }) as const);
   if (dedup !== undefined)
     for (const ref of doc.dedupSegments)
       if (ref.expiresAt > dedup.now && !dedup.cache.has(ref.name)) wanted.push({ kind: "dedup", ref });
+  if (dead !== undefined)
+    for (const sub of doc.subscriptions)
+      for (const ref of sub.deadLetterSegments)
+        if (!dead.has(ref.name)) wanted.push({ kind: "dead", ref, subscription: sub.name });
   const prefix = segmentPrefix(doc.queue, doc.shard);
   for (let i = 0; i < wanted.length; i += READ_PARALLELISM) {
     const chunk = wanted.slice(i, i + READ_PARALLELISM);
@@ -80,14 +93,20 @@ export async function loadSegments(
         if (head?.etag !== headEtag) return "moved";
         throw new CasqError(
           "data_loss",
-          `${w.kind === "dedup" ? "dedup segment" : "segment"} ${prefix}${ref.name}, referenced by the shard's head, ${problem}; refusing to load or overwrite the shard — restore the segment from a backup`,
+          `${KIND_NAMES[w.kind]} ${prefix}${ref.name}, referenced by the shard's head, ${problem}; refusing to load or overwrite the shard — restore the segment from a backup`,
           where,
         );
       }
       const body = (stored as StoredObject).body;
       const expect = { queue: doc.queue, shard: doc.shard };
       if (w.kind === "messages") cache.set(ref.name, parseSegmentDocument(body, { ...expect, ref: w.ref }));
-      else dedup?.cache.set(ref.name, parseDedupSegmentDocument(body, { ...expect, ref: w.ref }));
+      else if (w.kind === "dedup")
+        dedup?.cache.set(ref.name, parseDedupSegmentDocument(body, { ...expect, ref: w.ref }));
+      else
+        dead?.set(
+          ref.name,
+          parseDeadLetterSegmentDocument(body, { ...expect, subscription: w.subscription, ref: w.ref }),
+        );
     }
   }
   return "ok";

@@ -7,7 +7,8 @@
  * 1. **Load.** Read the head and its etag (or, if it does not exist, plan to
  *    create it with put-if-absent). A head that does not parse, has an
  *    unknown format, names another queue or shard than its key, or
- *    references a segment that is missing or fails its checksum is refused:
+ *    references a segment (message, dedup or dead-letter segment) that is
+ *    missing or fails its checksum is refused:
  *    every commit gets `data_loss` and nothing is ever written over it. So
  *    is a missing head that `documentExpected` says must exist (its data was
  *    lost): it is not recreated empty behind the operator's back. Observers
@@ -37,11 +38,14 @@
  */
 import { type Backoff, backoffDelay } from "@casq/sdk/backoff.ts";
 import { CasqError, isCasqError } from "../errors.ts";
+import { deadLetterSealCandidates, sealDeadLetterSegment } from "../model/dead-letter-segments.ts";
 import { dedupSealCandidates, sealDedupSegment } from "../model/dedup-segments.ts";
-import { parseShardDocument, type SegmentRef } from "../model/document-codec.ts";
+import { parseShardDocument, type SegmentRef, type ShardDocument } from "../model/document-codec.ts";
 import type { QueueConfig } from "../model/queue-config.ts";
 import {
+  deadLetterSegmentName,
   dedupSegmentName,
+  encodeDeadLetterSegment,
   encodeDedupSegment,
   encodeSegment,
   segmentEpoch,
@@ -50,7 +54,7 @@ import {
   sha256Hex,
 } from "../model/segment-codec.ts";
 import { sealCandidates, sealSegment } from "../model/segment-mechanics.ts";
-import type { DedupEntry, MessageRecord } from "../model/shard-records.ts";
+import type { DeadLetterRecord, DedupEntry, MessageRecord } from "../model/shard-records.ts";
 import { type BrokerRecord, checkDocumentPlace, ShardState } from "../model/shard-state.ts";
 import type { ObjectStore, PutCondition, StoredObject } from "../store/object-store.ts";
 import { isStoreError } from "../store/store-errors.ts";
@@ -80,7 +84,8 @@ export interface HeadStoreOptions {
   readonly conflictBackoff: Backoff;
   /**
    * The head's tail of newest messages is sealed into a segment once its
-   * messages exceed this many bytes; so are the head's dedup ids, into a dedup segment.
+   * messages exceed this many bytes; so are the head's dedup ids, into a
+   * dedup segment, and its dead letters, into dead-letter segments.
    */
   readonly tailBytes: number;
 }
@@ -160,6 +165,8 @@ export class ShardHeadStore {
   private readonly segments = new Map<string, readonly MessageRecord[]>();
   /** Entries of the live dedup segments the committed head references (and of ones just sealed), by name. */
   private readonly dedupSegments = new Map<string, readonly DedupEntry[]>();
+  /** Dead letters of the dead-letter segments the committed head references (and of ones just sealed), by name. */
+  private readonly deadLetterSegments = new Map<string, readonly DeadLetterRecord[]>();
   /** Segment deletions in progress (garbage collection never delays a commit). */
   private readonly collecting = new Set<Promise<void>>();
 
@@ -426,15 +433,24 @@ export class ShardHeadStore {
       checkDocumentPlace(doc, place); // before its segments: a misplaced head names another shard's
       const now = this.now();
       const dedup = { cache: this.dedupSegments, now };
-      const loaded = await loadSegments(this.store, this.key, stored.etag, doc, this.segments, dedup);
+      const loaded = await loadSegments(
+        this.store,
+        this.key,
+        stored.etag,
+        doc,
+        this.segments,
+        dedup,
+        this.deadLetterSegments,
+      );
       if (loaded === "moved") return this.reload(); // the head changed while its segments were read
       this.committed = ShardState.fromDocument(doc, {
         expected: place,
         segments: this.lookup,
         dedupSegments: this.lookupDedup,
+        deadLetterSegments: this.lookupDead,
         now,
       });
-      this.pruneSegments(doc.segments, doc.dedupSegments);
+      this.pruneSegments(doc);
     } catch (error) {
       if (isCasqError(error, "unavailable")) {
         this.committed = undefined;
@@ -502,11 +518,16 @@ export class ShardHeadStore {
   private readonly lookupDedup = (ref: { readonly name: string }): readonly DedupEntry[] | undefined =>
     this.dedupSegments.get(ref.name);
 
+  /** The cached dead letters of a dead-letter segment the head references. */
+  private readonly lookupDead = (ref: { readonly name: string }): readonly DeadLetterRecord[] | undefined =>
+    this.deadLetterSegments.get(ref.name);
+
   private restoreCommitted(): void {
     if (this.committedBytes) {
       this.committed = ShardState.decode(this.committedBytes, {
         segments: this.lookup,
         dedupSegments: this.lookupDedup,
+        deadLetterSegments: this.lookupDead,
       });
     } else {
       this.committed = undefined;
@@ -520,7 +541,8 @@ export class ShardHeadStore {
    * BEFORE the head that references it; a segment write that fails leaves
    * its messages in the tail (the head just stays larger until the next
    * commit tries again). Then the same for the head's dedup ids, into one
-   * dedup segment. Returns the names written, so that a head write that did
+   * dedup segment, and for its dead letters, into dead-letter segments.
+   * Returns the names written, so that a head write that did
    * not land can delete them.
    */
   private async sealTail(working: ShardState, now: number): Promise<string[]> {
@@ -546,14 +568,21 @@ export class ShardHeadStore {
       this.segments.set(name, records);
       written.push(name);
     }
+    await this.sealDedup(working, now, epoch, written);
+    await this.sealDeadLetters(working, now, epoch, written);
+    return written;
+  }
+
+  /** Seals the head's dedup ids into one dedup segment once they pass the budget (see {@link sealTail}). */
+  private async sealDedup(working: ShardState, now: number, epoch: number, written: string[]): Promise<void> {
     const entries = dedupSealCandidates(working, this.options.tailBytes);
-    if (entries.length === 0) return written;
+    if (entries.length === 0) return;
     const name = dedupSegmentName(entries[0]?.offset ?? 0, epoch, this.uniquePart());
     const bytes = encodeDedupSegment(this.queue, this.shard, entries);
     try {
       await this.store.put(segmentPrefix(this.queue, this.shard) + name, bytes, { ifAbsent: true });
     } catch {
-      return written; // not sealed this time: the ids stay in the head
+      return; // not sealed this time: the ids stay in the head
     }
     sealDedupSegment(working, entries, {
       name,
@@ -563,7 +592,38 @@ export class ShardHeadStore {
     });
     this.dedupSegments.set(name, entries);
     written.push(name);
-    return written;
+  }
+
+  /**
+   * Seals the head's dead letters, one dead-letter segment per subscription
+   * chosen, once they pass the budget (see {@link sealTail}). A failed write
+   * leaves that subscription's dead letters in the head.
+   */
+  private async sealDeadLetters(
+    working: ShardState,
+    now: number,
+    epoch: number,
+    written: string[],
+  ): Promise<void> {
+    for (const { sub, letters } of deadLetterSealCandidates(working, this.options.tailBytes)) {
+      let lowest = Number.POSITIVE_INFINITY;
+      for (const dl of letters) lowest = Math.min(lowest, dl.message.offset);
+      const name = deadLetterSegmentName(lowest, epoch, this.uniquePart());
+      const bytes = encodeDeadLetterSegment(this.queue, this.shard, sub.name, letters);
+      try {
+        await this.store.put(segmentPrefix(this.queue, this.shard) + name, bytes, { ifAbsent: true });
+      } catch {
+        return; // not sealed this time: the dead letters stay in the head
+      }
+      const seg = sealDeadLetterSegment(working, sub, letters, {
+        name,
+        bytes: bytes.byteLength,
+        sha256: sha256Hex(bytes),
+        createdAt: now,
+      });
+      this.deadLetterSegments.set(name, seg.records);
+      written.push(name);
+    }
   }
 
   /** A segment name's unique part: a sequence per writer and a random part telling two writers of one epoch apart. */
@@ -571,11 +631,13 @@ export class ShardHeadStore {
     return `${(++this.segmentCounter).toString(36)}${Math.floor(this.random.next() * 36 ** 6).toString(36)}`;
   }
 
-  /** Forgets cached segments and dedup segments the head no longer references. */
-  private pruneSegments(refs: readonly SegmentRef[], dedupRefs: readonly { readonly name: string }[]): void {
+  /** Forgets cached segments, dedup and dead-letter segments the head `doc` no longer references. */
+  private pruneSegments(doc: ShardDocument): void {
+    const deadRefs = doc.subscriptions.flatMap((sub) => sub.deadLetterSegments);
     for (const [cache, list] of [
-      [this.segments, refs],
-      [this.dedupSegments, dedupRefs],
+      [this.segments, doc.segments],
+      [this.dedupSegments, doc.dedupSegments],
+      [this.deadLetterSegments, deadRefs],
     ] as const) {
       if (list.length === cache.size) continue;
       const keep = new Set(list.map((ref) => ref.name));
@@ -594,6 +656,7 @@ export class ShardHeadStore {
     for (const name of names) {
       this.segments.delete(name);
       this.dedupSegments.delete(name);
+      this.deadLetterSegments.delete(name);
     }
     const run = Promise.all(names.map((name) => this.store.delete(prefix + name).catch(() => {}))).then(
       () => {},

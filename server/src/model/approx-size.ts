@@ -75,3 +75,6 @@ export function deadLetterBytes(m: MessageRecord, reason: string): number {
 export function dedupBytes(e: DedupEntry): number {
   return 70 + utf8Bytes(e.dedupId) + utf8Bytes(e.id);
 }
+
+/** One dead-letter segment's entry in the head's index (format v2), its `gone` list aside. */
+export const DEAD_LETTER_SEGMENT_ENTRY_BYTES = 230;

@@ -24,6 +24,7 @@ import type { ShardData } from "./shard-data.ts";
 import { isSettled, sortedStringMap } from "./shard-mechanics.ts";
 import type {
   BrokerRecord,
+  DeadLetterRecord,
   DedupEntry,
   Lease,
   MessageRecord,
@@ -43,6 +44,9 @@ export const SEGMENT_FORMAT = "casq.segment.v1";
 
 /** The format of a dedup segment object. */
 export const DEDUP_SEGMENT_FORMAT = "casq.dedup.v1";
+
+/** The format of a dead-letter segment object. */
+export const DEAD_LETTER_SEGMENT_FORMAT = "casq.deadletters.v1";
 
 // ---------------------------------------------------------------- encoding
 
@@ -118,7 +122,7 @@ function subscriptionJson(state: ShardData, sub: SubscriptionState, ordered: Sha
       acked.push(m.msg.offset);
     }
   }
-  return `{"name":${json(sub.name)},"created_at":${sub.createdAt},"acked_below":${ackedBelow},"acked":[${acked.join(",")}],"deliveries":${deliveriesJson(sub)},"dead_letters":${deadLettersJson(sub)},"counters":{${subscriptionCountersJson(sub.counters)}}}`;
+  return `{"name":${json(sub.name)},"created_at":${sub.createdAt},"acked_below":${ackedBelow},"acked":[${acked.join(",")}],"deliveries":${deliveriesJson(sub)},"dead_letters":${deadLettersJson(sub.dead.values())},"counters":{${subscriptionCountersJson(sub.counters)}}}`;
 }
 
 /** The canonical JSON array of a subscription's deliveries, by offset. */
@@ -139,14 +143,15 @@ export function deliveriesJson(sub: SubscriptionState): string {
   return `[${deliveries.join(",")}]`;
 }
 
-/** The canonical JSON array of a subscription's dead letters, oldest first. */
-export function deadLettersJson(sub: SubscriptionState): string {
+/** One dead letter's canonical JSON (head, v1 document and dead-letter segment alike). */
+export function deadLetterJson(dl: DeadLetterRecord): string {
+  return `{"dead_at":${dl.deadAt},"attempts":${dl.attempts},"reason":${json(dl.reason)},"message":${messageJson(dl.message, undefined)}}`;
+}
+
+/** The canonical JSON array of dead letters, in the order given (oldest first). */
+export function deadLettersJson(letters: Iterable<DeadLetterRecord>): string {
   const dead: string[] = [];
-  for (const dl of sub.dead.values()) {
-    dead.push(
-      `{"dead_at":${dl.deadAt},"attempts":${dl.attempts},"reason":${json(dl.reason)},"message":${messageJson(dl.message, undefined)}}`,
-    );
-  }
+  for (const dl of letters) dead.push(deadLetterJson(dl));
   return `[${dead.join(",")}]`;
 }
 
@@ -231,12 +236,10 @@ export interface ShardDocument {
       readonly availableAt: number | undefined;
       readonly lease: Lease | undefined;
     }[];
-    readonly deadLetters: readonly {
-      readonly message: MessageRecord;
-      readonly reason: string;
-      readonly attempts: number;
-      readonly deadAt: number;
-    }[];
+    /** The dead letters the head carries, oldest first (v2: the newest; the rest are in dead-letter segments). */
+    readonly deadLetters: readonly DeadLetterRecord[];
+    /** v2: the subscription's sealed dead-letter segments, oldest first (empty for v1, and when absent). */
+    readonly deadLetterSegments: readonly DeadLetterSegmentRef[];
     readonly counters: SubscriptionCounters;
   }[];
   readonly dedup: readonly DedupEntry[];
@@ -246,6 +249,21 @@ export interface ShardDocument {
   readonly segments: readonly SegmentRef[];
   /** v2: the sealed dedup segments, ascending offsets (empty for v1, and when absent). */
   readonly dedupSegments: readonly DedupSegmentRef[];
+}
+
+/** A sealed dead-letter segment as its subscription in the v2 head indexes it. */
+export interface DeadLetterSegmentRef {
+  readonly name: string;
+  /** Lowest message offset among its dead letters. */
+  readonly first: number;
+  /** Highest message offset among its dead letters. */
+  readonly last: number;
+  readonly count: number;
+  readonly bytes: number;
+  readonly sha256: string;
+  readonly createdAt: number;
+  /** Positions (0-based, in the object's order) of its dead letters that left, ascending. */
+  readonly gone: readonly number[];
 }
 
 /** A sealed dedup segment as the v2 head indexes it. */
@@ -281,6 +299,9 @@ export const SEGMENT_NAME = /^[0-9]{20}-[0-9]{1,15}-[0-9a-z]{1,32}\.json$/;
 
 /** Dedup segment object names: `<first offset, 20 digits>-<epoch>-<sequence>.dedup.json`. */
 export const DEDUP_SEGMENT_NAME = /^[0-9]{20}-[0-9]{1,15}-[0-9a-z]{1,32}\.dedup\.json$/;
+
+/** Dead-letter segment object names: `<lowest offset, 20 digits>-<epoch>-<sequence>.dead.json`. */
+export const DEAD_LETTER_SEGMENT_NAME = /^[0-9]{20}-[0-9]{1,15}-[0-9a-z]{1,32}\.dead\.json$/;
 
 class Corrupt extends Error {}
 
@@ -576,6 +597,40 @@ function dedupSegmentRef(value: unknown, path: string): DedupSegmentRef {
   };
 }
 
+function deadLetterSegmentRef(value: unknown, path: string): DeadLetterSegmentRef {
+  const o = object(value, path, ["name", "first", "last", "count", "bytes", "sha256", "created_at", "gone"]);
+  const name = text(o.name, `${path}.name`);
+  if (!DEAD_LETTER_SEGMENT_NAME.test(name)) fail(`${path}.name`, "not a dead-letter segment object name");
+  const sha256 = text(o.sha256, `${path}.sha256`);
+  if (!/^[0-9a-f]{64}$/.test(sha256)) fail(`${path}.sha256`, "expected 64 lowercase hex digits");
+  const first = integer(o.first, `${path}.first`);
+  const last = integer(o.last, `${path}.last`, first);
+  const count = integer(o.count, `${path}.count`, 1, last - first + 1);
+  const gone = ranges(o.gone, `${path}.gone`);
+  if (gone.length >= count) fail(`${path}.gone`, "a segment with nothing left must leave the index");
+  for (const position of gone) if (position >= count) fail(`${path}.gone`, "position outside the segment");
+  return {
+    name,
+    first,
+    last,
+    count,
+    bytes: integer(o.bytes, `${path}.bytes`, 1),
+    sha256,
+    createdAt: integer(o.created_at, `${path}.created_at`),
+    gone,
+  };
+}
+
+function deadLetter(v: unknown, p: string): DeadLetterRecord {
+  const d = object(v, p, ["dead_at", "attempts", "reason", "message"]);
+  return {
+    deadAt: integer(d.dead_at, `${p}.dead_at`),
+    attempts: integer(d.attempts, `${p}.attempts`),
+    reason: text(d.reason, `${p}.reason`),
+    message: message(d.message, `${p}.message`, false).msg,
+  };
+}
+
 function dedupEntry(v: unknown, p: string): DedupEntry {
   const e = object(v, p, ["dedup_id", "id", "offset", "expires_at"]);
   return {
@@ -587,15 +642,12 @@ function dedupEntry(v: unknown, p: string): DedupEntry {
 }
 
 function subscription(value: unknown, path: string, version: 1 | 2): ShardDocument["subscriptions"][number] {
-  const o = object(value, path, [
-    "name",
-    "created_at",
-    "acked_below",
-    "acked",
-    "deliveries",
-    "dead_letters",
-    "counters",
-  ]);
+  const o = object(
+    value,
+    path,
+    ["name", "created_at", "acked_below", "acked", "deliveries", "dead_letters", "counters"],
+    version === 2 ? ["dead_letter_segments"] : [],
+  );
   const name = text(o.name, `${path}.name`, true);
   if (!/^[a-z0-9][a-z0-9._-]{0,127}$/.test(name)) fail(`${path}.name`, "not a valid subscription name");
   return {
@@ -617,16 +669,15 @@ function subscription(value: unknown, path: string, version: 1 | 2): ShardDocume
         lease: optional(d, "lease", lease, p),
       };
     }),
-    deadLetters: array(o.dead_letters, `${path}.dead_letters`).map((v, i) => {
-      const p = `${path}.dead_letters[${i}]`;
-      const d = object(v, p, ["dead_at", "attempts", "reason", "message"]);
-      return {
-        deadAt: integer(d.dead_at, `${p}.dead_at`),
-        attempts: integer(d.attempts, `${p}.attempts`),
-        reason: text(d.reason, `${p}.reason`),
-        message: message(d.message, `${p}.message`, false).msg,
-      };
-    }),
+    deadLetters: array(o.dead_letters, `${path}.dead_letters`).map((v, i) =>
+      deadLetter(v, `${path}.dead_letters[${i}]`),
+    ),
+    deadLetterSegments:
+      o.dead_letter_segments === undefined
+        ? []
+        : array(o.dead_letter_segments, `${path}.dead_letter_segments`).map((v, i) =>
+            deadLetterSegmentRef(v, `${path}.dead_letter_segments[${i}]`),
+          ),
     counters: subscriptionCounters(o.counters, `${path}.counters`),
   };
 }
@@ -828,6 +879,78 @@ export function parseDedupSegmentDocument(
     if (latest !== ref.expiresAt)
       fail("dedup_segment.entries", "latest expires_at does not match the head's");
     return entries;
+  } catch (error) {
+    if (!(error instanceof Corrupt)) throw error;
+    throw new CasqError(
+      "data_loss",
+      `${where} is corrupt at ${error.message}; refusing to load or overwrite the shard — restore the segment from a backup`,
+      { queue: expect.queue, shard: expect.shard },
+      { cause: error },
+    );
+  }
+}
+
+/**
+ * Parses a dead-letter segment object's bytes (its checksum already
+ * verified by the caller) and checks it against the head's index entry
+ * under `subscription`. Throws `CasqError("data_loss")` when it is not the
+ * dead-letter segment the head describes.
+ */
+export function parseDeadLetterSegmentDocument(
+  bytes: Uint8Array,
+  expect: {
+    readonly queue: string;
+    readonly shard: number;
+    readonly subscription: string;
+    readonly ref: DeadLetterSegmentRef;
+  },
+): DeadLetterRecord[] {
+  const where = `dead-letter segment ${expect.ref.name} of queue ${expect.queue} shard ${expect.shard}`;
+  try {
+    let root: unknown;
+    try {
+      root = JSON.parse(new TextDecoder("utf-8", { fatal: true }).decode(bytes));
+    } catch {
+      fail("dead_letter_segment", "not valid UTF-8 JSON");
+    }
+    const o = object(root, "dead_letter_segment", [
+      "format",
+      "queue",
+      "shard",
+      "subscription",
+      "dead_letters",
+    ]);
+    if (o.format !== DEAD_LETTER_SEGMENT_FORMAT)
+      fail("dead_letter_segment.format", `expected ${DEAD_LETTER_SEGMENT_FORMAT}, got ${json(o.format)}`);
+    if (o.queue !== expect.queue || o.shard !== expect.shard)
+      fail("dead_letter_segment", "belongs to another shard");
+    if (o.subscription !== expect.subscription)
+      fail(
+        "dead_letter_segment.subscription",
+        `belongs to ${json(o.subscription)}, the head indexes it under ${json(expect.subscription)}`,
+      );
+    const letters = array(o.dead_letters, "dead_letter_segment.dead_letters").map((v, i) =>
+      deadLetter(v, `dead_letter_segment.dead_letters[${i}]`),
+    );
+    const ref = expect.ref;
+    if (letters.length !== ref.count)
+      fail(
+        "dead_letter_segment.dead_letters",
+        `holds ${letters.length} dead letters, the head says ${ref.count}`,
+      );
+    const offsets = new Set<number>();
+    let first = Number.POSITIVE_INFINITY;
+    let last = Number.NEGATIVE_INFINITY;
+    for (const dl of letters) {
+      const offset = dl.message.offset;
+      if (offsets.has(offset)) fail("dead_letter_segment.dead_letters", `offset ${offset} appears twice`);
+      offsets.add(offset);
+      first = Math.min(first, offset);
+      last = Math.max(last, offset);
+    }
+    if (first !== ref.first || last !== ref.last)
+      fail("dead_letter_segment.dead_letters", "offsets do not match the head's first/last");
+    return letters;
   } catch (error) {
     if (!(error instanceof Corrupt)) throw error;
     throw new CasqError(

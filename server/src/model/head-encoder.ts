@@ -9,9 +9,10 @@
  * ranges. Canonical like v1: the same state gives the same bytes.
  *
  * Cost: O(head) — subscriptions with their live deliveries and settled
- * ranges, the head's own dedup ids (already in offset order: no sort), dead
- * letters, the tail and one cached entry per segment and dedup segment.
- * Sealed messages and sealed dedup ids are not touched.
+ * ranges, the head's own dedup ids (already in offset order: no sort), the
+ * head's own dead letters, the tail and one cached entry per segment, dedup
+ * segment and dead-letter segment. Sealed messages, dedup ids and dead
+ * letters are not touched.
  */
 import {
   configJson,
@@ -25,7 +26,12 @@ import {
 } from "./document-codec.ts";
 import type { ShardData } from "./shard-data.ts";
 import { compactAckState } from "./shard-mechanics.ts";
-import type { DedupSegmentState, SegmentState, SubscriptionState } from "./shard-records.ts";
+import type {
+  DeadLetterSegmentState,
+  DedupSegmentState,
+  SegmentState,
+  SubscriptionState,
+} from "./shard-records.ts";
 
 const encoder = new TextEncoder();
 const json = JSON.stringify;
@@ -50,7 +56,21 @@ export function rangesJson(sorted: readonly number[]): string {
 function subscriptionJson(state: ShardData, sub: SubscriptionState): string {
   compactAckState(state, sub);
   const acked = [...sub.settled].sort((a, b) => a - b);
-  return `{"name":${json(sub.name)},"created_at":${sub.createdAt},"acked_below":${sub.start},"acked":${rangesJson(acked)},"deliveries":${deliveriesJson(sub)},"dead_letters":${deadLettersJson(sub)},"counters":{${subscriptionCountersJson(sub.counters)}}}`;
+  let sealed = "";
+  if (sub.deadSegments.size > 0) {
+    const refs: string[] = [];
+    for (const seg of sub.deadSegments.values()) refs.push(deadLetterSegmentJson(seg));
+    sealed = `,"dead_letter_segments":[${refs.join(",")}]`;
+  }
+  return `{"name":${json(sub.name)},"created_at":${sub.createdAt},"acked_below":${sub.start},"acked":${rangesJson(acked)},"deliveries":${deliveriesJson(sub)},"dead_letters":${deadLettersJson(sub.headDead.values())}${sealed},"counters":{${subscriptionCountersJson(sub.counters)}}}`;
+}
+
+/** The head's index entry of a dead-letter segment (cached until its `gone` set changes). */
+function deadLetterSegmentJson(seg: DeadLetterSegmentState): string {
+  if (seg.json !== undefined) return seg.json;
+  const gone = [...seg.gone].sort((a, b) => a - b);
+  seg.json = `{"name":${json(seg.name)},"first":${seg.first},"last":${seg.last},"count":${seg.count},"bytes":${seg.bytes},"sha256":"${seg.sha256}","created_at":${seg.createdAt},"gone":${rangesJson(gone)}}`;
+  return seg.json;
 }
 
 /** The head's index entry of a segment (cached until its `gone` set changes). */

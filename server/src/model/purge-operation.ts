@@ -10,21 +10,15 @@
  *   included. Dead letters and dedup ids stay (a producer retrying with the
  *   same dedup id within the window still gets the original back).
  * - `{ subscription, deadLetters: true }`: clears that subscription's dead
- *   letters instead; `{ deadLetters: true }`: those of every subscription.
+ *   letters instead; `{ deadLetters: true }`: those of every subscription
+ *   (their dead-letter segments retire at once, without being read).
  *
  * O(messages) or O(dead letters): an administrative operation.
  */
+import { dropAllDeadLetters } from "./dead-letter-segments.ts";
 import type { PurgeOperation, PurgeResult } from "./operations.ts";
 import { dropMessage, isSettled, requireSubscription, settle } from "./shard-mechanics.ts";
-import type { SubscriptionState } from "./shard-records.ts";
 import type { ShardState } from "./shard-state.ts";
-
-function clearDeadLetters(state: ShardState, sub: SubscriptionState): number {
-  const n = sub.dead.size;
-  for (const dl of sub.dead.values()) state.bytes -= dl.bytes;
-  sub.dead.clear();
-  return n;
-}
 
 /** Applies a purge (see module header). */
 export function applyPurge(state: ShardState, op: PurgeOperation, now: number): PurgeResult {
@@ -34,7 +28,7 @@ export function applyPurge(state: ShardState, op: PurgeOperation, now: number): 
 
   if (op.deadLetters === true) {
     let deadLettersPurged = 0;
-    for (const sub of subs) deadLettersPurged += clearDeadLetters(state, sub);
+    for (const sub of subs) deadLettersPurged += dropAllDeadLetters(state, sub);
     return {
       ...result,
       messagesPurged: 0,

@@ -24,6 +24,7 @@
  */
 import { CasqError } from "../errors.ts";
 import { messageBytes } from "./approx-size.ts";
+import { removeDeadLetter } from "./dead-letter-segments.ts";
 import { checkId, checkInteger } from "./input-validation.ts";
 import type { RedriveOperation, RedriveResult } from "./operations.ts";
 import { retainInTail, unsealToTail } from "./segment-mechanics.ts";
@@ -70,8 +71,7 @@ export function applyRedrive(state: ShardState, op: RedriveOperation, now: numbe
 
   for (const dl of chosen) {
     const offset = dl.message.offset;
-    sub.dead.delete(offset);
-    state.bytes -= dl.bytes;
+    removeDeadLetter(state, sub, offset); // from the head, or marked gone in its dead-letter segment
     let m = state.messages.get(offset);
     if (m === undefined) {
       m = {

@@ -8,6 +8,8 @@
  * Dedup segments (`"format": "casq.dedup.v1"`) hold sealed dedup entries
  * (ascending message offsets) under the same prefix, named `….dedup.json`,
  * so that listing, the takeover sweep and deleting a queue treat both alike.
+ * So do dead-letter segments (`"format": "casq.deadletters.v1"`, `….dead.json`):
+ * sealed dead letters of one subscription, in the order they died.
  *
  * Key: `queues/<queue>/<shard>/seg/<first offset, 20 digits>-<epoch>-<sequence>.json`.
  * The epoch and the writer's sequence make every name unique, so a deposed
@@ -15,8 +17,15 @@
  * a listing in offset order.
  */
 import { createHash } from "node:crypto";
-import { DEDUP_SEGMENT_FORMAT, dedupEntryJson, messageJson, SEGMENT_FORMAT } from "./document-codec.ts";
-import type { DedupEntry, MessageRecord } from "./shard-records.ts";
+import {
+  DEAD_LETTER_SEGMENT_FORMAT,
+  DEDUP_SEGMENT_FORMAT,
+  deadLetterJson,
+  dedupEntryJson,
+  messageJson,
+  SEGMENT_FORMAT,
+} from "./document-codec.ts";
+import type { DeadLetterRecord, DedupEntry, MessageRecord } from "./shard-records.ts";
 
 const encoder = new TextEncoder();
 
@@ -44,6 +53,23 @@ export function encodeDedupSegment(queue: string, shard: number, entries: readon
   return encoder.encode(parts.join(""));
 }
 
+/** The dead-letter segment object bytes for `letters` of `subscription` (oldest first). */
+export function encodeDeadLetterSegment(
+  queue: string,
+  shard: number,
+  subscription: string,
+  letters: readonly DeadLetterRecord[],
+): Uint8Array {
+  const parts = [
+    `{"format":"${DEAD_LETTER_SEGMENT_FORMAT}","queue":${JSON.stringify(queue)},"shard":${shard},"subscription":${JSON.stringify(subscription)},"dead_letters":[`,
+  ];
+  letters.forEach((dl, i) => {
+    parts.push((i > 0 ? "," : "") + deadLetterJson(dl));
+  });
+  parts.push("]}");
+  return encoder.encode(parts.join(""));
+}
+
 /** Lowercase hex SHA-256 of `bytes`. */
 export function sha256Hex(bytes: Uint8Array): string {
   return createHash("sha256").update(bytes).digest("hex");
@@ -59,13 +85,18 @@ export function dedupSegmentName(first: number, epoch: number, unique: string): 
   return `${String(first).padStart(20, "0")}-${epoch}-${unique}.dedup.json`;
 }
 
-/** The key prefix under which a shard's segments (message and dedup segments) live. */
+/** The object name of a dead-letter segment whose lowest offset is `first` (see {@link segmentName}). */
+export function deadLetterSegmentName(first: number, epoch: number, unique: string): string {
+  return `${String(first).padStart(20, "0")}-${epoch}-${unique}.dead.json`;
+}
+
+/** The key prefix under which a shard's segments (message, dedup and dead-letter segments) live. */
 export function segmentPrefix(queue: string, shard: number): string {
   return `queues/${queue}/${shard}/seg/`;
 }
 
-/** The epoch a segment or dedup segment name was written in (undefined for a name that is neither). */
+/** The epoch a segment, dedup or dead-letter segment name was written in (undefined for a name that is none). */
 export function segmentEpoch(name: string): number | undefined {
-  const match = /^[0-9]{20}-([0-9]{1,15})-[0-9a-z]{1,32}(?:\.dedup)?\.json$/.exec(name);
+  const match = /^[0-9]{20}-([0-9]{1,15})-[0-9a-z]{1,32}(?:\.dedup|\.dead)?\.json$/.exec(name);
   return match ? Number(match[1]) : undefined;
 }

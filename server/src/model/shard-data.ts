@@ -54,6 +54,8 @@ export interface ShardData {
   readonly segments: Map<string, SegmentState>;
   readonly retiredSegments: string[];
   bytes: number;
+  /** Bytes of the dead letters kept in the head, all subscriptions together. */
+  headDeadBytes: number;
   settledSlots: number;
   /** Subscription names, sorted. */
   subscriptionNames(): string[];

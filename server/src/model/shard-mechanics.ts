@@ -19,8 +19,9 @@
  * costs O(log n) or O(subscriptions), never O(messages).
  */
 import { CasqError } from "../errors.ts";
-import { DELIVERY_BYTES, deadLetterBytes, subscriptionBytes } from "./approx-size.ts";
+import { DELIVERY_BYTES, subscriptionBytes } from "./approx-size.ts";
 import { BinaryHeap } from "./binary-heap.ts";
+import { addHeadDeadLetter, removeDeadLetter } from "./dead-letter-segments.ts";
 import type { MessageView } from "./operations.ts";
 import { removeContents } from "./segment-mechanics.ts";
 import type { ShardData } from "./shard-data.ts";
@@ -59,6 +60,9 @@ export function newSubscription(
     settled: new Set(),
     deliveries: new Map(),
     dead: new Map(),
+    headDead: new Map(),
+    headDeadBytes: 0,
+    deadSegments: new Map(),
     counters,
     ready: new BinaryHeap(readyBefore),
     delayed: new BinaryHeap(delayedBefore),
@@ -296,11 +300,9 @@ export function evictDeadLetters(state: ShardData, sub: SubscriptionState): numb
   let evicted = 0;
   const limit = state.config.deadLetterLimit;
   while (sub.dead.size > limit) {
-    const first = sub.dead.entries().next();
+    const first = sub.dead.keys().next();
     if (first.done === true) break;
-    const [offset, dl] = first.value;
-    sub.dead.delete(offset);
-    state.bytes -= dl.bytes;
+    removeDeadLetter(state, sub, first.value);
     evicted += 1;
   }
   sub.counters.deadEvicted += evicted;
@@ -318,9 +320,7 @@ export function deadLetter(
 ): void {
   const offset = m.msg.offset;
   const attempts = sub.deliveries.get(offset)?.attempt ?? 0;
-  const bytes = deadLetterBytes(m.msg, reason);
-  sub.dead.set(offset, { message: m.msg, reason, attempts, deadAt: now, bytes });
-  state.bytes += bytes;
+  addHeadDeadLetter(state, sub, { message: m.msg, reason, attempts, deadAt: now });
   sub.counters.deadLettered += 1;
   state.counters.deadLettered += 1;
   settle(state, m, sub, now);

@@ -139,15 +139,50 @@ export interface Delivery {
   lease: Lease | undefined;
 }
 
-/** A dead-lettered message with why and when. */
-export interface DeadLetter {
+/** A dead letter's stored contents (head and dead-letter segment alike). */
+export interface DeadLetterRecord {
   readonly message: MessageRecord;
   readonly reason: string;
   /** Deliveries made when it died. */
   readonly attempts: number;
   readonly deadAt: number;
+}
+
+/** A dead-lettered message with why and when. */
+export interface DeadLetter extends DeadLetterRecord {
   /** Index: estimated encoded size. */
   readonly bytes: number;
+  /** The sealed dead-letter segment holding it (format v2), or undefined while the head carries it. */
+  segment: DeadLetterSegmentState | undefined;
+  /** Its position (0-based) among that segment's entries. */
+  position: number;
+}
+
+/**
+ * A sealed dead-letter segment (format v2): an immutable object holding
+ * `count` dead letters of one subscription, in the order they died, indexed
+ * by that subscription in the head. Its live dead letters are in memory
+ * (the subscription's `dead` map) while the shard is loaded.
+ */
+export interface DeadLetterSegmentState {
+  /** Object name under the shard's `seg/` prefix, e.g. `00000000000000000000-3-17.dead.json`. */
+  readonly name: string;
+  /** Lowest message offset among its dead letters. */
+  readonly first: number;
+  /** Highest message offset among its dead letters. */
+  readonly last: number;
+  readonly count: number;
+  /** Size of the object in bytes. */
+  readonly bytes: number;
+  /** SHA-256 of the object's bytes, lowercase hex. */
+  readonly sha256: string;
+  readonly createdAt: number;
+  /** Positions of its dead letters that left (redriven, purged, evicted). */
+  readonly gone: Set<number>;
+  /** What the object holds, in its order (immutable; gone ones included). */
+  readonly records: readonly DeadLetterRecord[];
+  /** Index: cached JSON of the head's index entry; undefined after `gone` changed. */
+  json: string | undefined;
 }
 
 /** A remembered dedup id. */
@@ -221,8 +256,14 @@ export interface SubscriptionState {
   readonly settled: Set<number>;
   /** Delivery state of unsettled messages it has claimed (or had redriven). */
   readonly deliveries: Map<number, Delivery>;
-  /** Dead letters by offset, in insertion order (oldest first). */
+  /** Dead letters by offset, in insertion order (oldest first), wherever they are stored (head or dead-letter segment). */
   readonly dead: Map<number, DeadLetter>;
+  /** The dead letters the head itself carries, by offset, oldest first (all newer than the sealed ones). */
+  readonly headDead: Map<number, DeadLetter>;
+  /** Estimated encoded bytes of `headDead`. */
+  headDeadBytes: number;
+  /** Sealed dead-letter segments this subscription indexes, by name, oldest first. */
+  readonly deadSegments: Map<string, DeadLetterSegmentState>;
   readonly counters: SubscriptionCounters;
   /** Index: runnable candidates (lazy deletion). */
   readonly ready: BinaryHeap<ReadyEntry>;

@@ -20,10 +20,17 @@
  * members, `shard-stats.ts` and operation results.
  */
 import { CasqError, quoteValue } from "../errors.ts";
-import { DOCUMENT_BASE_BYTES, deadLetterBytes, messageBytes, SETTLED_SLOT_BYTES } from "./approx-size.ts";
+import { DOCUMENT_BASE_BYTES, messageBytes, SETTLED_SLOT_BYTES } from "./approx-size.ts";
 import { BinaryHeap } from "./binary-heap.ts";
+import {
+  addDeadLetterSegment,
+  addHeadDeadLetter,
+  addSealedDeadLetter,
+  newDeadLetterSegmentState,
+} from "./dead-letter-segments.ts";
 import { addDedupSegment, newDedupSegmentState, putDedup, putSealedDedup } from "./dedup-segments.ts";
 import {
+  type DeadLetterSegmentRef,
   type DedupSegmentRef,
   encodeShardV1,
   parseShardDocument,
@@ -50,6 +57,7 @@ import {
 } from "./shard-mechanics.ts";
 import {
   type BrokerRecord,
+  type DeadLetterRecord,
   type DedupEntry,
   type DedupExpiryEntry,
   type DedupSegmentExpiry,
@@ -74,6 +82,12 @@ const NO_SEGMENTS: SegmentLookup = () => undefined;
 /** Gives a v2 decode the entries of a dedup segment the head references (undefined: not loaded). */
 export type DedupSegmentLookup = (ref: DedupSegmentRef) => readonly DedupEntry[] | undefined;
 
+/** Gives a v2 decode the dead letters of a dead-letter segment that `subscription` indexes (undefined: not available). */
+export type DeadLetterSegmentLookup = (
+  ref: DeadLetterSegmentRef,
+  subscription: string,
+) => readonly DeadLetterRecord[] | undefined;
+
 /** What {@link ShardState.decode} checks and where it finds a v2 head's segments. */
 export interface DecodeOptions {
   /** The key the document was read from: a document naming another queue or shard is refused. */
@@ -85,6 +99,8 @@ export interface DecodeOptions {
    * A dedup segment it does not give is taken as expired: nothing in it is remembered.
    */
   readonly dedupSegments?: DedupSegmentLookup | undefined;
+  /** The dead letters of the dead-letter segments a v2 head references (default: none; a referenced one must be given). */
+  readonly deadLetterSegments?: DeadLetterSegmentLookup | undefined;
   /**
    * The reader's time: with it, a dedup segment that is not given although
    * its `expires_at` is later refuses the document (its ids would be forgotten early).
@@ -205,6 +221,8 @@ export class ShardState implements ShardData {
   readonly segments = new Map<string, SegmentState>();
   /** @internal Segments retired (all their messages gone) since the state was loaded; the broker deletes their objects once a head without them has landed. */
   readonly retiredSegments: string[] = [];
+  /** @internal Estimated encoded bytes of the dead letters the head itself carries, all subscriptions (the broker seals them past a budget). */
+  headDeadBytes = 0;
   /** @internal Running size estimate of the head (without write id, broker and settled slots). */
   bytes = DOCUMENT_BASE_BYTES;
   /** @internal Sum over retained messages of (subscriptions - pending): see `SETTLED_SLOT_BYTES`. */
@@ -255,6 +273,7 @@ export class ShardState implements ShardData {
   static fromDocument(doc: ShardDocument, options: DecodeOptions = {}): ShardState {
     if (options.expected !== undefined) checkDocumentPlace(doc, options.expected);
     const segments = options.segments ?? NO_SEGMENTS;
+    const lookupDead = options.deadLetterSegments ?? (() => undefined);
     const fail = (what: string): never => {
       throw new CasqError(
         "data_loss",
@@ -346,6 +365,7 @@ export class ShardState implements ShardData {
       }
     }
 
+    const deadSegmentNames = new Set<string>(); // an object belongs to one subscription, indexed once
     for (const ds of doc.subscriptions) {
       const sub = state.subs.get(ds.name) as SubscriptionState;
       let last = -1;
@@ -368,7 +388,7 @@ export class ShardState implements ShardData {
           lease: dd.lease,
         });
       }
-      for (const dl of ds.deadLetters) {
+      const checkDead = (dl: DeadLetterRecord) => {
         const offset = dl.message.offset;
         if (offset >= state.next || sub.dead.has(offset)) {
           fail(
@@ -379,9 +399,28 @@ export class ShardState implements ShardData {
         if (m !== undefined && (!isSettled(m, sub) || m.msg.id !== dl.message.id)) {
           fail(`subscription ${ds.name}: dead letter ${offset} contradicts the retained message`);
         }
-        const bytes = deadLetterBytes(dl.message, dl.reason);
-        sub.dead.set(offset, { ...dl, bytes });
-        state.bytes += bytes;
+      };
+      // Sealed dead letters first (they died before the head's own), segment by segment.
+      for (const ref of ds.deadLetterSegments) {
+        if (deadSegmentNames.has(ref.name)) fail(`dead-letter segment ${ref.name} is indexed twice`);
+        deadSegmentNames.add(ref.name);
+        const letters = lookupDead(ref, ds.name);
+        if (letters === undefined)
+          fail(`dead-letter segment ${ref.name} is referenced by the head but was not loaded`);
+        const gone = new Set(ref.gone);
+        const seg = newDeadLetterSegmentState(ref, letters as readonly DeadLetterRecord[], gone);
+        if (seg.first !== ref.first || seg.last !== ref.last || seg.count !== ref.count)
+          fail(`dead-letter segment ${ref.name} does not hold what the head says`);
+        addDeadLetterSegment(state, sub, seg);
+        (letters as readonly DeadLetterRecord[]).forEach((dl, position) => {
+          if (gone.has(position)) return;
+          checkDead(dl);
+          addSealedDeadLetter(sub, dl, seg, position);
+        });
+      }
+      for (const dl of ds.deadLetters) {
+        checkDead(dl);
+        addHeadDeadLetter(state, sub, dl);
       }
     }
 
@@ -457,7 +496,13 @@ export class ShardState implements ShardData {
     return ShardState.decode(this.encode(), {
       segments: (ref) => this.segments.get(ref.name)?.records,
       dedupSegments: (ref) => this.dedupSegments.get(ref.name)?.entries,
+      deadLetterSegments: (ref, subscription) => this.deadLetterSegmentRecords(subscription, ref.name),
     });
+  }
+
+  /** The dead letters a dead-letter segment of `subscription` holds, gone ones included (undefined: no such segment). */
+  deadLetterSegmentRecords(subscription: string, name: string): readonly DeadLetterRecord[] | undefined {
+    return this.subs.get(subscription)?.deadSegments.get(name)?.records;
   }
 
   /** The contents of every segment the head indexes, by name (shared, immutable). */
@@ -473,9 +518,16 @@ export class ShardState implements ShardData {
     return out;
   }
 
-  /** Names of the segments (message segments, then dedup segments) the head indexes. */
+  /** Names of the segments (message segments, dedup segments, then dead-letter segments) the head indexes. */
   segmentNames(): string[] {
-    return [...this.segments.keys(), ...this.dedupSegments.keys()];
+    const names = [...this.segments.keys(), ...this.dedupSegments.keys()];
+    for (const sub of this.subs.values()) names.push(...sub.deadSegments.keys());
+    return names;
+  }
+
+  /** Estimated bytes of the dead letters the head itself carries, O(1) (the broker seals them when they outgrow the budget). */
+  get headDeadLetterSize(): number {
+    return this.headDeadBytes;
   }
 
   /** Estimated bytes of the dedup ids the head itself carries, O(1) (the broker seals them when they outgrow the budget). */

@@ -18,6 +18,7 @@
  */
 import { CasqError } from "../errors.ts";
 import { DELIVERY_BYTES, subscriptionBytes } from "./approx-size.ts";
+import { dropAllDeadLetters } from "./dead-letter-segments.ts";
 import type {
   CreateSubscriptionOperation,
   CreateSubscriptionResult,
@@ -99,7 +100,7 @@ export function applyDeleteSubscription(
   let leasesDropped = 0;
   for (const d of sub.deliveries.values()) if (d.lease !== undefined) leasesDropped += 1;
   state.bytes -= sub.deliveries.size * DELIVERY_BYTES + subscriptionBytes(sub.name);
-  for (const dl of sub.dead.values()) state.bytes -= dl.bytes;
+  const deadLettersDropped = dropAllDeadLetters(state, sub); // its dead-letter segments retire
   state.subs.delete(sub.name);
 
   let messagesDropped = 0;
@@ -109,7 +110,7 @@ export function applyDeleteSubscription(
     name: sub.name,
     messagesDropped,
     leasesDropped,
-    deadLettersDropped: sub.dead.size,
+    deadLettersDropped,
     changed: true,
   };
 }

@@ -25,8 +25,13 @@
  *    messages of every segment object under the shard's prefix are
  *    salvaged instead (a message in several is taken once). Salvaged
  *    messages become pending again for every subscription, all in the new
- *    head's tail (acks, leases, dedup ids and dead letters are lost:
- *    at-least-once); the first leader write seals them into new segments.
+ *    head's tail (acks, leases and dedup ids are lost: at-least-once); the
+ *    first leader write seals them into new segments. Dead letters are
+ *    salvaged the same way — the head's own and those of the dead-letter
+ *    segments it indexes (less the positions it marks gone), or of every
+ *    dead-letter segment object when the head is gone — as dead letters of
+ *    their subscription in the new head, except where their message is
+ *    salvaged as pending (it will be delivered again anyway).
  *    What the bytes do not tell comes from a readable sibling shard, else
  *    from the manifest. The strict decoder judges the result; a salvage it
  *    refuses is dropped, part by part.
@@ -235,6 +240,8 @@ async function backup(
 interface SegmentSalvage {
   /** Salvaged messages (JSON, without `targets`), by ascending offset, each offset once. */
   readonly messages: readonly Json[];
+  /** Salvaged sealed dead letters (JSON) by subscription, oldest first (before the head's own). */
+  readonly deadLetters: ReadonlyMap<string, readonly Json[]>;
   /** The highest epoch the old head or a segment name shows (0: none). */
   readonly epoch: number;
 }
@@ -270,6 +277,23 @@ async function salvageSegments(
   let epoch = typeof broker?.epoch === "number" && Number.isSafeInteger(broker.epoch) ? broker.epoch : 0;
   for (const name of names) epoch = Math.max(epoch, segmentEpoch(name) ?? 0);
 
+  // Which dead-letter segments to take dead letters from (in the head's order), and which positions it dropped.
+  const deadWanted = new Map<string, { subscription: string; gone: (position: number) => boolean }>();
+  if (Array.isArray(raw?.subscriptions)) {
+    for (const sub of raw.subscriptions as unknown[]) {
+      if (typeof sub !== "object" || sub === null || typeof (sub as Json).name !== "string") continue;
+      const refs = (sub as Json).dead_letter_segments;
+      if (!Array.isArray(refs)) continue;
+      for (const ref of refs as unknown[])
+        if (typeof ref === "object" && ref !== null && typeof (ref as Json).name === "string")
+          deadWanted.set((ref as Json).name as string, {
+            subscription: (sub as Json).name as string,
+            gone: goneOffsets((ref as Json).gone),
+          });
+    }
+  }
+  const deadObjects = new Map<string, { subscription: string; letters: Json[] }>();
+
   // Which segments to take messages from, and which of their offsets the head dropped.
   const refs = Array.isArray(raw?.segments) ? (raw.segments as unknown[]) : undefined;
   const wanted = new Map<string, (offset: number) => boolean>();
@@ -285,6 +309,18 @@ async function salvageSegments(
     const stored = await store.get(prefix + name).catch(storeFailure);
     if (stored === undefined) continue;
     await backup(store, queue, shard, now, stored.body, `/seg/${name}`);
+    const dead = segmentDeadLetters(stored.body, queue, shard);
+    if (dead !== undefined) {
+      const ref = deadWanted.get(name);
+      // With a head, only the dead-letter segments it indexes (less what it marks gone); without, all of them.
+      if (raw !== undefined && ref === undefined) continue;
+      if (ref !== undefined && ref.subscription !== dead.subscription) continue;
+      deadObjects.set(name, {
+        subscription: dead.subscription,
+        letters: dead.letters.filter((_, position) => !ref?.gone(position)),
+      });
+      continue;
+    }
     const gone = wanted.get(name);
     if (gone === undefined) continue;
     for (const m of segmentMessages(stored.body, queue, shard)) {
@@ -292,7 +328,73 @@ async function salvageSegments(
       if (!gone(offset) && !byOffset.has(offset)) byOffset.set(offset, m);
     }
   }
-  return { messages: [...byOffset.values()], epoch };
+  // Oldest first: in the head's index order, else by object name.
+  const order = raw !== undefined ? [...deadWanted.keys()] : [...deadObjects.keys()].sort();
+  const deadLetters = new Map<string, Json[]>();
+  for (const name of order) {
+    const found = deadObjects.get(name);
+    if (found === undefined) continue;
+    const list = deadLetters.get(found.subscription) ?? [];
+    list.push(...found.letters);
+    deadLetters.set(found.subscription, list);
+  }
+  return { messages: [...byOffset.values()], deadLetters, epoch };
+}
+
+/** The subscription and dead letters of a dead-letter segment object of this shard; undefined when it is not one. */
+function segmentDeadLetters(
+  body: Uint8Array,
+  queue: string,
+  shard: number,
+): { subscription: string; letters: Json[] } | undefined {
+  const doc = parseOwn(body, queue, shard);
+  if (doc === undefined || typeof doc.subscription !== "string" || !Array.isArray(doc.dead_letters))
+    return undefined;
+  const letters = (doc.dead_letters as unknown[]).filter(
+    (dl): dl is Json => typeof dl === "object" && dl !== null,
+  );
+  return { subscription: doc.subscription, letters };
+}
+
+/**
+ * `doc` with the salvaged dead letters in its subscriptions' `dead_letters`:
+ * the sealed ones, then the refused head's own, each offset once per
+ * subscription, leaving out those whose message is salvaged as pending (a
+ * dead letter must be of a message its subscription settled).
+ */
+function withDeadLetters(
+  doc: Json,
+  raw: Json | undefined,
+  segments: SegmentSalvage,
+  messages: readonly Json[],
+): Json {
+  const pendingOffsets = new Set(messages.map((m) => m.offset));
+  const headOwn = new Map<string, Json[]>();
+  if (Array.isArray(raw?.subscriptions))
+    for (const sub of raw.subscriptions as unknown[])
+      if (typeof sub === "object" && sub !== null && typeof (sub as Json).name === "string") {
+        const own = (sub as Json).dead_letters;
+        if (Array.isArray(own))
+          headOwn.set(
+            (sub as Json).name as string,
+            (own as unknown[]).filter((dl): dl is Json => typeof dl === "object" && dl !== null),
+          );
+      }
+  if (!Array.isArray(doc.subscriptions)) return doc;
+  const subscriptions = (doc.subscriptions as unknown[]).map((sub) => {
+    if (typeof sub !== "object" || sub === null) return sub;
+    const name = (sub as Json).name as string;
+    const seen = new Set<unknown>();
+    const letters: Json[] = [];
+    for (const dl of [...(segments.deadLetters.get(name) ?? []), ...(headOwn.get(name) ?? [])]) {
+      const offset = (dl.message as Json | undefined)?.offset;
+      if (typeof offset !== "number" || seen.has(offset) || pendingOffsets.has(offset)) continue;
+      seen.add(offset);
+      letters.push(dl);
+    }
+    return { ...(sub as Json), dead_letters: letters };
+  });
+  return { ...doc, subscriptions };
 }
 
 /** A head's `gone` ranges (`[[from, to], ...]`, inclusive) as a membership test; malformed ranges are ignored. */
@@ -386,8 +488,10 @@ function rebuild(
   const messages = [...own, ...segments.messages.filter((m) => !seen.has(m.offset))].sort(
     (a, b) => (typeof a.offset === "number" ? a.offset : 0) - (typeof b.offset === "number" ? b.offset : 0),
   );
-  const highest = messages.reduce(
-    (n, m) => (typeof m.offset === "number" ? Math.max(n, m.offset + 1) : n),
+  // Offsets are never reused: above every salvaged message and sealed dead letter.
+  const sealedDead = [...segments.deadLetters.values()].flat().map((dl) => dl.message as Json | undefined);
+  const highest = [...messages, ...sealedDead].reduce(
+    (n, m) => (typeof m?.offset === "number" ? Math.max(n, m.offset + 1) : n),
     0,
   );
   const tries: { json: Json; messages: number; configSource: string }[] = [];
@@ -411,7 +515,20 @@ function rebuild(
   });
   tries.push({ json: withOffset(skeleton), messages: 0, configSource: fallback.source });
   tries.push({ json: skeleton, messages: 0, configSource: fallback.source });
-  for (const attempt of tries) {
+  // Each salvage first with the dead letters, then without them.
+  const withDead = tries.flatMap((t) => [
+    {
+      ...t,
+      json: withDeadLetters(
+        t.json,
+        raw,
+        segments,
+        Array.isArray(t.json.messages) ? (t.json.messages as Json[]) : [],
+      ),
+    },
+    t,
+  ]);
+  for (const attempt of withDead) {
     if (attempt.messages === 0 && Array.isArray(attempt.json.messages) && attempt.json.messages.length > 0)
       continue;
     try {
