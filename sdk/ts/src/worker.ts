@@ -3,7 +3,8 @@
  * bidirectional streams — one per broker that leads shards of the queue —
  * with credits (prefetch per stream), heartbeats, ack / nack / dead-letter by
  * the handler's outcome, lost-lease signalling, reconnects with backoff that
- * follow redirects, and graceful shutdown.
+ * follow redirects, and graceful shutdown. This file is the public face; a
+ * run's parts are in worker/ (worker/run.ts wires them).
  */
 
 import { hostname } from "node:os";
@@ -15,6 +16,8 @@ import type { JobHandler } from "./worker/executor.ts";
 import { consoleLogger, type WorkerLogger } from "./worker/reporter.ts";
 import { Run, type RunOptions } from "./worker/run.ts";
 
+// Part of the Worker's API, defined beside the part that uses them (a part
+// importing this file would make an import cycle).
 export type { JobHandler } from "./worker/executor.ts";
 export { consoleLogger, type WorkerLogger } from "./worker/reporter.ts";
 export type { RunOptions } from "./worker/run.ts";
