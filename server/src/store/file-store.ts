@@ -146,7 +146,7 @@ export class FileStore implements ObjectStore {
   private readonly inFlight = new Set<Promise<unknown>>();
   private closed = false;
 
-  /** Opens (creating if missing) the store directory. Throws a {@link StoreError} if it cannot. */
+  /** Opens (creating if missing) the store directory. Throws a `StoreError` if it cannot. */
   constructor(options: FileStoreOptions) {
     this.root = path.resolve(options.root);
     this.description = `file:${this.root}`;

@@ -7,7 +7,7 @@ import { DeadLetterError } from "../errors.ts";
 import type { Job } from "../job.ts";
 
 /**
- * Where a {@link Worker} logs failures: any object with `warn` and `error`
+ * Where a `Worker` logs failures: any object with `warn` and `error`
  * (the `console`, or an adapter to your logger). `details` carries the job's
  * id, queue, attempt and the error, for structured loggers.
  */

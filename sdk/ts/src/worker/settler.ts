@@ -19,7 +19,7 @@ import { type Command, type Session, StreamClosedError } from "../work-session.t
 import type { Held } from "./held-job.ts";
 import type { Reporter } from "./reporter.ts";
 
-/** What a handler's end asks for: an ack, or a nack (dead-letter when the handler threw {@link DeadLetterError}). */
+/** What a handler's end asks for: an ack, or a nack (dead-letter when the handler threw `DeadLetterError`). */
 export type Outcome = { kind: "ack" } | { kind: "nack"; deadLetter: boolean; reason: string };
 
 /** What a {@link Settler} works with. */
