@@ -1,0 +1,122 @@
+/**
+ * Heartbeats of a run: every interval the broker asked for, each held job
+ * not yet settled is heartbeated on the stream that delivered it (or, that
+ * stream gone or redirected, by unary call), in chunks of 500; a lease the
+ * broker reports lost is passed on.
+ */
+import { isRetryable, RedirectError, toCasqError } from "../errors.ts";
+import { callWithFailover } from "../failover.ts";
+import { HeartbeatOutcome, type HeartbeatResult } from "../gen/casq/v1/message_pb.ts";
+import { QueueService } from "../gen/casq/v1/queue_service_pb.ts";
+import type { BrokerPool } from "../transport.ts";
+import { type Session, StreamClosedError } from "../work-session.ts";
+import type { Held } from "./held-job.ts";
+import type { Reporter } from "./reporter.ts";
+
+/** What {@link Heartbeats} work with. */
+export interface HeartbeatsOptions {
+  readonly pool: BrokerPool;
+  readonly queue: string;
+  /** The run's subscription ("" for the default). */
+  readonly subscription: string;
+  readonly workerId: string;
+  /** The run's held jobs, by receipt. */
+  readonly held: ReadonlyMap<string, Held>;
+  readonly reporter: Reporter;
+  /** Called for each job whose lease a heartbeat found lost. */
+  readonly lost: (receipt: string, reason: string) => void;
+}
+
+/** The heartbeat timer of one run. */
+export class Heartbeats {
+  private timer: NodeJS.Timeout | undefined;
+  private ms = 0;
+  private readonly pool: BrokerPool;
+  private readonly queue: string;
+  private readonly subscription: string;
+  private readonly workerId: string;
+  private readonly held: ReadonlyMap<string, Held>;
+  private readonly reporter: Reporter;
+  private readonly lost: (receipt: string, reason: string) => void;
+
+  /** Heartbeats for one run; none are sent before {@link start}. */
+  constructor(options: HeartbeatsOptions) {
+    this.pool = options.pool;
+    this.queue = options.queue;
+    this.subscription = options.subscription;
+    this.workerId = options.workerId;
+    this.held = options.held;
+    this.reporter = options.reporter;
+    this.lost = options.lost;
+  }
+
+  /** Heartbeats every `ms` from now (a no-op when already at that interval). */
+  start(ms: number): void {
+    if (this.ms === ms && this.timer) return;
+    this.clear();
+    this.ms = ms;
+    this.timer = setInterval(() => void this.heartbeat(), ms);
+    this.timer.unref();
+  }
+
+  /** Stops the timer (a heartbeat under way still finishes). */
+  clear(): void {
+    if (this.timer) clearInterval(this.timer);
+    this.timer = undefined;
+  }
+
+  /** Heartbeats every running job, each on the stream that delivered it (or by unary call). */
+  private async heartbeat(): Promise<void> {
+    const bySession = new Map<Session, string[]>();
+    for (const held of this.held.values()) {
+      if (held.settled || held.abandoned) continue;
+      const receipts = bySession.get(held.session) ?? [];
+      receipts.push(held.job.receipt);
+      bySession.set(held.session, receipts);
+    }
+    await Promise.all(
+      [...bySession].map(async ([session, receipts]) => {
+        for (let i = 0; i < receipts.length; i += 500)
+          await this.heartbeatChunk(session, receipts.slice(i, i + 500));
+      }),
+    );
+  }
+
+  private async heartbeatChunk(session: Session, chunk: string[]): Promise<void> {
+    try {
+      let results: HeartbeatResult[] | undefined;
+      let leader: string | undefined;
+      if (session.usable) {
+        try {
+          const reply = await session.request({ case: "heartbeat", value: { receipts: chunk } });
+          if (reply.event.case === "heartbeated") results = reply.event.value.results;
+        } catch (thrown) {
+          const error = toCasqError(thrown);
+          if (error instanceof RedirectError) leader = error.leaderAddress;
+          else if (!(error instanceof StreamClosedError) && !isRetryable(error)) throw error;
+        }
+      }
+      if (!results) {
+        const response = await callWithFailover(
+          this.pool,
+          ({ address, timeoutMs }) =>
+            this.pool.client(QueueService, address).heartbeat(
+              {
+                queue: this.queue,
+                subscription: this.subscription,
+                workerId: this.workerId,
+                receipts: chunk,
+              },
+              { timeoutMs },
+            ),
+          { ...(leader ? { address: leader } : {}), maxAttempts: 3 },
+        );
+        results = response.results;
+      }
+      for (const r of results)
+        if (r.outcome === HeartbeatOutcome.LOST) this.lost(r.receipt, "heartbeat: lease lost");
+    } catch (error) {
+      this.reporter.report(error);
+    }
+  }
+}

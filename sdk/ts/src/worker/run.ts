@@ -1,0 +1,203 @@
+/**
+ * One `run()` of a worker, wired from its parts (as River splits a worker
+ * into producer, executor and completer):
+ *
+ * - {@link Streams} keep a Work stream to every broker that leads shards of
+ *   the queue and deliver its jobs;
+ * - the {@link Executor} runs the handler over them, `concurrency` at once;
+ * - the {@link Settler} acks or nacks each job once and gives its credit back;
+ * - {@link Heartbeats} keep the leases of held jobs.
+ *
+ * The run holds the jobs (by receipt), drops a job whose lease was lost
+ * before it started, and stops: no more jobs, running handlers get a grace
+ * period, the rest are abandoned, then every stream ends.
+ */
+
+import { Code } from "@connectrpc/connect";
+import type { Tracer } from "@opentelemetry/api";
+import { CasqError } from "../errors.ts";
+import { sleep } from "../failover.ts";
+import type { ClaimedMessage } from "../gen/casq/v1/message_pb.ts";
+import { type Job, jobFromClaim } from "../job.ts";
+import type { BrokerPool } from "../transport.ts";
+import type { Session } from "../work-session.ts";
+import { Executor, type JobHandler } from "./executor.ts";
+import { Heartbeats } from "./heartbeats.ts";
+import type { Held } from "./held-job.ts";
+import { Reporter, type WorkerLogger } from "./reporter.ts";
+import { Settler } from "./settler.ts";
+import { Streams } from "./streams.ts";
+
+/** Options of `Worker.run` (worker.ts). */
+export interface RunOptions {
+  /** Subscription (consumer group). Default "default". */
+  readonly subscription?: string;
+  /** Handlers running at once. Default 1. */
+  readonly concurrency?: number;
+  /** Jobs held at once (running + waiting), ≥ concurrency, ≤ 1000. Default = concurrency. */
+  readonly prefetch?: number;
+  /** Lease length of each job, 100 ms..24 h. Default: the queue's (60 s). */
+  readonly leaseTtlMs?: number;
+  /** Aborting it stops the run gracefully (as `stop()` with `stopTimeoutMs`). */
+  readonly signal?: AbortSignal;
+  /** Grace period for running handlers when `signal` aborts. Default 30 000 ms. */
+  readonly stopTimeoutMs?: number;
+  /** Called with failures that do not end the run: handler errors, failed acks, broken streams. */
+  readonly onError?: (error: unknown, job?: Job) => void;
+}
+
+/** One `run()`: its streams, held jobs, handlers, settles and heartbeats. */
+export class Run {
+  private readonly held = new Map<string, Held>();
+  private stopping = false;
+  private readonly stopController = new AbortController();
+  private readonly idleWaiters: (() => void)[] = [];
+  private readonly settler: Settler;
+  private readonly executor: Executor;
+  private readonly heartbeats: Heartbeats;
+  private readonly streams: Streams;
+  /** Settles when the run is over: resolves when stopped, rejects with the error that ended it. */
+  done: Promise<void>;
+
+  /** Starts working on `queue` at once. */
+  constructor(
+    pool: BrokerPool,
+    workerId: string,
+    tracer: Tracer,
+    queue: string,
+    handler: JobHandler,
+    options: RunOptions,
+    logger: WorkerLogger | null,
+  ) {
+    const subscription = options.subscription ?? "";
+    const concurrency = Math.max(1, Math.floor(options.concurrency ?? 1));
+    const prefetch = Math.min(1000, Math.max(concurrency, Math.floor(options.prefetch ?? concurrency)));
+    const stopping = () => this.stopping;
+    const reporter = new Reporter(queue, logger, options);
+    this.settler = new Settler({
+      pool,
+      queue,
+      subscription,
+      held: this.held,
+      reporter,
+      stopping,
+      forgotten: () => {
+        if (this.executor.running === 0) for (const wake of this.idleWaiters.splice(0)) wake();
+      },
+    });
+    this.executor = new Executor({
+      tracer,
+      handler,
+      subscription,
+      concurrency,
+      reporter,
+      settler: this.settler,
+      stopping,
+    });
+    this.heartbeats = new Heartbeats({
+      pool,
+      queue,
+      subscription,
+      workerId,
+      held: this.held,
+      reporter,
+      lost: (receipt, reason) => this.lost(receipt, reason),
+    });
+    this.streams = new Streams({
+      pool,
+      queue,
+      subscription,
+      workerId,
+      prefetch,
+      leaseTtlMs: options.leaseTtlMs,
+      reporter,
+      stopSignal: this.stopController.signal,
+      stopping,
+      events: {
+        adoptCredits: (session, max) => this.settler.adoptCredits(session, max),
+        job: (session, claim) => this.received(session, claim),
+        leasesLost: (receipts, reason) => {
+          for (const receipt of receipts) this.lost(receipt, reason);
+        },
+        opened: (heartbeatMs) => this.heartbeats.start(heartbeatMs),
+        fatal: async () => {
+          this.stopping = true;
+          await this.drain(0);
+        },
+      },
+    });
+    this.done = this.streams.loop().finally(async () => {
+      this.heartbeats.clear();
+      this.streams.clearReconcile();
+      // The run is over once every stream is: secondaries end with the half-close of the stop.
+      await this.streams.allEnded();
+    });
+  }
+
+  /** A job arrived: held, then queued to run (or given back at once while stopping). */
+  private received(session: Session, claim: ClaimedMessage): void {
+    const controller = new AbortController();
+    const held: Held = {
+      job: jobFromClaim(claim, controller.signal),
+      controller,
+      session,
+      creditTo: session,
+      creditReturned: false,
+      started: false,
+      settled: false,
+      abandoned: false,
+    };
+    this.held.set(held.job.receipt, held);
+    if (this.stopping) {
+      this.settler.release(held);
+      return;
+    }
+    this.executor.enqueue(held);
+  }
+
+  /** A job's lease is lost: its handler's signal aborts; a job not started is dropped without settling. */
+  private lost(receipt: string, reason: string): void {
+    const held = this.held.get(receipt);
+    if (!held || held.controller.signal.aborted) return;
+    held.controller.abort(new CasqError(Code.Aborted, `casq: lease lost (${reason || "lost"})`));
+    if (!held.started) {
+      // Never started: drop it without settling; give its credit back.
+      this.executor.withdraw(held);
+      this.settler.forget(held);
+    }
+  }
+
+  /** Graceful stop: no new jobs, wait for handlers up to `timeoutMs`, abort the rest, end every stream. */
+  async stop(timeoutMs: number): Promise<void> {
+    this.stopping = true;
+    this.stopController.abort();
+    await this.drain(timeoutMs);
+    await this.done.catch(() => {});
+  }
+
+  private async drain(timeoutMs: number): Promise<void> {
+    this.streams.clearReconcile();
+    // Jobs received but not started go back at once.
+    for (const held of this.executor.takeWaiting()) this.settler.release(held);
+    if (this.executor.running > 0) {
+      let timer: NodeJS.Timeout | undefined;
+      await Promise.race([
+        new Promise<void>((resolve) => this.idleWaiters.push(resolve)),
+        new Promise<void>((resolve) => {
+          timer = setTimeout(resolve, timeoutMs);
+        }),
+      ]);
+      clearTimeout(timer);
+    }
+    for (const held of this.held.values()) {
+      if (held.started && !held.settled) {
+        held.abandoned = true;
+        held.controller.abort(new CasqError(Code.Canceled, "casq: worker stopped"));
+      }
+    }
+    // Let acks of finished jobs land, then half-close every stream and wait briefly for the brokers' OK.
+    await Promise.race([this.settler.settled(), sleep(5_000).catch(() => {})]);
+    this.heartbeats.clear();
+    await this.streams.close();
+  }
+}

@@ -1,0 +1,61 @@
+/**
+ * One object's file: a one-line version header `casq-object/1 <32 hex>\n`
+ * (the etag) followed by the object's bytes; a file without the header is
+ * read whole, with an etag derived from its inode, mtime and size (see the
+ * module comment of file-store.ts).
+ */
+import { closeSync, fstatSync, openSync, readSync } from "node:fs";
+import { errnoCode } from "./fs-errors.ts";
+
+/** The header's first bytes, before the version id. */
+export const HEADER_MAGIC = "casq-object/1 ";
+/** Hex digits of the version id in the header (128 random bits). */
+export const ETAG_ID_HEX = 32;
+/** Bytes of the version header: magic, 32 hex digits, newline. */
+export const HEADER_BYTES = HEADER_MAGIC.length + ETAG_ID_HEX + 1;
+const HEADER_RE = /^casq-object\/1 ([0-9a-f]{32})\n$/;
+
+/** The etag named by a file's version header, or `undefined` if `bytes` does not start with one. */
+export function parseHeader(bytes: Uint8Array): string | undefined {
+  if (bytes.byteLength < HEADER_BYTES) return undefined;
+  const match = HEADER_RE.exec(Buffer.from(bytes.buffer, bytes.byteOffset, HEADER_BYTES).toString("latin1"));
+  return match ? `"${match[1]}"` : undefined;
+}
+
+/** What a key's path holds right now, read from one open file descriptor. */
+export type Current =
+  | { readonly kind: "absent" }
+  | { readonly kind: "directory" }
+  | { readonly kind: "object"; readonly etag: string; readonly size: number };
+
+/**
+ * Reads what `file` holds now (synchronously: an open, an fstat and a read of
+ * at most the header, microseconds on a local disk).
+ */
+export function readCurrent(file: string): Current {
+  let fd: number;
+  try {
+    fd = openSync(file, "r");
+  } catch (error) {
+    const code = errnoCode(error);
+    if (code === "ENOENT" || code === "ENOTDIR") return { kind: "absent" };
+    throw error;
+  }
+  try {
+    const info = fstatSync(fd, { bigint: true });
+    if (info.isDirectory()) return { kind: "directory" };
+    const size = Number(info.size);
+    const head = Buffer.alloc(Math.min(size, HEADER_BYTES));
+    const bytesRead = readSync(fd, head, 0, head.byteLength, 0);
+    const etag = parseHeader(head.subarray(0, bytesRead));
+    if (etag !== undefined) return { kind: "object", etag, size: size - HEADER_BYTES };
+    return { kind: "object", etag: rawEtag(info), size };
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/** The etag of a file without a version header (e.g. copied in by hand): its inode, mtime and size. */
+export function rawEtag(info: { ino: bigint; mtimeNs: bigint; size: bigint }): string {
+  return `"raw-${info.ino}-${info.mtimeNs}-${info.size}"`;
+}
