@@ -254,6 +254,10 @@ export function isRetryable(error: CasqError): boolean {
   // the producer splits it instead.
   if (error instanceof BatchRedirectError) return false;
   if (error.code === Code.Unavailable) return true;
+  // A stream the broker's side reset with CANCEL (e.g. a broker going away
+  // mid-call) is the transport failing; a caller's own abort is told apart by
+  // its signal before any retry (see callWithFailover).
+  if (error.code === Code.Canceled && /stream closed with error code CANCEL/.test(error.message)) return true;
   // Transport-level failures (refused / reset connections) may surface as UNKNOWN or INTERNAL.
   if (error.code === Code.Unknown || error.code === Code.Internal || error.code === Code.Aborted) {
     return /ECONNREFUSED|ECONNRESET|EPIPE|ETIMEDOUT|EHOSTUNREACH|ENOTFOUND|socket|GOAWAY|stream|closed/i.test(
