@@ -1,13 +1,12 @@
 /**
  * The TypeScript interpreter of the language-neutral SDK scenarios in
- * test/scenarios (spec: test/scenarios/README.md): parses one scenario file
- * strictly, starts its `casq serve` brokers on a fresh file store, creates
- * its queue through {@link Admin}, runs its steps with the TypeScript SDK,
- * and always kills the brokers and removes the store afterwards.
+ * test/scenarios (spec: test/scenarios/README.md): given a scenario loaded
+ * by scenario-file.ts, starts its `casq serve` brokers on a fresh file store,
+ * creates its queue through {@link Admin}, runs its steps with the TypeScript
+ * SDK, and always kills the brokers and removes the store afterwards.
  */
 import type { ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { durationFromMs, timestampMs } from "@bufbuild/protobuf/wkt";
 import {
@@ -28,367 +27,10 @@ import {
   startServer,
   tempDir,
 } from "../e2e/support/processes.ts";
+import type { Scenario, ScenarioMessage, ScenarioStep, StepKind } from "./scenario-file.ts";
 
-// ---------------------------------------------------------------------------
-// Scenario model and strict parsing
-
-/** One message of an `enqueue` step. */
-export interface ScenarioMessage {
-  readonly payload: string;
-  readonly key?: string;
-  readonly priority?: number;
-  readonly delayMs?: number;
-  readonly maxAttempts?: number;
-  readonly dedupId?: string;
-  readonly headers?: Record<string, string>;
-}
-
-/** The `queue` section of a scenario. */
-export interface ScenarioQueue {
-  readonly shards?: number;
-  readonly leaseTtlMs?: number;
-  readonly maxAttempts?: number;
-  readonly backoffMs?: number;
-}
-
-/** A step; `do` selects the kind, the other fields are as in the spec. */
-export type ScenarioStep =
-  | {
-      readonly do: "enqueue";
-      readonly batch?: boolean;
-      /** Send through a producer that knows only this broker (index into the scenario's brokers). */
-      readonly via?: number;
-      readonly messages: ScenarioMessage[];
-      readonly expectDuplicate?: boolean[];
-    }
-  | {
-      readonly do: "produce";
-      readonly count: number;
-      readonly prefix: string;
-      readonly killLeaderAfter?: number;
-    }
-  | { readonly do: "restartBroker"; readonly broker: number }
-  | { readonly do: "freezeBroker"; readonly broker: number }
-  | { readonly do: "thawBroker"; readonly broker: number }
-  | { readonly do: "awaitLeaseLapse"; readonly broker: number; readonly timeoutMs?: number }
-  | { readonly do: "expectLeaders"; readonly distinct: number }
-  | {
-      readonly do: "startWorker";
-      readonly name: string;
-      readonly subscription?: string;
-      readonly concurrency?: number;
-      readonly prefetch?: number;
-      readonly handler: "ack" | "nack" | "deadLetter";
-      readonly handlerMs?: number;
-      readonly leaseTtlMs?: number;
-    }
-  | {
-      readonly do: "awaitWorker";
-      readonly name: string;
-      readonly started?: number;
-      readonly completed?: number;
-      readonly distinctPayloads?: number;
-      readonly timeoutMs?: number;
-      readonly expect?: string[];
-      readonly ordered?: boolean;
-      readonly expectAttempts?: number[];
-      readonly expectAllOf?: { readonly prefix: string; readonly count: number };
-    }
-  | {
-      readonly do: "stopWorker";
-      readonly name: string;
-      readonly timeoutMs?: number;
-      readonly expectStarted?: number;
-      readonly expectCompleted?: number;
-    }
-  | {
-      readonly do: "crashWorker";
-      readonly subscription?: string;
-      readonly jobs: number;
-      readonly expect?: string[];
-      readonly timeoutMs?: number;
-    }
-  | {
-      readonly do: "stats";
-      readonly subscription?: string;
-      readonly expect?: Record<string, number>;
-      readonly counters?: Record<string, number>;
-      readonly timeoutMs?: number;
-    }
-  | { readonly do: "deadLetters"; readonly subscription?: string; readonly expect: string[] }
-  | { readonly do: "redrive"; readonly subscription?: string; readonly expect: number };
-
-/** A parsed scenario file. */
-export interface Scenario {
-  readonly name: string;
-  readonly description?: string;
-  readonly brokers: number;
-  readonly queue: ScenarioQueue;
-  readonly subscriptions: string[];
-  readonly steps: ScenarioStep[];
-}
-
-type FieldType =
-  | "string"
-  | "number"
-  | "integer"
-  | "boolean"
-  | "string[]"
-  | "boolean[]"
-  | "integer[]"
-  | "object"
-  | "array";
-
-function typeOk(value: unknown, type: FieldType): boolean {
-  switch (type) {
-    case "string":
-      return typeof value === "string";
-    case "number":
-      return typeof value === "number" && Number.isFinite(value);
-    case "integer":
-      return Number.isInteger(value);
-    case "boolean":
-      return typeof value === "boolean";
-    case "string[]":
-      return Array.isArray(value) && value.every((v) => typeof v === "string");
-    case "boolean[]":
-      return Array.isArray(value) && value.every((v) => typeof v === "boolean");
-    case "integer[]":
-      return Array.isArray(value) && value.every((v) => Number.isInteger(v));
-    case "object":
-      return typeof value === "object" && value !== null && !Array.isArray(value);
-    case "array":
-      return Array.isArray(value);
-  }
-}
-
-/**
- * Checks that `value` is an object whose fields all appear in `fields` with
- * the right types and that every required field (`!` suffix) is present.
- * Unknown fields are errors: a runner must never skip what it does not know.
- */
-function checkFields(
-  where: string,
-  value: unknown,
-  fields: Record<string, FieldType>,
-): Record<string, unknown> {
-  if (!typeOk(value, "object")) throw new Error(`${where}: expected an object, got ${JSON.stringify(value)}`);
-  const object = value as Record<string, unknown>;
-  const known = new Map(
-    Object.entries(fields).map(([k, t]) => [k.replace(/!$/, ""), { t, required: k.endsWith("!") }]),
-  );
-  for (const [key, field] of Object.entries(object)) {
-    const spec = known.get(key);
-    if (!spec) throw new Error(`${where}: unknown field ${JSON.stringify(key)}`);
-    if (!typeOk(field, spec.t))
-      throw new Error(`${where}: field ${key} must be ${spec.t}, got ${JSON.stringify(field)}`);
-  }
-  for (const [key, spec] of known)
-    if (spec.required && !(key in object)) throw new Error(`${where}: missing field ${JSON.stringify(key)}`);
-  return object;
-}
-
-/** Fields of SubscriptionStats / SubscriptionCounters a `stats` step may name (camelCase of the proto names). */
-const STATS_FIELDS = new Set(["ready", "inFlight", "delayed", "depth", "dead", "lag"]);
-const COUNTER_FIELDS = new Set([
-  "enqueued",
-  "delivered",
-  "acked",
-  "redelivered",
-  "deadLettered",
-  "deadEvicted",
-  "purged",
-  "redriven",
-]);
-
-function checkNumbers(where: string, value: unknown, allowed: Set<string>): void {
-  checkFields(where, value, Object.fromEntries([...allowed].map((k) => [k, "integer" as const])));
-}
-
-function parseStep(where: string, raw: unknown): ScenarioStep {
-  if (!typeOk(raw, "object")) throw new Error(`${where}: a step must be an object`);
-  const step = raw as Record<string, unknown>;
-  if (typeof step.do !== "string") throw new Error(`${where}: missing field "do"`);
-  switch (step.do) {
-    case "enqueue": {
-      checkFields(where, step, {
-        "do!": "string",
-        batch: "boolean",
-        via: "integer",
-        "messages!": "array",
-        expectDuplicate: "boolean[]",
-      });
-      (step.messages as unknown[]).forEach((m, i) => {
-        const message = checkFields(`${where} messages[${i}]`, m, {
-          "payload!": "string",
-          key: "string",
-          priority: "integer",
-          delayMs: "integer",
-          maxAttempts: "integer",
-          dedupId: "string",
-          headers: "object",
-        });
-        if (message.headers !== undefined)
-          for (const [h, v] of Object.entries(message.headers as object))
-            if (typeof v !== "string")
-              throw new Error(`${where} messages[${i}]: header ${h} must be a string`);
-      });
-      const expectDuplicate = step.expectDuplicate as boolean[] | undefined;
-      if (expectDuplicate && expectDuplicate.length !== (step.messages as unknown[]).length)
-        throw new Error(`${where}: expectDuplicate needs one entry per message`);
-      break;
-    }
-    case "produce":
-      checkFields(where, step, {
-        "do!": "string",
-        "count!": "integer",
-        "prefix!": "string",
-        killLeaderAfter: "integer",
-      });
-      break;
-    case "restartBroker":
-    case "freezeBroker":
-    case "thawBroker":
-      checkFields(where, step, { "do!": "string", "broker!": "integer" });
-      break;
-    case "awaitLeaseLapse":
-      checkFields(where, step, { "do!": "string", "broker!": "integer", timeoutMs: "integer" });
-      break;
-    case "expectLeaders":
-      checkFields(where, step, { "do!": "string", "distinct!": "integer" });
-      if ((step.distinct as number) < 0) throw new Error(`${where}: distinct must not be negative`);
-      break;
-    case "startWorker":
-      checkFields(where, step, {
-        "do!": "string",
-        "name!": "string",
-        subscription: "string",
-        concurrency: "integer",
-        prefetch: "integer",
-        "handler!": "string",
-        handlerMs: "integer",
-        leaseTtlMs: "integer",
-      });
-      if (!["ack", "nack", "deadLetter"].includes(step.handler as string))
-        throw new Error(`${where}: unknown handler ${JSON.stringify(step.handler)}`);
-      break;
-    case "awaitWorker": {
-      checkFields(where, step, {
-        "do!": "string",
-        "name!": "string",
-        started: "integer",
-        completed: "integer",
-        distinctPayloads: "integer",
-        timeoutMs: "integer",
-        expect: "string[]",
-        ordered: "boolean",
-        expectAttempts: "integer[]",
-        expectAllOf: "object",
-      });
-      const conditions = ["started", "completed", "distinctPayloads"].filter((k) => step[k] !== undefined);
-      if (conditions.length !== 1)
-        throw new Error(
-          `${where}: needs exactly one of started, completed, distinctPayloads (got ${conditions.length})`,
-        );
-      if (step.expectAllOf !== undefined)
-        checkFields(`${where} expectAllOf`, step.expectAllOf, { "prefix!": "string", "count!": "integer" });
-      break;
-    }
-    case "stopWorker":
-      checkFields(where, step, {
-        "do!": "string",
-        "name!": "string",
-        timeoutMs: "integer",
-        expectStarted: "integer",
-        expectCompleted: "integer",
-      });
-      break;
-    case "crashWorker":
-      checkFields(where, step, {
-        "do!": "string",
-        subscription: "string",
-        "jobs!": "integer",
-        expect: "string[]",
-        timeoutMs: "integer",
-      });
-      break;
-    case "stats":
-      checkFields(where, step, {
-        "do!": "string",
-        subscription: "string",
-        expect: "object",
-        counters: "object",
-        timeoutMs: "integer",
-      });
-      if (step.expect !== undefined) checkNumbers(`${where} expect`, step.expect, STATS_FIELDS);
-      if (step.counters !== undefined) checkNumbers(`${where} counters`, step.counters, COUNTER_FIELDS);
-      break;
-    case "deadLetters":
-      checkFields(where, step, { "do!": "string", subscription: "string", "expect!": "string[]" });
-      break;
-    case "redrive":
-      checkFields(where, step, { "do!": "string", subscription: "string", "expect!": "integer" });
-      break;
-    default:
-      throw new Error(`${where}: unknown do ${JSON.stringify(step.do)}`);
-  }
-  return step as unknown as ScenarioStep;
-}
-
-/** Parses a scenario document strictly (unknown fields and `do` values are errors). */
-export function parseScenario(source: string, label = "scenario"): Scenario {
-  const raw = checkFields(label, JSON.parse(source) as unknown, {
-    "name!": "string",
-    description: "string",
-    brokers: "integer",
-    queue: "object",
-    subscriptions: "string[]",
-    "steps!": "array",
-  });
-  const name = raw.name as string;
-  const queue = checkFields(`scenario ${name}: queue`, raw.queue ?? {}, {
-    shards: "integer",
-    leaseTtlMs: "integer",
-    maxAttempts: "integer",
-    backoffMs: "integer",
-  }) as ScenarioQueue;
-  const brokers = (raw.brokers as number | undefined) ?? 1;
-  if (brokers < 1) throw new Error(`scenario ${name}: brokers must be at least 1`);
-  const steps = (raw.steps as unknown[]).map((s, i) => {
-    const kind = typeOk(s, "object") ? String((s as Record<string, unknown>).do) : "?";
-    const where = `scenario ${name}: step ${i} (${kind})`;
-    const step = parseStep(where, s);
-    // Broker indexes are checked here, where the broker count is known.
-    const index =
-      step.do === "restartBroker" ||
-      step.do === "freezeBroker" ||
-      step.do === "thawBroker" ||
-      step.do === "awaitLeaseLapse"
-        ? step.broker
-        : step.do === "enqueue"
-          ? step.via
-          : undefined;
-    if (index !== undefined && (index < 0 || index >= brokers))
-      throw new Error(`${where}: broker index ${index} is not one of the ${brokers} brokers`);
-    return step;
-  });
-  return {
-    name,
-    ...(raw.description === undefined ? {} : { description: raw.description as string }),
-    brokers,
-    queue,
-    subscriptions: (raw.subscriptions as string[] | undefined) ?? [],
-    steps,
-  };
-}
-
-/** Reads and parses a scenario file. */
-export function loadScenario(path: string): Scenario {
-  return parseScenario(readFileSync(path, "utf8"), path);
-}
-
-// ---------------------------------------------------------------------------
-// Running
+/** The step of kind `K`. */
+type StepOf<K extends StepKind> = Extract<ScenarioStep, { do: K }>;
 
 /** One handler invocation, in the order handlers started. */
 interface Invocation {
@@ -506,37 +148,11 @@ class ScenarioContext {
     return this.workers.get(name) ?? fail(`no worker named ${JSON.stringify(name)}`);
   }
 
+  /** Runs one step with the method of its kind. */
   async runStep(step: ScenarioStep): Promise<void> {
-    switch (step.do) {
-      case "enqueue":
-        return this.enqueue(step);
-      case "produce":
-        return this.produce(step);
-      case "restartBroker":
-        return this.restartBroker(step);
-      case "freezeBroker":
-        return this.freezeBroker(step.broker, true);
-      case "thawBroker":
-        return this.freezeBroker(step.broker, false);
-      case "awaitLeaseLapse":
-        return this.awaitLeaseLapse(step);
-      case "expectLeaders":
-        return this.expectLeaders(step);
-      case "startWorker":
-        return this.startWorker(step);
-      case "awaitWorker":
-        return this.awaitWorker(step);
-      case "stopWorker":
-        return this.stopWorker(step);
-      case "crashWorker":
-        return this.crashWorker(step);
-      case "stats":
-        return this.stats(step);
-      case "deadLetters":
-        return this.deadLetters(step);
-      case "redrive":
-        return this.redrive(step);
-    }
+    // The table is keyed by kind, so this entry takes this step (TypeScript cannot see it by itself).
+    const run = STEP_RUNNERS[step.do] as (ctx: ScenarioContext, s: ScenarioStep) => void | Promise<void>;
+    await run(this, step);
   }
 
   private checkDedup(message: ScenarioMessage, result: EnqueueResult, index: number): void {
@@ -551,7 +167,7 @@ class ScenarioContext {
     } else if (known === undefined) this.dedupIds.set(message.dedupId, result.id);
   }
 
-  private async enqueue(step: Extract<ScenarioStep, { do: "enqueue" }>): Promise<void> {
+  async enqueue(step: StepOf<"enqueue">): Promise<void> {
     const outgoing: OutgoingMessage[] = step.messages.map((m) => ({
       payload: m.payload,
       ...(m.key === undefined ? {} : { key: m.key }),
@@ -588,7 +204,7 @@ class ScenarioContext {
     return producer;
   }
 
-  private async restartBroker(step: Extract<ScenarioStep, { do: "restartBroker" }>): Promise<void> {
+  async restartBroker(step: StepOf<"restartBroker">): Promise<void> {
     const old = this.brokers[step.broker] ?? fail(`no broker ${step.broker}`);
     const exit = await old.stop("SIGTERM");
     if (exit.code !== 0)
@@ -602,7 +218,7 @@ class ScenarioContext {
   }
 
   /** SIGSTOP (`freeze`) or SIGCONT broker `index`: a frozen process keeps its connections open and answers nothing. */
-  private freezeBroker(index: number, freeze: boolean): void {
+  freezeBroker(index: number, freeze: boolean): void {
     const broker = this.brokers[index] ?? fail(`no broker ${index}`);
     if (freeze === this.frozen.has(index)) fail(`broker ${index} is ${freeze ? "already" : "not"} frozen`);
     if (!broker.child.kill(freeze ? "SIGSTOP" : "SIGCONT")) fail(`could not signal broker ${index}`);
@@ -611,7 +227,7 @@ class ScenarioContext {
   }
 
   /** Waits until no shard names broker `step.broker` as its live leader, asking only brokers that are not frozen. */
-  private async awaitLeaseLapse(step: Extract<ScenarioStep, { do: "awaitLeaseLapse" }>): Promise<void> {
+  async awaitLeaseLapse(step: StepOf<"awaitLeaseLapse">): Promise<void> {
     const address = (this.brokers[step.broker] ?? fail(`no broker ${step.broker}`)).address;
     const others = this.brokers.filter((_, i) => !this.frozen.has(i)).map((b) => b.address);
     if (others.length === 0) fail("every broker is frozen: none to ask");
@@ -642,7 +258,7 @@ class ScenarioContext {
     if (!lapsed) fail(`the leases of broker ${step.broker} did not lapse within ${timeoutMs} ms: ${last}`);
   }
 
-  private async expectLeaders(step: Extract<ScenarioStep, { do: "expectLeaders" }>): Promise<void> {
+  async expectLeaders(step: StepOf<"expectLeaders">): Promise<void> {
     const info = await this.admin.getQueue(this.queue);
     const now = Date.now();
     const leaders = info.shards.flatMap((s) => {
@@ -659,7 +275,7 @@ class ScenarioContext {
       );
   }
 
-  private async produce(step: Extract<ScenarioStep, { do: "produce" }>): Promise<void> {
+  async produce(step: StepOf<"produce">): Promise<void> {
     for (let i = 0; i < step.count; i++) {
       const payload = `${step.prefix}${i}`;
       let result: EnqueueResult;
@@ -682,7 +298,7 @@ class ScenarioContext {
     await broker.stop("SIGKILL");
   }
 
-  private startWorker(step: Extract<ScenarioStep, { do: "startWorker" }>): void {
+  startWorker(step: StepOf<"startWorker">): void {
     if (this.workers.has(step.name)) fail(`worker ${step.name} already exists`);
     const worker = new Worker({ ...this.clientOptions, workerId: `scenario-${step.name}` });
     const invocations: Invocation[] = [];
@@ -732,7 +348,7 @@ class ScenarioContext {
     this.workers.set(step.name, entry);
   }
 
-  private async awaitWorker(step: Extract<ScenarioStep, { do: "awaitWorker" }>): Promise<void> {
+  async awaitWorker(step: StepOf<"awaitWorker">): Promise<void> {
     const w = this.worker(step.name);
     const [what, target] =
       step.started !== undefined
@@ -779,7 +395,7 @@ class ScenarioContext {
     }
   }
 
-  private async stopWorker(step: Extract<ScenarioStep, { do: "stopWorker" }>): Promise<void> {
+  async stopWorker(step: StepOf<"stopWorker">): Promise<void> {
     const w = this.worker(step.name);
     await w.worker.stop({ timeoutMs: step.timeoutMs ?? 10_000 });
     await w.run;
@@ -790,7 +406,7 @@ class ScenarioContext {
       fail(`completed ${w.completed}, expected ${step.expectCompleted}`);
   }
 
-  private async crashWorker(step: Extract<ScenarioStep, { do: "crashWorker" }>): Promise<void> {
+  async crashWorker(step: StepOf<"crashWorker">): Promise<void> {
     const config = {
       brokers: this.clientOptions.brokers,
       queue: this.queue,
@@ -829,7 +445,7 @@ class ScenarioContext {
       fail(`child started ${JSON.stringify(seen)}, expected ${JSON.stringify(step.expect)} (any order)`);
   }
 
-  private async stats(step: Extract<ScenarioStep, { do: "stats" }>): Promise<void> {
+  async stats(step: StepOf<"stats">): Promise<void> {
     const subscription = step.subscription ?? "default";
     const timeoutMs = step.timeoutMs ?? 10_000;
     let last: Record<string, unknown> = {};
@@ -863,7 +479,7 @@ class ScenarioContext {
       );
   }
 
-  private async deadLetters(step: Extract<ScenarioStep, { do: "deadLetters" }>): Promise<void> {
+  async deadLetters(step: StepOf<"deadLetters">): Promise<void> {
     const decoder = new TextDecoder();
     const dead = await this.admin.listDeadLetters(this.queue, {
       subscription: step.subscription ?? "default",
@@ -873,13 +489,37 @@ class ScenarioContext {
       fail(`dead letters ${JSON.stringify(got)}, expected ${JSON.stringify(step.expect)} (any order)`);
   }
 
-  private async redrive(step: Extract<ScenarioStep, { do: "redrive" }>): Promise<void> {
+  async redrive(step: StepOf<"redrive">): Promise<void> {
     const { redriven } = await this.admin.redrive(this.queue, {
       subscription: step.subscription ?? "default",
     });
     if (Number(redriven) !== step.expect) fail(`redriven ${redriven}, expected ${step.expect}`);
   }
 }
+
+/**
+ * How each step kind runs: one entry per kind of the {@link ScenarioStep}
+ * union (the type checker enforces it), and the drift test compares these
+ * keys with the schema's step kinds.
+ */
+export const STEP_RUNNERS: {
+  readonly [K in StepKind]: (ctx: ScenarioContext, step: StepOf<K>) => void | Promise<void>;
+} = {
+  enqueue: (ctx, step) => ctx.enqueue(step),
+  produce: (ctx, step) => ctx.produce(step),
+  restartBroker: (ctx, step) => ctx.restartBroker(step),
+  freezeBroker: (ctx, step) => ctx.freezeBroker(step.broker, true),
+  thawBroker: (ctx, step) => ctx.freezeBroker(step.broker, false),
+  awaitLeaseLapse: (ctx, step) => ctx.awaitLeaseLapse(step),
+  expectLeaders: (ctx, step) => ctx.expectLeaders(step),
+  startWorker: (ctx, step) => ctx.startWorker(step),
+  awaitWorker: (ctx, step) => ctx.awaitWorker(step),
+  stopWorker: (ctx, step) => ctx.stopWorker(step),
+  crashWorker: (ctx, step) => ctx.crashWorker(step),
+  stats: (ctx, step) => ctx.stats(step),
+  deadLetters: (ctx, step) => ctx.deadLetters(step),
+  redrive: (ctx, step) => ctx.redrive(step),
+};
 
 /**
  * Runs one scenario end to end. Throws an error naming the scenario, the step
