@@ -6,7 +6,6 @@ package casq_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -17,9 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"reflect"
 	"regexp"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -78,255 +75,12 @@ func scenarioClientOptions(brokers []string) casq.Options {
 	return casq.Options{Brokers: brokers}
 }
 
-// --- scenario files ---
-
-type scenarioFile struct {
-	Name          string            `json:"name"`
-	Description   string            `json:"description"`
-	Brokers       int               `json:"brokers"`
-	Queue         scenarioQueue     `json:"queue"`
-	Subscriptions []string          `json:"subscriptions"`
-	Steps         []json.RawMessage `json:"steps"`
-}
-
-type scenarioQueue struct {
-	Shards      uint32  `json:"shards"`
-	LeaseTTLMs  *int64  `json:"leaseTtlMs"`
-	MaxAttempts *uint32 `json:"maxAttempts"`
-	BackoffMs   *int64  `json:"backoffMs"`
-}
-
-type scenarioMessage struct {
-	Payload     string            `json:"payload"`
-	Key         string            `json:"key"`
-	Priority    int32             `json:"priority"`
-	DelayMs     int64             `json:"delayMs"`
-	MaxAttempts uint32            `json:"maxAttempts"`
-	DedupID     string            `json:"dedupId"`
-	Headers     map[string]string `json:"headers"`
-}
-
-type enqueueStep struct {
-	Do              string            `json:"do"`
-	Batch           bool              `json:"batch"`
-	Via             *int              `json:"via"`
-	Messages        []scenarioMessage `json:"messages"`
-	ExpectDuplicate []bool            `json:"expectDuplicate"`
-}
-
-type restartBrokerStep struct {
-	Do     string `json:"do"`
-	Broker *int   `json:"broker"`
-}
-
-// freezeBrokerStep is freezeBroker or thawBroker (SIGSTOP / SIGCONT).
-type freezeBrokerStep struct {
-	Do     string `json:"do"`
-	Broker *int   `json:"broker"`
-}
-
-type awaitLeaseLapseStep struct {
-	Do        string `json:"do"`
-	Broker    *int   `json:"broker"`
-	TimeoutMs *int64 `json:"timeoutMs"`
-}
-
-type expectLeadersStep struct {
-	Do       string `json:"do"`
-	Distinct *int   `json:"distinct"`
-}
-
-type produceStep struct {
-	Do              string `json:"do"`
-	Count           int    `json:"count"`
-	Prefix          string `json:"prefix"`
-	KillLeaderAfter int    `json:"killLeaderAfter"`
-}
-
-type startWorkerStep struct {
-	Do           string `json:"do"`
-	Name         string `json:"name"`
-	Subscription string `json:"subscription"`
-	Concurrency  int    `json:"concurrency"`
-	Prefetch     int    `json:"prefetch"`
-	Handler      string `json:"handler"`
-	HandlerMs    int64  `json:"handlerMs"`
-	LeaseTTLMs   int64  `json:"leaseTtlMs"`
-}
-
-type awaitWorkerStep struct {
-	Do               string   `json:"do"`
-	Name             string   `json:"name"`
-	Started          *int     `json:"started"`
-	Completed        *int     `json:"completed"`
-	DistinctPayloads *int     `json:"distinctPayloads"`
-	TimeoutMs        *int64   `json:"timeoutMs"`
-	Expect           []string `json:"expect"`
-	Ordered          bool     `json:"ordered"`
-	ExpectAttempts   []uint32 `json:"expectAttempts"`
-	ExpectAllOf      *struct {
-		Prefix string `json:"prefix"`
-		Count  int    `json:"count"`
-	} `json:"expectAllOf"`
-}
-
-type stopWorkerStep struct {
-	Do              string `json:"do"`
-	Name            string `json:"name"`
-	TimeoutMs       *int64 `json:"timeoutMs"`
-	ExpectStarted   *int   `json:"expectStarted"`
-	ExpectCompleted *int   `json:"expectCompleted"`
-}
-
-type crashWorkerStep struct {
-	Do           string   `json:"do"`
-	Subscription string   `json:"subscription"`
-	Jobs         int      `json:"jobs"`
-	Expect       []string `json:"expect"`
-	TimeoutMs    *int64   `json:"timeoutMs"`
-}
-
-type statsStep struct {
-	Do           string            `json:"do"`
-	Subscription string            `json:"subscription"`
-	Expect       map[string]uint64 `json:"expect"`
-	Counters     map[string]uint64 `json:"counters"`
-	TimeoutMs    *int64            `json:"timeoutMs"`
-}
-
-type deadLettersStep struct {
-	Do           string    `json:"do"`
-	Subscription string    `json:"subscription"`
-	Expect       *[]string `json:"expect"`
-}
-
-type redriveStep struct {
-	Do           string  `json:"do"`
-	Subscription string  `json:"subscription"`
-	Expect       *uint64 `json:"expect"`
-}
-
-// decodeStrict decodes exactly one JSON value into v, refusing unknown
-// fields and trailing data. encoding/json matches field names case
-// insensitively, so exactKeys checks the spelling too.
-func decodeStrict(data []byte, v any) error {
-	d := json.NewDecoder(bytes.NewReader(data))
-	d.DisallowUnknownFields()
-	if err := d.Decode(v); err != nil {
-		return err
-	}
-	if _, err := d.Token(); !errors.Is(err, io.EOF) {
-		return errors.New("trailing data after the JSON value")
-	}
-	return exactKeys(data, reflect.TypeOf(v))
-}
-
-// exactKeys checks that every object key in data is spelled exactly as a
-// json tag of the struct type t (recursively; maps take any key).
-func exactKeys(data []byte, t reflect.Type) error {
-	for t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	switch t.Kind() {
-	case reflect.Slice:
-		var items []json.RawMessage
-		if json.Unmarshal(data, &items) != nil {
-			return nil // null; the decoder checked the rest
-		}
-		for _, item := range items {
-			if err := exactKeys(item, t.Elem()); err != nil {
-				return err
-			}
-		}
-	case reflect.Struct:
-		var obj map[string]json.RawMessage
-		if json.Unmarshal(data, &obj) != nil {
-			return nil
-		}
-		fields := map[string]reflect.Type{}
-		for i := range t.NumField() {
-			name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
-			fields[name] = t.Field(i).Type
-		}
-		for key, value := range obj {
-			ft, ok := fields[key]
-			if !ok {
-				return fmt.Errorf("unknown field %q", key)
-			}
-			if err := exactKeys(value, ft); err != nil {
-				return fmt.Errorf("%s: %w", key, err)
-			}
-		}
-	}
-	return nil
-}
-
-// parseStep decodes one step into its typed form by its "do".
-func parseStep(raw json.RawMessage) (string, any, error) {
-	var head struct {
-		Do string `json:"do"`
-	}
-	if err := json.Unmarshal(raw, &head); err != nil {
-		return "", nil, err
-	}
-	var step any
-	switch head.Do {
-	case "enqueue":
-		step = &enqueueStep{}
-	case "produce":
-		step = &produceStep{}
-	case "restartBroker":
-		step = &restartBrokerStep{}
-	case "expectLeaders":
-		step = &expectLeadersStep{}
-	case "freezeBroker", "thawBroker":
-		step = &freezeBrokerStep{}
-	case "awaitLeaseLapse":
-		step = &awaitLeaseLapseStep{}
-	case "startWorker":
-		step = &startWorkerStep{}
-	case "awaitWorker":
-		step = &awaitWorkerStep{}
-	case "stopWorker":
-		step = &stopWorkerStep{}
-	case "crashWorker":
-		step = &crashWorkerStep{}
-	case "stats":
-		step = &statsStep{}
-	case "deadLetters":
-		step = &deadLettersStep{}
-	case "redrive":
-		step = &redriveStep{}
-	default:
-		return head.Do, nil, fmt.Errorf("unknown do %q", head.Do)
-	}
-	if err := decodeStrict(raw, step); err != nil {
-		return head.Do, nil, err
-	}
-	return head.Do, step, nil
-}
-
 // --- the runner ---
 
 func TestScenarios(t *testing.T) {
-	_, file, _, _ := runtime.Caller(0)
-	root := filepath.Join(filepath.Dir(file), "..", "..")
-	files, err := filepath.Glob(filepath.Join(root, "test", "scenarios", "*.json"))
-	if err != nil {
-		t.Fatal(err)
+	for _, f := range scenarioFiles(t) {
+		t.Run(strings.TrimSuffix(filepath.Base(f), ".json"), func(t *testing.T) { runScenarioFile(t, repoRoot(), f) })
 	}
-	if len(files) == 0 {
-		t.Fatal("no scenarios in test/scenarios")
-	}
-	for _, f := range files {
-		name := strings.TrimSuffix(filepath.Base(f), ".json")
-		t.Run(name, func(t *testing.T) { runScenarioFile(t, root, f) })
-	}
-}
-
-type parsedStep struct {
-	do   string
-	step any
 }
 
 func runScenarioFile(t *testing.T, root, path string) {
@@ -334,34 +88,21 @@ func runScenarioFile(t *testing.T, root, path string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var sc scenarioFile
-	if err := decodeStrict(data, &sc); err != nil {
-		t.Fatalf("%s: %v", filepath.Base(path), err)
-	}
-	// Parse every step first: a scenario this runner does not fully
-	// understand fails before anything runs.
-	steps := make([]parsedStep, len(sc.Steps))
-	for i, raw := range sc.Steps {
-		do, step, err := parseStep(raw)
-		if err != nil {
-			t.Fatalf("scenario %s: step %d (%s): %v", sc.Name, i, do, err)
-		}
-		steps[i] = parsedStep{do, step}
-	}
-	if sc.Name == "" {
-		t.Fatalf("%s: no name", filepath.Base(path))
+	sc, steps, err := parseScenario(data, filepath.Base(path))
+	if err != nil {
+		t.Fatal(err)
 	}
 
-	r := &scenarioRun{t: t, sc: &sc, root: root, dedup: map[string]string{}, workers: map[string]*scenarioWorker{}, graces: map[string]time.Duration{}}
+	r := &scenarioRun{t: t, sc: sc, root: root, dedup: map[string]string{}, workers: map[string]*scenarioWorker{}, graces: map[string]time.Duration{}}
 	for _, s := range steps {
-		if stop, ok := s.step.(*stopWorkerStep); ok {
+		if stop, ok := s.value.(*stopWorkerStep); ok {
 			r.graces[stop.Name] = timeout(stop.TimeoutMs, 10*time.Second)
 		}
 	}
 	r.startBrokers()
 	r.setup()
 	for i, s := range steps {
-		if err := r.step(s.step); err != nil {
+		if err := s.run(context.Background(), r); err != nil {
 			t.Fatalf("scenario %s: step %d (%s): %v", sc.Name, i, s.do, err)
 		}
 	}
@@ -578,70 +319,33 @@ func poll(d, interval time.Duration, cond func() bool) bool {
 	}
 }
 
-func (r *scenarioRun) step(step any) error {
-	ctx := context.Background()
-	switch s := step.(type) {
-	case *enqueueStep:
-		return r.enqueue(ctx, s)
-	case *produceStep:
-		return r.produce(ctx, s)
-	case *restartBrokerStep:
-		return r.restartBroker(s)
-	case *expectLeadersStep:
-		return r.expectLeaders(ctx, s)
-	case *freezeBrokerStep:
-		return r.freezeBroker(s)
-	case *awaitLeaseLapseStep:
-		return r.awaitLeaseLapse(ctx, s)
-	case *startWorkerStep:
-		return r.startWorker(s)
-	case *awaitWorkerStep:
-		return r.awaitWorker(s)
-	case *stopWorkerStep:
-		return r.stopWorker(s)
-	case *crashWorkerStep:
-		return r.crashWorker(s)
-	case *statsStep:
-		return r.stats(ctx, s)
-	case *deadLettersStep:
-		if s.Expect == nil {
-			return errors.New("expect is required")
-		}
-		dls, err := r.client.Admin().ListDeadLetters(ctx, r.queue, orDefault(s.Subscription))
-		if err != nil {
-			return err
-		}
-		var got []string
-		for _, d := range dls {
-			got = append(got, string(d.GetMessage().GetPayload()))
-		}
-		if !sameMultiset(got, *s.Expect) {
-			return fmt.Errorf("dead letters %q, want %q (any order)", got, *s.Expect)
-		}
-		return nil
-	case *redriveStep:
-		if s.Expect == nil {
-			return errors.New("expect is required")
-		}
-		n, err := r.client.Admin().Redrive(ctx, r.queue, orDefault(s.Subscription))
-		if err != nil {
-			return err
-		}
-		if n != *s.Expect {
-			return fmt.Errorf("redriven %d, want %d", n, *s.Expect)
-		}
-		return nil
+func (r *scenarioRun) deadLetters(ctx context.Context, s *deadLettersStep) error {
+	dls, err := r.client.Admin().ListDeadLetters(ctx, r.queue, orDefault(s.Subscription))
+	if err != nil {
+		return err
 	}
-	return fmt.Errorf("unhandled step %T", step)
+	var got []string
+	for _, d := range dls {
+		got = append(got, string(d.GetMessage().GetPayload()))
+	}
+	if !sameMultiset(got, s.Expect) {
+		return fmt.Errorf("dead letters %q, want %q (any order)", got, s.Expect)
+	}
+	return nil
+}
+
+func (r *scenarioRun) redrive(ctx context.Context, s *redriveStep) error {
+	n, err := r.client.Admin().Redrive(ctx, r.queue, orDefault(s.Subscription))
+	if err != nil {
+		return err
+	}
+	if n != s.Expect {
+		return fmt.Errorf("redriven %d, want %d", n, s.Expect)
+	}
+	return nil
 }
 
 func (r *scenarioRun) enqueue(ctx context.Context, s *enqueueStep) error {
-	if len(s.Messages) == 0 {
-		return errors.New("no messages")
-	}
-	if s.ExpectDuplicate != nil && len(s.ExpectDuplicate) != len(s.Messages) {
-		return errors.New("expectDuplicate and messages differ in length")
-	}
 	msgs := make([]casq.Message, len(s.Messages))
 	for i, m := range s.Messages {
 		var opts []casq.EnqueueOption
@@ -755,11 +459,8 @@ func (r *scenarioRun) liveBroker(i int) (*broker, error) {
 
 // restartBroker stops broker i gracefully and starts it again on the same
 // address and store, so that clients configured with that address reach it.
-func (r *scenarioRun) restartBroker(s *restartBrokerStep) error {
-	if s.Broker == nil {
-		return errors.New("broker is required")
-	}
-	b, err := r.liveBroker(*s.Broker)
+func (r *scenarioRun) restartBroker(_ context.Context, s *brokerStep) error {
+	b, err := r.liveBroker(s.Broker)
 	if err != nil {
 		return err
 	}
@@ -773,13 +474,13 @@ func (r *scenarioRun) restartBroker(s *restartBrokerStep) error {
 		if err != nil {
 			// Not restarted: later steps must not count on it.
 			b.killed = true
-			return fmt.Errorf("broker %d (%s) did not exit with status 0 on SIGTERM: %v\n%s", *s.Broker, b.addr, err, b.log)
+			return fmt.Errorf("broker %d (%s) did not exit with status 0 on SIGTERM: %v\n%s", s.Broker, b.addr, err, b.log)
 		}
 	case <-time.After(30 * time.Second):
 		_ = b.cmd.Process.Signal(syscall.SIGKILL)
 		<-exited
 		b.killed = true
-		return fmt.Errorf("broker %d (%s) did not exit within 30 s of SIGTERM:\n%s", *s.Broker, b.addr, b.log)
+		return fmt.Errorf("broker %d (%s) did not exit within 30 s of SIGTERM:\n%s", s.Broker, b.addr, b.log)
 	}
 	b.log.add("--- restarted ---")
 	nb, err := startBroker(r.root, "file:"+r.dir, b.addr, b.log, scenarioBrokerArgs...)
@@ -788,10 +489,10 @@ func (r *scenarioRun) restartBroker(s *restartBrokerStep) error {
 	}
 	if err != nil {
 		b.killed = true // later steps must not count on it
-		return fmt.Errorf("restart of broker %d on %s: %w", *s.Broker, b.addr, err)
+		return fmt.Errorf("restart of broker %d on %s: %w", s.Broker, b.addr, err)
 	}
 	if nb.addr != b.addr {
-		return fmt.Errorf("broker %d restarted on %s, not on its old address %s", *s.Broker, nb.addr, b.addr)
+		return fmt.Errorf("broker %d restarted on %s, not on its old address %s", s.Broker, nb.addr, b.addr)
 	}
 	return nil
 }
@@ -799,17 +500,14 @@ func (r *scenarioRun) restartBroker(s *restartBrokerStep) error {
 // freezeBroker sends broker i SIGSTOP (freezeBroker) or SIGCONT
 // (thawBroker): a frozen process keeps its connections open and answers
 // nothing.
-func (r *scenarioRun) freezeBroker(s *freezeBrokerStep) error {
-	if s.Broker == nil {
-		return errors.New("broker is required")
-	}
-	b, err := r.liveBroker(*s.Broker)
+func (r *scenarioRun) freezeBroker(_ context.Context, s *brokerStep) error {
+	b, err := r.liveBroker(s.Broker)
 	if err != nil {
 		return err
 	}
 	freeze := s.Do == "freezeBroker"
 	if b.frozen == freeze {
-		return fmt.Errorf("broker %d is already %s", *s.Broker, map[bool]string{true: "frozen", false: "thawed"}[freeze])
+		return fmt.Errorf("broker %d is already %s", s.Broker, map[bool]string{true: "frozen", false: "thawed"}[freeze])
 	}
 	sig := syscall.SIGCONT
 	if freeze {
@@ -825,13 +523,7 @@ func (r *scenarioRun) freezeBroker(s *freezeBrokerStep) error {
 // awaitLeaseLapse waits until no shard names broker i as its live leader,
 // asking only brokers that are not frozen.
 func (r *scenarioRun) awaitLeaseLapse(ctx context.Context, s *awaitLeaseLapseStep) error {
-	if s.Broker == nil {
-		return errors.New("broker is required")
-	}
-	if *s.Broker < 0 || *s.Broker >= len(r.brokers) {
-		return fmt.Errorf("no broker %d (the scenario has %d)", *s.Broker, len(r.brokers))
-	}
-	addr := r.brokers[*s.Broker].addr
+	addr := r.brokers[s.Broker].addr
 	var others []string
 	for _, b := range r.brokers {
 		if !b.frozen && !b.killed {
@@ -865,7 +557,7 @@ func (r *scenarioRun) awaitLeaseLapse(ctx context.Context, s *awaitLeaseLapseSte
 		last = fmt.Sprintf("shards still led by %s: %v", addr, held)
 		return len(held) == 0
 	}) {
-		return fmt.Errorf("the leases of broker %d did not lapse within %v: %s", *s.Broker, d, last)
+		return fmt.Errorf("the leases of broker %d did not lapse within %v: %s", s.Broker, d, last)
 	}
 	return nil
 }
@@ -873,9 +565,6 @@ func (r *scenarioRun) awaitLeaseLapse(ctx context.Context, s *awaitLeaseLapseSte
 // expectLeaders checks how many different brokers lead the queue's shards
 // (shards without a live leader ignored).
 func (r *scenarioRun) expectLeaders(ctx context.Context, s *expectLeadersStep) error {
-	if s.Distinct == nil {
-		return errors.New("distinct is required")
-	}
 	q, err := r.client.Admin().GetQueue(ctx, r.queue)
 	if err != nil {
 		return fmt.Errorf("get queue: %w", err)
@@ -891,8 +580,8 @@ func (r *scenarioRun) expectLeaders(ctx context.Context, s *expectLeadersStep) e
 		}
 		shards = append(shards, fmt.Sprintf("shard %d: %q (live %v)", sh.GetShard(), l.GetAddress(), live))
 	}
-	if len(leaders) != *s.Distinct {
-		return fmt.Errorf("%d distinct live leaders, want %d (%s)", len(leaders), *s.Distinct, strings.Join(shards, "; "))
+	if len(leaders) != s.Distinct {
+		return fmt.Errorf("%d distinct live leaders, want %d (%s)", len(leaders), s.Distinct, strings.Join(shards, "; "))
 	}
 	return nil
 }
@@ -941,10 +630,7 @@ func (w *scenarioWorker) counts() (started, completed int, inv []invocation) {
 
 var errScenarioNack = errors.New("scenario handler: nack")
 
-func (r *scenarioRun) startWorker(s *startWorkerStep) error {
-	if s.Name == "" {
-		return errors.New("name is required")
-	}
+func (r *scenarioRun) startWorker(_ context.Context, s *startWorkerStep) error {
 	if _, ok := r.workers[s.Name]; ok {
 		return fmt.Errorf("worker %q already started", s.Name)
 	}
@@ -1010,31 +696,24 @@ func (r *scenarioRun) worker(name string) (*scenarioWorker, error) {
 	return w, nil
 }
 
-func (r *scenarioRun) awaitWorker(s *awaitWorkerStep) error {
+func (r *scenarioRun) awaitWorker(_ context.Context, s *awaitWorkerStep) error {
 	w, err := r.worker(s.Name)
 	if err != nil {
 		return err
 	}
-	var conds int
+	// The schema lets exactly one condition through.
 	var cond func(started, completed, distinct int) bool
 	var what string
-	if s.Started != nil {
-		conds++
+	switch {
+	case s.Started != nil:
 		what = fmt.Sprintf("started >= %d", *s.Started)
 		cond = func(st, _, _ int) bool { return st >= *s.Started }
-	}
-	if s.Completed != nil {
-		conds++
+	case s.Completed != nil:
 		what = fmt.Sprintf("completed >= %d", *s.Completed)
 		cond = func(_, c, _ int) bool { return c >= *s.Completed }
-	}
-	if s.DistinctPayloads != nil {
-		conds++
+	default:
 		what = fmt.Sprintf("distinct payloads >= %d", *s.DistinctPayloads)
 		cond = func(_, _, d int) bool { return d >= *s.DistinctPayloads }
-	}
-	if conds != 1 {
-		return errors.New("exactly one of started, completed and distinctPayloads is required")
 	}
 	var started, completed int
 	var inv []invocation
@@ -1096,7 +775,7 @@ func (r *scenarioRun) awaitWorker(s *awaitWorkerStep) error {
 	return nil
 }
 
-func (r *scenarioRun) stopWorker(s *stopWorkerStep) error {
+func (r *scenarioRun) stopWorker(_ context.Context, s *stopWorkerStep) error {
 	w, err := r.worker(s.Name)
 	if err != nil {
 		return err
@@ -1125,10 +804,7 @@ func (r *scenarioRun) stopWorker(s *stopWorkerStep) error {
 
 // crashWorker re-executes this test binary as a worker process (see
 // crashWorkerMain) and SIGKILLs it once its handlers have started.
-func (r *scenarioRun) crashWorker(s *crashWorkerStep) error {
-	if s.Jobs <= 0 {
-		return errors.New("jobs must be positive")
-	}
+func (r *scenarioRun) crashWorker(_ context.Context, s *crashWorkerStep) error {
 	var addrs []string
 	for _, b := range r.brokers {
 		if !b.killed {
@@ -1182,7 +858,7 @@ func (r *scenarioRun) crashWorker(s *crashWorkerStep) error {
 		}
 	}
 	kill()
-	if s.Expect != nil && !sameMultiset(seen, s.Expect) {
+	if !sameMultiset(seen, s.Expect) {
 		return fmt.Errorf("crashed worker started %q, want %q (any order)", seen, s.Expect)
 	}
 	return nil
@@ -1202,18 +878,6 @@ func lineWriter(l *lockedLines) io.Writer {
 
 func (r *scenarioRun) stats(ctx context.Context, s *statsStep) error {
 	sub := orDefault(s.Subscription)
-	stats := (&casqv1.SubscriptionStats{}).ProtoReflect().Descriptor()
-	counters := (&casqv1.SubscriptionCounters{}).ProtoReflect().Descriptor()
-	for name := range s.Expect {
-		if f := stats.Fields().ByJSONName(name); f == nil || f.Kind() != protoreflect.Uint64Kind {
-			return fmt.Errorf("expect: %q is not a SubscriptionStats count", name)
-		}
-	}
-	for name := range s.Counters {
-		if f := counters.Fields().ByJSONName(name); f == nil || f.Kind() != protoreflect.Uint64Kind {
-			return fmt.Errorf("counters: %q is not a SubscriptionCounters field", name)
-		}
-	}
 	var last string
 	var lastErr error
 	ok := poll(timeout(s.TimeoutMs, 10*time.Second), 100*time.Millisecond, func() bool {
@@ -1264,27 +928,4 @@ func sameMultiset(a, b []string) bool {
 	slices.Sort(a)
 	slices.Sort(b)
 	return slices.Equal(a, b)
-}
-
-func TestScenarioParsingIsStrict(t *testing.T) {
-	for _, bad := range []string{
-		`{"do": "explode"}`,
-		`{"do": "enqueue", "messages": [{"payload": "a", "colour": "red"}]}`,
-		`{"do": "enqueue", "messages": [{"Payload": "a"}]}`,
-		`{"do": "awaitWorker", "name": "w", "completed": 1, "expectallof": {"prefix": "m", "count": 1}}`,
-		`{"do": "stats", "expect": {"ready": 1}, "timeout": 5}`,
-		`{"do": "restartBroker", "Broker": 0}`,
-		`{"do": "expectLeaders", "distinct": 2, "shards": 2}`,
-		`{"do": "freezeBroker", "broker": 0, "signal": "STOP"}`,
-		`{"do": "thawBroker", "Broker": 0}`,
-		`{"do": "awaitLeaseLapse", "broker": 0, "timeout": 5}`,
-		`{"do": "enqueue", "VIA": 1, "messages": [{"payload": "a"}]}`,
-	} {
-		if do, _, err := parseStep(json.RawMessage(bad)); err == nil {
-			t.Errorf("%s (%s) was accepted", bad, do)
-		}
-	}
-	if _, _, err := parseStep(json.RawMessage(`{"do": "enqueue", "messages": [{"payload": "a", "headers": {"Any-Name": "v"}}]}`)); err != nil {
-		t.Errorf("headers take any key: %v", err)
-	}
 }

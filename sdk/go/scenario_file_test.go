@@ -1,0 +1,443 @@
+package casq_test
+
+// Scenario files (test/scenarios/*.json) for the Go runner: their types, and
+// loading, which validates each file against
+// test/scenarios/scenario.schema.json and then checks what a schema cannot
+// say (fields that depend on one another).
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	casqv1 "github.com/casq/casq/sdk/go/gen/casq/v1"
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	"golang.org/x/text/language"
+	"golang.org/x/text/message"
+	"google.golang.org/protobuf/reflect/protoreflect"
+)
+
+// repoRoot is the repository's root directory.
+func repoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..")
+}
+
+func scenarioDir() string { return filepath.Join(repoRoot(), "test", "scenarios") }
+
+func schemaPath() string { return filepath.Join(scenarioDir(), "scenario.schema.json") }
+
+// scenarioFiles lists every *.json of test/scenarios but the schema, sorted.
+func scenarioFiles(t *testing.T) []string {
+	files, err := filepath.Glob(filepath.Join(scenarioDir(), "*.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	files = slices.DeleteFunc(files, func(f string) bool { return strings.HasSuffix(f, ".schema.json") })
+	if len(files) == 0 {
+		t.Fatal("no scenarios in test/scenarios")
+	}
+	return files
+}
+
+// scenarioSchema is the compiled schema, compiled once.
+var scenarioSchema = sync.OnceValues(func() (*jsonschema.Schema, error) {
+	f, err := os.Open(schemaPath())
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	doc, err := jsonschema.UnmarshalJSON(f)
+	if err != nil {
+		return nil, err
+	}
+	c := jsonschema.NewCompiler()
+	if err := c.AddResource(schemaPath(), doc); err != nil {
+		return nil, err
+	}
+	return c.Compile(schemaPath())
+})
+
+// --- types: the schema's shapes (its required fields are never pointers) ---
+
+type scenarioFile struct {
+	Schema        string            `json:"$schema"`
+	Name          string            `json:"name"`
+	Description   string            `json:"description"`
+	Brokers       int               `json:"brokers"`
+	Queue         scenarioQueue     `json:"queue"`
+	Subscriptions []string          `json:"subscriptions"`
+	Steps         []json.RawMessage `json:"steps"`
+}
+
+type scenarioQueue struct {
+	Shards      uint32  `json:"shards"`
+	LeaseTTLMs  *int64  `json:"leaseTtlMs"`
+	MaxAttempts *uint32 `json:"maxAttempts"`
+	BackoffMs   *int64  `json:"backoffMs"`
+}
+
+type scenarioMessage struct {
+	Payload     string            `json:"payload"`
+	Key         string            `json:"key"`
+	Priority    int32             `json:"priority"`
+	DelayMs     int64             `json:"delayMs"`
+	MaxAttempts uint32            `json:"maxAttempts"`
+	DedupID     string            `json:"dedupId"`
+	Headers     map[string]string `json:"headers"`
+}
+
+type enqueueStep struct {
+	Batch           bool              `json:"batch"`
+	Via             *int              `json:"via"`
+	Messages        []scenarioMessage `json:"messages"`
+	ExpectDuplicate []bool            `json:"expectDuplicate"`
+}
+
+type produceStep struct {
+	Count           int    `json:"count"`
+	Prefix          string `json:"prefix"`
+	KillLeaderAfter int    `json:"killLeaderAfter"`
+}
+
+// brokerStep is restartBroker, freezeBroker or thawBroker.
+type brokerStep struct {
+	Do     string `json:"do"`
+	Broker int    `json:"broker"`
+}
+
+type awaitLeaseLapseStep struct {
+	Broker    int    `json:"broker"`
+	TimeoutMs *int64 `json:"timeoutMs"`
+}
+
+type expectLeadersStep struct {
+	Distinct int `json:"distinct"`
+}
+
+type startWorkerStep struct {
+	Name         string `json:"name"`
+	Subscription string `json:"subscription"`
+	Concurrency  int    `json:"concurrency"`
+	Prefetch     int    `json:"prefetch"`
+	Handler      string `json:"handler"`
+	HandlerMs    int64  `json:"handlerMs"`
+	LeaseTTLMs   int64  `json:"leaseTtlMs"`
+}
+
+type awaitWorkerStep struct {
+	Name             string   `json:"name"`
+	Started          *int     `json:"started"`
+	Completed        *int     `json:"completed"`
+	DistinctPayloads *int     `json:"distinctPayloads"`
+	TimeoutMs        *int64   `json:"timeoutMs"`
+	Expect           []string `json:"expect"`
+	Ordered          bool     `json:"ordered"`
+	ExpectAttempts   []uint32 `json:"expectAttempts"`
+	ExpectAllOf      *struct {
+		Prefix string `json:"prefix"`
+		Count  int    `json:"count"`
+	} `json:"expectAllOf"`
+}
+
+type stopWorkerStep struct {
+	Name            string `json:"name"`
+	TimeoutMs       *int64 `json:"timeoutMs"`
+	ExpectStarted   *int   `json:"expectStarted"`
+	ExpectCompleted *int   `json:"expectCompleted"`
+}
+
+type crashWorkerStep struct {
+	Subscription string   `json:"subscription"`
+	Jobs         int      `json:"jobs"`
+	Expect       []string `json:"expect"`
+	TimeoutMs    *int64   `json:"timeoutMs"`
+}
+
+type statsStep struct {
+	Subscription string            `json:"subscription"`
+	Expect       map[string]uint64 `json:"expect"`
+	Counters     map[string]uint64 `json:"counters"`
+	TimeoutMs    *int64            `json:"timeoutMs"`
+}
+
+type deadLettersStep struct {
+	Subscription string   `json:"subscription"`
+	Expect       []string `json:"expect"`
+}
+
+type redriveStep struct {
+	Subscription string `json:"subscription"`
+	Expect       uint64 `json:"expect"`
+}
+
+// --- step kinds ---
+
+// parsedStep is one decoded step: its kind, its typed value and how to run it.
+type parsedStep struct {
+	do    string
+	value any
+	run   func(ctx context.Context, r *scenarioRun) error
+}
+
+// stepKind decodes a validated step of one kind.
+type stepKind func(do string, raw json.RawMessage) (parsedStep, error)
+
+// kindOf is the stepKind whose steps decode into T and run with method run.
+func kindOf[T any](run func(*scenarioRun, context.Context, *T) error) stepKind {
+	return func(do string, raw json.RawMessage) (parsedStep, error) {
+		s := new(T)
+		if err := json.Unmarshal(raw, s); err != nil {
+			return parsedStep{}, err
+		}
+		return parsedStep{do, s, func(ctx context.Context, r *scenarioRun) error { return run(r, ctx, s) }}, nil
+	}
+}
+
+// stepKinds is every step kind this runner implements; TestScenarioStepKinds
+// checks that its keys are the schema's step kinds.
+var stepKinds = map[string]stepKind{
+	"enqueue":         kindOf((*scenarioRun).enqueue),
+	"produce":         kindOf((*scenarioRun).produce),
+	"restartBroker":   kindOf((*scenarioRun).restartBroker),
+	"freezeBroker":    kindOf((*scenarioRun).freezeBroker),
+	"thawBroker":      kindOf((*scenarioRun).freezeBroker),
+	"awaitLeaseLapse": kindOf((*scenarioRun).awaitLeaseLapse),
+	"expectLeaders":   kindOf((*scenarioRun).expectLeaders),
+	"startWorker":     kindOf((*scenarioRun).startWorker),
+	"awaitWorker":     kindOf((*scenarioRun).awaitWorker),
+	"stopWorker":      kindOf((*scenarioRun).stopWorker),
+	"crashWorker":     kindOf((*scenarioRun).crashWorker),
+	"stats":           kindOf((*scenarioRun).stats),
+	"deadLetters":     kindOf((*scenarioRun).deadLetters),
+	"redrive":         kindOf((*scenarioRun).redrive),
+}
+
+// --- loading ---
+
+// schemaProblems lists the schema's complaints about doc (the leaves of the
+// error tree), one line each, placed as "step 2 (enqueue)/messages/0"
+// rather than "/steps/2/messages/0".
+func schemaProblems(doc any, err error) string {
+	var verr *jsonschema.ValidationError
+	if !errors.As(err, &verr) {
+		return err.Error()
+	}
+	steps, _ := doc.(map[string]any)["steps"].([]any)
+	english := message.NewPrinter(language.English)
+	var lines []string
+	var walk func(e *jsonschema.ValidationError)
+	walk = func(e *jsonschema.ValidationError) {
+		if len(e.Causes) > 0 {
+			for _, c := range e.Causes {
+				walk(c)
+			}
+			return
+		}
+		where := "top level"
+		if loc := e.InstanceLocation; len(loc) >= 2 && loc[0] == "steps" {
+			kind := "?"
+			if i, err := strconv.Atoi(loc[1]); err == nil && i < len(steps) {
+				if do, ok := steps[i].(map[string]any)["do"].(string); ok {
+					kind = do
+				}
+			}
+			where = fmt.Sprintf("step %s (%s)", loc[1], kind)
+			if len(loc) > 2 {
+				where += "/" + strings.Join(loc[2:], "/")
+			}
+		} else if len(loc) > 0 {
+			where = strings.Join(loc, "/")
+		}
+		lines = append(lines, fmt.Sprintf("%s: %s", where, e.ErrorKind.LocalizedString(english)))
+	}
+	walk(verr)
+	return strings.Join(lines, "\n  ")
+}
+
+// parseScenario validates data against the schema, decodes it, and checks
+// what the schema cannot: a scenario this runner does not fully understand
+// fails before anything runs.
+func parseScenario(data []byte, label string) (*scenarioFile, []parsedStep, error) {
+	schema, err := scenarioSchema()
+	if err != nil {
+		return nil, nil, fmt.Errorf("schema %s: %w", schemaPath(), err)
+	}
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(data))
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", label, err)
+	}
+	if err := schema.Validate(doc); err != nil {
+		return nil, nil, fmt.Errorf("%s: not a valid scenario (%s):\n  %s", label, schemaPath(), schemaProblems(doc, err))
+	}
+	var sc scenarioFile
+	if err := json.Unmarshal(data, &sc); err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", label, err)
+	}
+	sc.Brokers = max(sc.Brokers, 1)
+	steps := make([]parsedStep, len(sc.Steps))
+	for i, raw := range sc.Steps {
+		var head struct {
+			Do string `json:"do"`
+		}
+		_ = json.Unmarshal(raw, &head) // valid: the schema checked it
+		kind, ok := stepKinds[head.Do]
+		if !ok {
+			return nil, nil, fmt.Errorf("%s: step %d (%s): the schema allows it but this runner does not implement it", label, i, head.Do)
+		}
+		if steps[i], err = kind(head.Do, raw); err != nil {
+			return nil, nil, fmt.Errorf("%s: step %d (%s): %w", label, i, head.Do, err)
+		}
+		if err := checkStep(steps[i].value, sc.Brokers); err != nil {
+			return nil, nil, fmt.Errorf("%s: step %d (%s): %w", label, i, head.Do, err)
+		}
+	}
+	return &sc, steps, nil
+}
+
+// checkStep makes the checks that relate several fields, which the schema
+// cannot express.
+func checkStep(step any, brokers int) error {
+	index := -1
+	switch s := step.(type) {
+	case *brokerStep:
+		index = s.Broker
+	case *awaitLeaseLapseStep:
+		index = s.Broker
+	case *enqueueStep:
+		if s.Via != nil {
+			index = *s.Via
+		}
+		if s.ExpectDuplicate != nil && len(s.ExpectDuplicate) != len(s.Messages) {
+			return fmt.Errorf("expectDuplicate needs one entry per message")
+		}
+	case *produceStep:
+		if s.KillLeaderAfter > s.Count {
+			return fmt.Errorf("killLeaderAfter %d is above count %d", s.KillLeaderAfter, s.Count)
+		}
+	}
+	if index >= brokers {
+		return fmt.Errorf("broker index %d is not one of the %d brokers", index, brokers)
+	}
+	return nil
+}
+
+// --- tests of the loader ---
+
+func TestScenarioFilesValidate(t *testing.T) {
+	for _, f := range scenarioFiles(t) {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := parseScenario(data, filepath.Base(f)); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// schemaDoc is the schema as plain JSON, for the drift tests.
+func schemaDoc(t *testing.T) map[string]any {
+	data, err := os.ReadFile(schemaPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(data, &doc); err != nil {
+		t.Fatal(err)
+	}
+	return doc
+}
+
+func lookup(doc any, path ...string) any {
+	for _, p := range path {
+		doc = doc.(map[string]any)[p]
+	}
+	return doc
+}
+
+func TestScenarioStepKindsMatchSchema(t *testing.T) {
+	var schemaKinds []string
+	for _, k := range lookup(schemaDoc(t), "$defs", "step", "properties", "do", "enum").([]any) {
+		schemaKinds = append(schemaKinds, k.(string))
+	}
+	slices.Sort(schemaKinds)
+	var implemented []string
+	for k := range stepKinds {
+		implemented = append(implemented, k)
+	}
+	slices.Sort(implemented)
+	if !slices.Equal(schemaKinds, implemented) {
+		t.Errorf("the schema's step kinds %q differ from the ones this runner implements %q", schemaKinds, implemented)
+	}
+}
+
+// The stats step names fields of two proto messages: the schema must list
+// exactly their uint64 fields (camelCase JSON names).
+func TestScenarioStatsFieldsMatchProto(t *testing.T) {
+	doc := schemaDoc(t)
+	for def, msg := range map[string]protoreflect.Message{
+		"subscriptionStats":    (&casqv1.SubscriptionStats{}).ProtoReflect(),
+		"subscriptionCounters": (&casqv1.SubscriptionCounters{}).ProtoReflect(),
+	} {
+		var inSchema, inProto []string
+		for name := range lookup(doc, "$defs", def, "properties").(map[string]any) {
+			inSchema = append(inSchema, name)
+		}
+		fields := msg.Descriptor().Fields()
+		for i := range fields.Len() {
+			if f := fields.Get(i); f.Kind() == protoreflect.Uint64Kind {
+				inProto = append(inProto, f.JSONName())
+			}
+		}
+		slices.Sort(inSchema)
+		slices.Sort(inProto)
+		if !slices.Equal(inSchema, inProto) {
+			t.Errorf("schema $defs/%s lists %q, the proto's uint64 fields are %q", def, inSchema, inProto)
+		}
+	}
+}
+
+func TestScenarioLoaderRefusesMalformed(t *testing.T) {
+	const two = `{"name": "x", "brokers": 2, "steps": [%s]}`
+	for _, c := range []struct{ step, want string }{
+		{`{"do": "explode"}`, `step 0 (explode)/do: value must be one of 'enqueue', 'produce'`},
+		{`{"do": "restartBroker"}`, `step 0 (restartBroker): missing property 'broker'`},
+		{`{"do": "enqueue", "messages": [{"payload": "a", "colour": "red"}]}`, `step 0 (enqueue)/messages/0: additional properties 'colour' not allowed`},
+		{`{"do": "enqueue", "messages": [{"Payload": "a"}]}`, `additional properties 'Payload' not allowed`},
+		{`{"do": "awaitWorker", "name": "w", "completed": 1, "expectallof": {"prefix": "m", "count": 1}}`, `additional properties 'expectallof' not allowed`},
+		{`{"do": "awaitWorker", "name": "w", "started": 1, "completed": 1}`, `step 0 (awaitWorker): 'oneOf' failed, subschemas 0, 1 matched`},
+		{`{"do": "stats", "expect": {"readyy": 1}}`, `step 0 (stats)/expect: additional properties 'readyy' not allowed`},
+		{`{"do": "expectLeaders", "distinct": "2"}`, `step 0 (expectLeaders)/distinct: got string, want integer`},
+		{`{"do": "startWorker", "name": "w", "handler": "explode"}`, `value must be one of 'ack', 'nack', 'deadLetter'`},
+		{`{"do": "thawBroker", "Broker": 0}`, `missing property 'broker'`},
+		{`{"do": "restartBroker", "broker": 2}`, `step 0 (restartBroker): broker index 2 is not one of the 2 brokers`},
+		{`{"do": "enqueue", "via": 2, "messages": [{"payload": "a"}]}`, `broker index 2 is not one of the 2 brokers`},
+		{`{"do": "enqueue", "messages": [{"payload": "a"}], "expectDuplicate": [true, false]}`, `expectDuplicate needs one entry per message`},
+		{`{"do": "produce", "count": 2, "prefix": "m", "killLeaderAfter": 3}`, `killLeaderAfter 3 is above count 2`},
+	} {
+		_, _, err := parseScenario(fmt.Appendf(nil, two, c.step), "bad.json")
+		if err == nil {
+			t.Errorf("%s was accepted", c.step)
+		} else if !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: error %q does not say %q", c.step, err, c.want)
+		}
+	}
+	if _, _, err := parseScenario([]byte(`{"name": "x", "extra": 1, "steps": [{"do": "redrive", "expect": 0}]}`), "bad.json"); err == nil ||
+		!strings.Contains(err.Error(), "top level: additional properties 'extra' not allowed") {
+		t.Errorf("an unknown top-level field: %v", err)
+	}
+	if _, _, err := parseScenario(fmt.Appendf(nil, two, `{"do": "enqueue", "messages": [{"payload": "a", "headers": {"Any-Name": "v"}}]}`), "ok.json"); err != nil {
+		t.Errorf("headers take any key: %v", err)
+	}
+}
