@@ -1,14 +1,13 @@
 """Runs the language-neutral SDK scenarios of test/scenarios/*.json with the Python SDK.
 
-The spec is test/scenarios/README.md. Each scenario gets its own brokers on a
-fresh file store, one casq.Client over all of them, a fresh queue made with
-casq.Admin, and its steps run in order. Parsing is strict: an unknown field
-or step fails the scenario rather than being skipped.
+The spec is test/scenarios/README.md. Each scenario, loaded and validated
+against the schema by scenario_file.py, gets its own brokers on a fresh file
+store, one casq.Client over all of them, a fresh queue made with casq.Admin,
+and its steps run in order.
 """
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 import signal
@@ -22,298 +21,41 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, assert_never
 
 import pytest
 from brokers import BROKER_START_TIMEOUT, REPO_ROOT, Broker, Lines, start_casq_serve
+from scenario_file import (
+    SCENARIO_DIR,
+    SCHEMA_STEP_KINDS,
+    STEP_KINDS,
+    Action,
+    AwaitLeaseLapse,
+    AwaitWorker,
+    CrashWorker,
+    DeadLetters,
+    Enqueue,
+    ExpectLeaders,
+    FreezeBroker,
+    Produce,
+    Redrive,
+    RestartBroker,
+    Scenario,
+    ScenarioError,
+    StartWorker,
+    Stats,
+    StopWorker,
+    load,
+    parse_scenario,
+    scenario_files,
+)
 
 import casq
 from casq.v1 import admin_service_pb2
 
-SCENARIO_DIR = REPO_ROOT / "test" / "scenarios"
-SCENARIOS = sorted(SCENARIO_DIR.glob("*.json"))
+SCENARIOS = scenario_files()
 CRASH_WORKER = Path(__file__).resolve().parent / "scenario_crash_worker.py"
 POLL = 0.05
-
-
-class ScenarioError(Exception):
-    """A malformed scenario file or a failed expectation."""
-
-
-# -- strict parsing -------------------------------------------------------------
-
-
-class Fields:
-    """Typed reads of one JSON object's fields; :meth:`done` rejects the fields nobody read."""
-
-    def __init__(self, value: object, where: str) -> None:
-        if not isinstance(value, dict):
-            raise ScenarioError(f"{where}: expected an object, got {value!r}")
-        self.value: dict[str, Any] = value
-        self.where = where
-        self.read: set[str] = set()
-
-    def _get(self, key: str) -> object:
-        self.read.add(key)
-        return self.value.get(key)
-
-    def has(self, key: str) -> bool:
-        return key in self.value
-
-    def opt_int(self, key: str, default: int | None = None) -> int | None:
-        value = self._get(key)
-        if value is None:
-            return default
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ScenarioError(f"{self.where}.{key}: expected an integer, got {value!r}")
-        return value
-
-    def req_int(self, key: str) -> int:
-        value = self.opt_int(key)
-        if value is None:
-            raise ScenarioError(f"{self.where}.{key} is required")
-        return value
-
-    def opt_str(self, key: str, default: str | None = None) -> str | None:
-        value = self._get(key)
-        if value is None:
-            return default
-        if not isinstance(value, str):
-            raise ScenarioError(f"{self.where}.{key}: expected a string, got {value!r}")
-        return value
-
-    def req_str(self, key: str) -> str:
-        value = self.opt_str(key)
-        if value is None:
-            raise ScenarioError(f"{self.where}.{key} is required")
-        return value
-
-    def opt_bool(self, key: str, default: bool) -> bool:
-        value = self._get(key)
-        if value is None:
-            return default
-        if not isinstance(value, bool):
-            raise ScenarioError(f"{self.where}.{key}: expected true or false, got {value!r}")
-        return value
-
-    def opt_list(self, key: str) -> list[object] | None:
-        value = self._get(key)
-        if value is None:
-            return None
-        if not isinstance(value, list):
-            raise ScenarioError(f"{self.where}.{key}: expected an array, got {value!r}")
-        return value
-
-    def str_list(self, key: str) -> list[str] | None:
-        items = self.opt_list(key)
-        if items is not None and not all(isinstance(item, str) for item in items):
-            raise ScenarioError(f"{self.where}.{key}: expected an array of strings, got {items!r}")
-        return [str(item) for item in items] if items is not None else None
-
-    def int_list(self, key: str) -> list[int] | None:
-        items = self.opt_list(key)
-        if items is None:
-            return None
-        out: list[int] = []
-        for item in items:
-            if isinstance(item, bool) or not isinstance(item, int):
-                raise ScenarioError(f"{self.where}.{key}: expected an array of integers, got {items!r}")
-            out.append(item)
-        return out
-
-    def bool_list(self, key: str) -> list[bool] | None:
-        items = self.opt_list(key)
-        if items is None:
-            return None
-        out: list[bool] = []
-        for item in items:
-            if not isinstance(item, bool):
-                raise ScenarioError(f"{self.where}.{key}: expected an array of booleans, got {items!r}")
-            out.append(item)
-        return out
-
-    def obj(self, key: str) -> Fields | None:
-        value = self._get(key)
-        return None if value is None else Fields(value, f"{self.where}.{key}")
-
-    def str_map(self, key: str) -> dict[str, str] | None:
-        value = self._get(key)
-        if value is None:
-            return None
-        if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
-            raise ScenarioError(f"{self.where}.{key}: expected an object of strings, got {value!r}")
-        return {str(k): str(v) for k, v in value.items()}
-
-    def int_map(self, key: str) -> dict[str, int] | None:
-        value = self._get(key)
-        if value is None:
-            return None
-        if not isinstance(value, dict) or not all(
-            isinstance(v, int) and not isinstance(v, bool) for v in value.values()
-        ):
-            raise ScenarioError(f"{self.where}.{key}: expected an object of integers, got {value!r}")
-        return {str(k): int(v) for k, v in value.items()}
-
-    def done(self) -> None:
-        unknown = sorted(set(self.value) - self.read)
-        if unknown:
-            raise ScenarioError(f"{self.where}: unknown field(s) {', '.join(unknown)}")
-
-
-def positive(value: int | None, where: str) -> int | None:
-    if value is not None and value < 0:
-        raise ScenarioError(f"{where}: must not be negative, got {value}")
-    return value
-
-
-@dataclass
-class QueueSpec:
-    shards: int = 1
-    lease_ttl_ms: int = 2000
-    max_attempts: int | None = None
-    backoff_ms: int = 100
-
-
-@dataclass
-class Message:
-    payload: str
-    key: str | None = None
-    priority: int = 0
-    delay_ms: int | None = None
-    max_attempts: int | None = None
-    dedup_id: str | None = None
-    headers: dict[str, str] | None = None
-
-
-@dataclass
-class Enqueue:
-    batch: bool
-    messages: list[Message]
-    expect_duplicate: list[bool] | None
-    via: int | None = None  # send through a client that knows only this broker
-
-
-@dataclass
-class RestartBroker:
-    broker: int
-
-
-@dataclass
-class ExpectLeaders:
-    distinct: int
-
-
-@dataclass
-class FreezeBroker:
-    """freezeBroker (SIGSTOP, ``freeze`` true) or thawBroker (SIGCONT)."""
-
-    broker: int
-    freeze: bool
-
-
-@dataclass
-class AwaitLeaseLapse:
-    broker: int
-    timeout_ms: int
-
-
-@dataclass
-class Produce:
-    count: int
-    prefix: str
-    kill_leader_after: int | None
-
-
-@dataclass
-class StartWorker:
-    name: str
-    subscription: str
-    concurrency: int
-    prefetch: int
-    handler: str
-    handler_ms: int
-    lease_ttl_ms: int | None
-
-
-@dataclass
-class AwaitWorker:
-    name: str
-    condition: str  # started | completed | distinctPayloads
-    target: int
-    timeout_ms: int
-    expect: list[str] | None
-    ordered: bool
-    expect_attempts: list[int] | None
-    expect_all_of: tuple[str, int] | None
-
-
-@dataclass
-class StopWorker:
-    name: str
-    timeout_ms: int
-    expect_started: int | None
-    expect_completed: int | None
-
-
-@dataclass
-class CrashWorker:
-    subscription: str
-    jobs: int
-    expect: list[str]
-    timeout_ms: int
-
-
-@dataclass
-class Stats:
-    subscription: str
-    expect: dict[str, int]
-    counters: dict[str, int]
-    timeout_ms: int
-
-
-@dataclass
-class DeadLetters:
-    subscription: str
-    expect: list[str]
-
-
-@dataclass
-class Redrive:
-    subscription: str
-    expect: int
-
-
-Action = (
-    Enqueue
-    | Produce
-    | RestartBroker
-    | ExpectLeaders
-    | FreezeBroker
-    | AwaitLeaseLapse
-    | StartWorker
-    | AwaitWorker
-    | StopWorker
-    | CrashWorker
-    | Stats
-    | DeadLetters
-    | Redrive
-)
-
-
-@dataclass
-class Step:
-    index: int
-    do: str
-    action: Action
-
-
-@dataclass
-class Scenario:
-    name: str
-    brokers: int
-    queue: QueueSpec
-    subscriptions: list[str]
-    steps: list[Step]
 
 
 def _proto_fields(descriptor: Any) -> dict[str, str]:
@@ -323,176 +65,6 @@ def _proto_fields(descriptor: Any) -> dict[str, str]:
 
 STATS_FIELDS = _proto_fields(admin_service_pb2.SubscriptionStats.DESCRIPTOR)
 COUNTER_FIELDS = _proto_fields(admin_service_pb2.SubscriptionCounters.DESCRIPTOR)
-STATS_FIELDS.pop("subscription", None)
-HANDLERS = ("ack", "nack", "deadLetter")
-
-
-def parse_message(fields: Fields) -> Message:
-    message = Message(
-        payload=fields.req_str("payload"),
-        key=fields.opt_str("key"),
-        priority=fields.opt_int("priority", 0) or 0,
-        delay_ms=positive(fields.opt_int("delayMs"), f"{fields.where}.delayMs"),
-        max_attempts=positive(fields.opt_int("maxAttempts"), f"{fields.where}.maxAttempts"),
-        dedup_id=fields.opt_str("dedupId"),
-        headers=fields.str_map("headers"),
-    )
-    fields.done()
-    return message
-
-
-def parse_stats_fields(values: dict[str, int] | None, known: dict[str, str], where: str) -> dict[str, int]:
-    for key in values or {}:
-        if key not in known:
-            raise ScenarioError(f"{where}: unknown field {key!r} (known: {', '.join(sorted(known))})")
-    return dict(values or {})
-
-
-def parse_action(do: str, f: Fields) -> Action:
-    where = f.where
-    if do == "enqueue":
-        raw = f.opt_list("messages")
-        if not raw:
-            raise ScenarioError(f"{where}.messages: at least one message is required")
-        messages = [parse_message(Fields(item, f"{where}.messages[{i}]")) for i, item in enumerate(raw)]
-        expect_duplicate = f.bool_list("expectDuplicate")
-        if expect_duplicate is not None and len(expect_duplicate) != len(messages):
-            raise ScenarioError(f"{where}.expectDuplicate: needs one flag per message")
-        via = positive(f.opt_int("via"), f"{where}.via")
-        return Enqueue(f.opt_bool("batch", False), messages, expect_duplicate, via)
-    if do == "restartBroker":
-        return RestartBroker(positive(f.req_int("broker"), f"{where}.broker") or 0)
-    if do in ("freezeBroker", "thawBroker"):
-        return FreezeBroker(positive(f.req_int("broker"), f"{where}.broker") or 0, do == "freezeBroker")
-    if do == "awaitLeaseLapse":
-        broker = positive(f.req_int("broker"), f"{where}.broker") or 0
-        return AwaitLeaseLapse(broker, positive(f.opt_int("timeoutMs", 20000), f"{where}.timeoutMs") or 0)
-    if do == "expectLeaders":
-        distinct = f.req_int("distinct")
-        if distinct < 1:
-            raise ScenarioError(f"{where}.distinct: must be at least 1")
-        return ExpectLeaders(distinct)
-    if do == "produce":
-        count = positive(f.req_int("count"), f"{where}.count") or 0
-        kill = positive(f.opt_int("killLeaderAfter"), f"{where}.killLeaderAfter")
-        if kill is not None and kill > count:
-            raise ScenarioError(f"{where}.killLeaderAfter: above count")
-        return Produce(count, f.req_str("prefix"), kill)
-    if do == "startWorker":
-        concurrency = f.opt_int("concurrency", 1) or 0
-        if concurrency < 1:
-            raise ScenarioError(f"{where}.concurrency: must be at least 1")
-        handler = f.req_str("handler")
-        if handler not in HANDLERS:
-            raise ScenarioError(f"{where}.handler: unknown handler {handler!r} (known: {', '.join(HANDLERS)})")
-        return StartWorker(
-            name=f.req_str("name"),
-            subscription=f.opt_str("subscription", "default") or "default",
-            concurrency=concurrency,
-            prefetch=positive(f.opt_int("prefetch", concurrency), f"{where}.prefetch") or concurrency,
-            handler=handler,
-            handler_ms=positive(f.opt_int("handlerMs", 0), f"{where}.handlerMs") or 0,
-            lease_ttl_ms=positive(f.opt_int("leaseTtlMs"), f"{where}.leaseTtlMs"),
-        )
-    if do == "awaitWorker":
-        conditions = [(key, f.opt_int(key)) for key in ("started", "completed", "distinctPayloads")]
-        given = [(key, value) for key, value in conditions if value is not None]
-        if len(given) != 1:
-            raise ScenarioError(f"{where}: needs exactly one of started, completed, distinctPayloads")
-        all_of = f.obj("expectAllOf")
-        expect_all_of = None
-        if all_of is not None:
-            expect_all_of = (all_of.req_str("prefix"), all_of.req_int("count"))
-            all_of.done()
-        return AwaitWorker(
-            name=f.req_str("name"),
-            condition=given[0][0],
-            target=given[0][1] or 0,
-            timeout_ms=f.opt_int("timeoutMs", 30000) or 0,
-            expect=f.str_list("expect"),
-            ordered=f.opt_bool("ordered", False),
-            expect_attempts=f.int_list("expectAttempts"),
-            expect_all_of=expect_all_of,
-        )
-    if do == "stopWorker":
-        return StopWorker(
-            name=f.req_str("name"),
-            timeout_ms=f.opt_int("timeoutMs", 10000) or 0,
-            expect_started=f.opt_int("expectStarted"),
-            expect_completed=f.opt_int("expectCompleted"),
-        )
-    if do == "crashWorker":
-        jobs = f.opt_int("jobs", 1) or 0
-        if jobs < 1:
-            raise ScenarioError(f"{where}.jobs: must be at least 1")
-        expect = f.str_list("expect")
-        if expect is None:
-            raise ScenarioError(f"{where}.expect is required")
-        subscription = f.opt_str("subscription", "default") or "default"
-        return CrashWorker(subscription, jobs, expect, f.opt_int("timeoutMs", 30000) or 0)
-    if do == "stats":
-        return Stats(
-            subscription=f.opt_str("subscription", "default") or "default",
-            expect=parse_stats_fields(f.int_map("expect"), STATS_FIELDS, f"{where}.expect"),
-            counters=parse_stats_fields(f.int_map("counters"), COUNTER_FIELDS, f"{where}.counters"),
-            timeout_ms=f.opt_int("timeoutMs", 10000) or 0,
-        )
-    if do == "deadLetters":
-        expect = f.str_list("expect")
-        if expect is None:
-            raise ScenarioError(f"{where}.expect is required")
-        return DeadLetters(f.opt_str("subscription", "default") or "default", expect)
-    if do == "redrive":
-        return Redrive(f.opt_str("subscription", "default") or "default", f.req_int("expect"))
-    raise ScenarioError(f"{where}: unknown do {do!r}")
-
-
-def check_broker_index(action: Action, brokers: int) -> None:
-    """A step naming broker *i* must name one the scenario starts."""
-    index: int | None = None
-    field_name = "broker"
-    if isinstance(action, RestartBroker | FreezeBroker | AwaitLeaseLapse):
-        index = action.broker
-    elif isinstance(action, Enqueue):
-        index, field_name = action.via, "via"
-    if index is not None and index >= brokers:
-        raise ScenarioError(f"{field_name}: broker {index} does not exist (the scenario starts {brokers})")
-
-
-def parse_scenario(value: object, source: str) -> Scenario:
-    top = Fields(value, source)
-    name = top.req_str("name")
-    top.opt_str("description")
-    queue = QueueSpec()
-    queue_fields = top.obj("queue")
-    if queue_fields is not None:
-        queue = QueueSpec(
-            shards=queue_fields.opt_int("shards", 1) or 1,
-            lease_ttl_ms=queue_fields.opt_int("leaseTtlMs", 2000) or 2000,
-            max_attempts=queue_fields.opt_int("maxAttempts"),
-            backoff_ms=positive(queue_fields.opt_int("backoffMs", 100), f"{source}.queue.backoffMs") or 0,
-        )
-        queue_fields.done()
-    brokers = top.opt_int("brokers", 1) or 0
-    if brokers < 1:
-        raise ScenarioError(f"{source}.brokers: must be at least 1")
-    subscriptions = top.str_list("subscriptions") or []
-    raw_steps = top.opt_list("steps")
-    if not raw_steps:
-        raise ScenarioError(f"{source}.steps: at least one step is required")
-    top.done()
-    steps: list[Step] = []
-    for index, raw in enumerate(raw_steps):
-        fields = Fields(raw, f"scenario {name!r} step {index}")
-        do = fields.req_str("do")
-        try:
-            action = parse_action(do, fields)
-            fields.done()
-            check_broker_index(action, brokers)
-        except ScenarioError as error:
-            raise ScenarioError(f"scenario {name!r} step {index} ({do}): {error}") from None
-        steps.append(Step(index, do, action))
-    return Scenario(name, brokers, queue, subscriptions, steps)
 
 
 # -- processes ----------------------------------------------------------------
@@ -682,10 +254,12 @@ class Run:
             payloads = [letter.message.payload.decode() for letter in letters]
             if not same_multiset(payloads, action.expect):
                 raise ScenarioError(f"dead letters {payloads}, expected {action.expect} (any order)")
-        else:
+        elif isinstance(action, Redrive):
             redriven = self.admin.redrive(self.queue, action.subscription).redriven
             if redriven != action.expect:
                 raise ScenarioError(f"redrove {redriven} dead letters, expected {action.expect}")
+        else:
+            assert_never(action)
 
     def enqueue(self, step: Enqueue) -> None:
         messages = [
@@ -968,10 +542,6 @@ def run_scenario(scenario: Scenario) -> None:
         run.teardown()
 
 
-def load(path: Path) -> Scenario:
-    return parse_scenario(json.loads(path.read_text()), path.name)
-
-
 def test_scenarios_found() -> None:
     assert SCENARIOS, f"no scenarios in {SCENARIO_DIR}"
 
@@ -981,45 +551,92 @@ def test_scenario(path: Path) -> None:
     run_scenario(load(path))
 
 
-def test_parsing_is_strict() -> None:
-    """Unknown fields and steps fail instead of being skipped."""
-    base: dict[str, object] = {"name": "x", "steps": [{"do": "redrive", "expect": 0}]}
-    parse_scenario(base, "ok")
-    parse_scenario(
-        {
-            "name": "x",
-            "brokers": 2,
-            "steps": [
-                {"do": "restartBroker", "broker": 1},
-                {"do": "enqueue", "via": 1, "messages": [{"payload": "a"}]},
-                {"do": "expectLeaders", "distinct": 2},
-                {"do": "freezeBroker", "broker": 1},
-                {"do": "awaitLeaseLapse", "broker": 1, "timeoutMs": 5000},
-                {"do": "thawBroker", "broker": 1},
-            ],
-        },
-        "ok with brokers",
-    )
-    bad_cases: list[tuple[str, dict[str, object]]] = [
-        ("unknown field", {**base, "extra": 1}),
-        ("unknown do", {**base, "steps": [{"do": "dance"}]}),
-        ("unknown step field", {**base, "steps": [{"do": "redrive", "expect": 0, "subscriptoin": "a"}]}),
-        ("unknown queue field", {**base, "queue": {"shard": 2}}),
-        ("unknown stats field", {**base, "steps": [{"do": "stats", "expect": {"readyy": 0}}]}),
-        ("unknown handler", {**base, "steps": [{"do": "startWorker", "name": "w", "handler": "explode"}]}),
-        ("two conditions", {**base, "steps": [{"do": "awaitWorker", "name": "w", "started": 1, "completed": 1}]}),
-        ("wrong type", {**base, "steps": [{"do": "redrive", "expect": "1"}]}),
-        ("restart missing broker", {**base, "steps": [{"do": "restartBroker"}]}),
-        ("restart unknown broker", {**base, "steps": [{"do": "restartBroker", "broker": 1}]}),
-        ("restart extra field", {**base, "steps": [{"do": "restartBroker", "broker": 0, "grace": 1}]}),
-        ("leaders missing distinct", {**base, "steps": [{"do": "expectLeaders"}]}),
-        ("leaders wrong type", {**base, "steps": [{"do": "expectLeaders", "distinct": "2"}]}),
-        ("via unknown broker", {**base, "steps": [{"do": "enqueue", "via": 1, "messages": [{"payload": "a"}]}]}),
-        ("freeze unknown broker", {**base, "steps": [{"do": "freezeBroker", "broker": 1}]}),
-        ("thaw missing broker", {**base, "steps": [{"do": "thawBroker"}]}),
-        ("lapse extra field", {**base, "steps": [{"do": "awaitLeaseLapse", "broker": 0, "timeout": 1}]}),
-        ("via wrong type", {**base, "steps": [{"do": "enqueue", "via": True, "messages": [{"payload": "a"}]}]}),
+def test_every_scenario_file_validates() -> None:
+    for path in SCENARIOS:
+        load(path)
+
+
+def test_step_kinds_match_the_schema() -> None:
+    """The kinds this runner builds (and Run.step runs: mypy checks it is exhaustive) are the schema's."""
+    assert sorted(STEP_KINDS) == sorted(SCHEMA_STEP_KINDS)
+
+
+BASE: dict[str, Any] = {"name": "x", "steps": [{"do": "redrive", "expect": 0}]}
+
+
+def refused(case: dict[str, Any]) -> str:
+    with pytest.raises(ScenarioError) as caught:
+        parse_scenario(case, "bad.json")
+    return str(caught.value)
+
+
+def with_steps(*steps: dict[str, Any], brokers: int = 1) -> dict[str, Any]:
+    return {**BASE, "brokers": brokers, "steps": list(steps)}
+
+
+def test_loader_accepts_and_fills_in_defaults() -> None:
+    scenario = parse_scenario(BASE, "ok")
+    assert (scenario.brokers, scenario.subscriptions, scenario.queue.shards, scenario.queue.backoff_ms) == (1, [], 1, 100)
+    steps = [
+        {"do": "restartBroker", "broker": 1},
+        {"do": "enqueue", "via": 1, "messages": [{"payload": "a", "headers": {"Any-Name": "v"}}]},
+        {"do": "expectLeaders", "distinct": 2},
+        {"do": "freezeBroker", "broker": 1},
+        {"do": "awaitLeaseLapse", "broker": 1, "timeoutMs": 5000},
+        {"do": "thawBroker", "broker": 1},
     ]
-    for label, case in bad_cases:
-        with pytest.raises(ScenarioError):
-            parse_scenario(case, label)
+    assert [s.do for s in parse_scenario(with_steps(*steps, brokers=2), "ok").steps] == [s["do"] for s in steps]
+
+
+def test_loader_refuses_an_unknown_step_kind() -> None:
+    message = refused(with_steps({"do": "dance"}))
+    assert "bad.json: not a valid scenario" in message
+    assert "step 0 (dance) do: 'dance' is not one of ['enqueue', 'produce'" in message
+
+
+def test_loader_refuses_a_missing_field() -> None:
+    assert "step 0 (restartBroker): 'broker' is a required property" in refused(with_steps({"do": "restartBroker"}))
+    assert "step 0 (expectLeaders): 'distinct' is a required property" in refused(with_steps({"do": "expectLeaders"}))
+    assert "top level: 'name' is a required property" in refused({"steps": BASE["steps"]})
+
+
+def test_loader_refuses_unknown_fields() -> None:
+    assert "top level: Additional properties are not allowed ('extra' was unexpected)" in refused({**BASE, "extra": 1})
+    assert "queue: Additional properties are not allowed ('shard' was unexpected)" in refused(
+        {**BASE, "queue": {"shard": 2}}
+    )
+    assert "step 0 (redrive): Additional properties are not allowed ('subscriptoin' was unexpected)" in refused(
+        with_steps({"do": "redrive", "expect": 0, "subscriptoin": "a"})
+    )
+    assert "step 0 (stats) expect: Additional properties are not allowed ('readyy' was unexpected)" in refused(
+        with_steps({"do": "stats", "expect": {"readyy": 0}})
+    )
+    assert "('timeout' was unexpected)" in refused(with_steps({"do": "awaitLeaseLapse", "broker": 0, "timeout": 1}))
+
+
+def test_loader_refuses_wrong_types_and_values() -> None:
+    assert "step 0 (redrive) expect: '1' is not of type 'integer'" in refused(with_steps({"do": "redrive", "expect": "1"}))
+    assert "via: True is not of type 'integer'" in refused(
+        with_steps({"do": "enqueue", "via": True, "messages": [{"payload": "a"}]})
+    )
+    assert "handler: 'explode' is not one of ['ack', 'nack', 'deadLetter']" in refused(
+        with_steps({"do": "startWorker", "name": "w", "handler": "explode"})
+    )
+    assert "is valid under each of" in refused(with_steps({"do": "awaitWorker", "name": "w", "started": 1, "completed": 1}))
+
+
+def test_loader_checks_what_the_schema_cannot() -> None:
+    for step in (
+        {"do": "restartBroker", "broker": 1},
+        {"do": "freezeBroker", "broker": 1},
+        {"do": "thawBroker", "broker": 1},
+        {"do": "awaitLeaseLapse", "broker": 1},
+        {"do": "enqueue", "via": 1, "messages": [{"payload": "a"}]},
+    ):
+        assert f"step 0 ({step['do']}): broker index 1 is not one of the 1 brokers" in refused(with_steps(step))
+    assert "expectDuplicate needs one entry per message" in refused(
+        with_steps({"do": "enqueue", "messages": [{"payload": "a"}], "expectDuplicate": [True, False]})
+    )
+    assert "killLeaderAfter 3 is above count 2" in refused(
+        with_steps({"do": "produce", "count": 2, "prefix": "m", "killLeaderAfter": 3})
+    )
