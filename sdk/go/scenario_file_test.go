@@ -50,14 +50,27 @@ func scenarioFiles(t *testing.T) []string {
 	return files
 }
 
-// scenarioSchema is the compiled schema, compiled once.
-var scenarioSchema = sync.OnceValues(func() (*jsonschema.Schema, error) {
+// schemaJSON is the schema document, read once (numbers as json.Number).
+var schemaJSON = sync.OnceValues(func() (map[string]any, error) {
 	f, err := os.Open(schemaPath())
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
 	doc, err := jsonschema.UnmarshalJSON(f)
+	if err != nil {
+		return nil, err
+	}
+	m, ok := doc.(map[string]any)
+	if !ok {
+		return nil, errors.New("not an object")
+	}
+	return m, nil
+})
+
+// scenarioSchema is the compiled schema, compiled once.
+var scenarioSchema = sync.OnceValues(func() (*jsonschema.Schema, error) {
+	doc, err := schemaJSON()
 	if err != nil {
 		return nil, err
 	}
@@ -68,7 +81,8 @@ var scenarioSchema = sync.OnceValues(func() (*jsonschema.Schema, error) {
 	return c.Compile(schemaPath())
 })
 
-// --- types: the schema's shapes (its required fields are never pointers) ---
+// --- types: the schema's shapes, decoded once the schema's defaults are
+// filled in (a pointer is an optional field without a default) ---
 
 type scenarioFile struct {
 	Schema        string            `json:"$schema"`
@@ -82,9 +96,9 @@ type scenarioFile struct {
 
 type scenarioQueue struct {
 	Shards      uint32  `json:"shards"`
-	LeaseTTLMs  *int64  `json:"leaseTtlMs"`
+	LeaseTTLMs  int64   `json:"leaseTtlMs"`
 	MaxAttempts *uint32 `json:"maxAttempts"`
-	BackoffMs   *int64  `json:"backoffMs"`
+	BackoffMs   int64   `json:"backoffMs"`
 }
 
 type scenarioMessage struct {
@@ -117,8 +131,8 @@ type brokerStep struct {
 }
 
 type awaitLeaseLapseStep struct {
-	Broker    int    `json:"broker"`
-	TimeoutMs *int64 `json:"timeoutMs"`
+	Broker    int   `json:"broker"`
+	TimeoutMs int64 `json:"timeoutMs"`
 }
 
 type expectLeadersStep struct {
@@ -140,7 +154,7 @@ type awaitWorkerStep struct {
 	Started          *int     `json:"started"`
 	Completed        *int     `json:"completed"`
 	DistinctPayloads *int     `json:"distinctPayloads"`
-	TimeoutMs        *int64   `json:"timeoutMs"`
+	TimeoutMs        int64    `json:"timeoutMs"`
 	Expect           []string `json:"expect"`
 	Ordered          bool     `json:"ordered"`
 	ExpectAttempts   []uint32 `json:"expectAttempts"`
@@ -152,7 +166,7 @@ type awaitWorkerStep struct {
 
 type stopWorkerStep struct {
 	Name            string `json:"name"`
-	TimeoutMs       *int64 `json:"timeoutMs"`
+	TimeoutMs       int64  `json:"timeoutMs"`
 	ExpectStarted   *int   `json:"expectStarted"`
 	ExpectCompleted *int   `json:"expectCompleted"`
 }
@@ -161,14 +175,14 @@ type crashWorkerStep struct {
 	Subscription string   `json:"subscription"`
 	Jobs         int      `json:"jobs"`
 	Expect       []string `json:"expect"`
-	TimeoutMs    *int64   `json:"timeoutMs"`
+	TimeoutMs    int64    `json:"timeoutMs"`
 }
 
 type statsStep struct {
 	Subscription string            `json:"subscription"`
 	Expect       map[string]uint64 `json:"expect"`
 	Counters     map[string]uint64 `json:"counters"`
-	TimeoutMs    *int64            `json:"timeoutMs"`
+	TimeoutMs    int64             `json:"timeoutMs"`
 }
 
 type deadLettersStep struct {
@@ -226,7 +240,7 @@ var stepKinds = map[string]stepKind{
 // --- loading ---
 
 // schemaProblems lists the schema's complaints about doc (the leaves of the
-// error tree), one line each, placed as "step 2 (enqueue)/messages/0"
+// error tree), one line each, placed as "step 2 (enqueue) messages/0"
 // rather than "/steps/2/messages/0".
 func schemaProblems(doc any, err error) string {
 	var verr *jsonschema.ValidationError
@@ -254,7 +268,7 @@ func schemaProblems(doc any, err error) string {
 			}
 			where = fmt.Sprintf("step %s (%s)", loc[1], kind)
 			if len(loc) > 2 {
-				where += "/" + strings.Join(loc[2:], "/")
+				where += " " + strings.Join(loc[2:], "/")
 			}
 		} else if len(loc) > 0 {
 			where = strings.Join(loc, "/")
@@ -280,11 +294,18 @@ func parseScenario(data []byte, label string) (*scenarioFile, []parsedStep, erro
 	if err := schema.Validate(doc); err != nil {
 		return nil, nil, fmt.Errorf("%s: not a valid scenario (%s):\n  %s", label, schemaPath(), schemaProblems(doc, err))
 	}
+	root, _ := schemaJSON() // read without error by scenarioSchema
+	if err := fillDefaults(root, root, doc); err != nil {
+		return nil, nil, fmt.Errorf("schema %s: %w", schemaPath(), err)
+	}
+	filled, err := json.Marshal(doc)
+	if err != nil {
+		return nil, nil, err
+	}
 	var sc scenarioFile
-	if err := json.Unmarshal(data, &sc); err != nil {
+	if err := json.Unmarshal(filled, &sc); err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", label, err)
 	}
-	sc.Brokers = max(sc.Brokers, 1)
 	steps := make([]parsedStep, len(sc.Steps))
 	for i, raw := range sc.Steps {
 		var head struct {
@@ -303,6 +324,121 @@ func parseScenario(data []byte, label string) (*scenarioFile, []parsedStep, erro
 		}
 	}
 	return &sc, steps, nil
+}
+
+// fillDefaults sets every absent property of instance that has a "default"
+// in schema, and recurses into the values present, following local $refs,
+// allOf, items, and the if/then pairs of the step kinds (an "if" that
+// only compares properties with "const"). It is ajv's useDefaults rule, so
+// the three runners take the same defaults from the schema.
+func fillDefaults(root, schema map[string]any, instance any) error {
+	if ref, ok := schema["$ref"].(string); ok {
+		target, err := resolveRef(root, ref)
+		if err != nil {
+			return err
+		}
+		if err := fillDefaults(root, target, instance); err != nil {
+			return err
+		}
+	}
+	for _, sub := range asSlice(schema["allOf"]) {
+		if err := fillDefaults(root, sub.(map[string]any), instance); err != nil {
+			return err
+		}
+	}
+	if cond, ok := schema["if"].(map[string]any); ok {
+		matches, err := constsMatch(cond, instance)
+		if err != nil {
+			return err
+		}
+		if then, ok := schema["then"].(map[string]any); ok && matches {
+			if err := fillDefaults(root, then, instance); err != nil {
+				return err
+			}
+		}
+	}
+	switch v := instance.(type) {
+	case map[string]any:
+		props, _ := schema["properties"].(map[string]any)
+		for name, p := range props {
+			prop := p.(map[string]any)
+			if def, ok := prop["default"]; ok {
+				if _, present := v[name]; !present {
+					v[name] = deepCopy(def)
+				}
+			}
+			if value, present := v[name]; present {
+				if err := fillDefaults(root, prop, value); err != nil {
+					return err
+				}
+			}
+		}
+	case []any:
+		if items, ok := schema["items"].(map[string]any); ok {
+			for _, item := range v {
+				if err := fillDefaults(root, items, item); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// constsMatch evaluates an "if" made only of properties compared with const.
+func constsMatch(cond map[string]any, instance any) (bool, error) {
+	obj, _ := instance.(map[string]any)
+	for key, value := range cond {
+		if key != "properties" {
+			return false, fmt.Errorf("fillDefaults understands only an \"if\" of properties with const, not %q", key)
+		}
+		for name, p := range value.(map[string]any) {
+			want, ok := p.(map[string]any)["const"]
+			if !ok || len(p.(map[string]any)) != 1 {
+				return false, fmt.Errorf("fillDefaults understands only an \"if\" of properties with const, not %v", p)
+			}
+			if got, present := obj[name]; present && got != want {
+				return false, nil
+			}
+		}
+	}
+	return true, nil
+}
+
+func resolveRef(root map[string]any, ref string) (map[string]any, error) {
+	name, ok := strings.CutPrefix(ref, "#/$defs/")
+	if !ok {
+		return nil, fmt.Errorf("fillDefaults follows only #/$defs/ references, not %q", ref)
+	}
+	target, ok := lookup(root, "$defs", name).(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("no $defs/%s", name)
+	}
+	return target, nil
+}
+
+func asSlice(v any) []any {
+	s, _ := v.([]any)
+	return s
+}
+
+// deepCopy copies a default taken from the schema, so that no two scenarios share one value.
+func deepCopy(v any) any {
+	switch v := v.(type) {
+	case map[string]any:
+		out := make(map[string]any, len(v))
+		for k, x := range v {
+			out[k] = deepCopy(x)
+		}
+		return out
+	case []any:
+		out := make([]any, len(v))
+		for i, x := range v {
+			out[i] = deepCopy(x)
+		}
+		return out
+	}
+	return v
 }
 
 // checkStep makes the checks that relate several fields, which the schema
@@ -348,12 +484,8 @@ func TestScenarioFilesValidate(t *testing.T) {
 
 // schemaDoc is the schema as plain JSON, for the drift tests.
 func schemaDoc(t *testing.T) map[string]any {
-	data, err := os.ReadFile(schemaPath())
+	doc, err := schemaJSON()
 	if err != nil {
-		t.Fatal(err)
-	}
-	var doc map[string]any
-	if err := json.Unmarshal(data, &doc); err != nil {
 		t.Fatal(err)
 	}
 	return doc
@@ -408,36 +540,76 @@ func TestScenarioStatsFieldsMatchProto(t *testing.T) {
 	}
 }
 
-func TestScenarioLoaderRefusesMalformed(t *testing.T) {
-	const two = `{"name": "x", "brokers": 2, "steps": [%s]}`
-	for _, c := range []struct{ step, want string }{
-		{`{"do": "explode"}`, `step 0 (explode)/do: value must be one of 'enqueue', 'produce'`},
-		{`{"do": "restartBroker"}`, `step 0 (restartBroker): missing property 'broker'`},
-		{`{"do": "enqueue", "messages": [{"payload": "a", "colour": "red"}]}`, `step 0 (enqueue)/messages/0: additional properties 'colour' not allowed`},
-		{`{"do": "enqueue", "messages": [{"Payload": "a"}]}`, `additional properties 'Payload' not allowed`},
-		{`{"do": "awaitWorker", "name": "w", "completed": 1, "expectallof": {"prefix": "m", "count": 1}}`, `additional properties 'expectallof' not allowed`},
-		{`{"do": "awaitWorker", "name": "w", "started": 1, "completed": 1}`, `step 0 (awaitWorker): 'oneOf' failed, subschemas 0, 1 matched`},
-		{`{"do": "stats", "expect": {"readyy": 1}}`, `step 0 (stats)/expect: additional properties 'readyy' not allowed`},
-		{`{"do": "expectLeaders", "distinct": "2"}`, `step 0 (expectLeaders)/distinct: got string, want integer`},
-		{`{"do": "startWorker", "name": "w", "handler": "explode"}`, `value must be one of 'ack', 'nack', 'deadLetter'`},
-		{`{"do": "thawBroker", "Broker": 0}`, `missing property 'broker'`},
-		{`{"do": "restartBroker", "broker": 2}`, `step 0 (restartBroker): broker index 2 is not one of the 2 brokers`},
-		{`{"do": "enqueue", "via": 2, "messages": [{"payload": "a"}]}`, `broker index 2 is not one of the 2 brokers`},
-		{`{"do": "enqueue", "messages": [{"payload": "a"}], "expectDuplicate": [true, false]}`, `expectDuplicate needs one entry per message`},
-		{`{"do": "produce", "count": 2, "prefix": "m", "killLeaderAfter": 3}`, `killLeaderAfter 3 is above count 2`},
-	} {
-		_, _, err := parseScenario(fmt.Appendf(nil, two, c.step), "bad.json")
+// loaderCases are the cases all three runners' loaders share.
+type loaderCases struct {
+	Refused []struct {
+		Why      string          `json:"why"`
+		Scenario json.RawMessage `json:"scenario"`
+		Mentions []string        `json:"mentions"`
+	} `json:"refused"`
+	Accepted []struct {
+		Why      string          `json:"why"`
+		Scenario json.RawMessage `json:"scenario"`
+	} `json:"accepted"`
+}
+
+func TestScenarioLoaderCases(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(scenarioDir(), "loader-cases", "cases.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cases loaderCases
+	if err := json.Unmarshal(data, &cases); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cases.Refused {
+		_, _, err := parseScenario(c.Scenario, "bad.json")
 		if err == nil {
-			t.Errorf("%s was accepted", c.step)
-		} else if !strings.Contains(err.Error(), c.want) {
-			t.Errorf("%s: error %q does not say %q", c.step, err, c.want)
+			t.Errorf("refuses %s: accepted %s", c.Why, c.Scenario)
+			continue
+		}
+		for _, m := range c.Mentions {
+			if !strings.HasPrefix(err.Error(), "bad.json: ") || !strings.Contains(err.Error(), m) {
+				t.Errorf("refuses %s: error %q does not say %q", c.Why, err, m)
+			}
 		}
 	}
-	if _, _, err := parseScenario([]byte(`{"name": "x", "extra": 1, "steps": [{"do": "redrive", "expect": 0}]}`), "bad.json"); err == nil ||
-		!strings.Contains(err.Error(), "top level: additional properties 'extra' not allowed") {
-		t.Errorf("an unknown top-level field: %v", err)
+	for _, c := range cases.Accepted {
+		if _, _, err := parseScenario(c.Scenario, "ok.json"); err != nil {
+			t.Errorf("accepts %s: %v", c.Why, err)
+		}
 	}
-	if _, _, err := parseScenario(fmt.Appendf(nil, two, `{"do": "enqueue", "messages": [{"payload": "a", "headers": {"Any-Name": "v"}}]}`), "ok.json"); err != nil {
-		t.Errorf("headers take any key: %v", err)
+}
+
+func TestScenarioLoaderListsEveryProblem(t *testing.T) {
+	_, _, err := parseScenario([]byte(`{"name": "x", "extra": 1, "steps": [{"do": "restartBroker"}, {"do": "teleport"}]}`), "bad.json")
+	want := "bad.json: not a valid scenario (" + schemaPath() + "):\n" +
+		"  step 0 (restartBroker): missing property 'broker'\n" +
+		"  step 1 (teleport) do: value must be one of 'enqueue', 'produce', "
+	if err == nil || !strings.HasPrefix(err.Error(), want) || !strings.Contains(err.Error(), "top level: additional properties 'extra' not allowed") {
+		t.Errorf("error %v, want it to start %q and name the top-level field", err, want)
+	}
+}
+
+func TestScenarioLoaderFillsInTheSchemasDefaults(t *testing.T) {
+	sc, steps, err := parseScenario([]byte(`{"name": "x", "steps": [
+		{"do": "stats", "expect": {"ready": 0}},
+		{"do": "awaitLeaseLapse", "broker": 0},
+		{"do": "startWorker", "name": "w", "handler": "ack", "subscription": "s"}
+	]}`), "ok.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sc.Brokers != 1 || sc.Queue.Shards != 1 || sc.Queue.LeaseTTLMs != 2000 || sc.Queue.BackoffMs != 100 || sc.Queue.MaxAttempts != nil {
+		t.Errorf("top-level defaults: brokers %d, queue %+v", sc.Brokers, sc.Queue)
+	}
+	if s := steps[0].value.(*statsStep); s.Subscription != "default" || s.TimeoutMs != 10000 {
+		t.Errorf("stats defaults: %+v", s)
+	}
+	if s := steps[1].value.(*awaitLeaseLapseStep); s.TimeoutMs != 20000 {
+		t.Errorf("awaitLeaseLapse defaults: %+v", s)
+	}
+	if s := steps[2].value.(*startWorkerStep); s.Subscription != "s" || s.Concurrency != 1 || s.HandlerMs != 0 || s.Prefetch != 0 {
+		t.Errorf("startWorker defaults: %+v", s)
 	}
 }

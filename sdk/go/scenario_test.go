@@ -96,7 +96,7 @@ func runScenarioFile(t *testing.T, root, path string) {
 	r := &scenarioRun{t: t, sc: sc, root: root, dedup: map[string]string{}, workers: map[string]*scenarioWorker{}, graces: map[string]time.Duration{}}
 	for _, s := range steps {
 		if stop, ok := s.value.(*stopWorkerStep); ok {
-			r.graces[stop.Name] = timeout(stop.TimeoutMs, 10*time.Second)
+			r.graces[stop.Name] = millis(stop.TimeoutMs)
 		}
 	}
 	r.startBrokers()
@@ -153,9 +153,6 @@ func (l *lockedLines) String() string {
 func (r *scenarioRun) startBrokers() {
 	t := r.t
 	n := r.sc.Brokers
-	if n == 0 {
-		n = 1
-	}
 	r.dir = t.TempDir() // removed after the brokers are killed (cleanups run last-in first-out)
 	t.Cleanup(func() {
 		for _, b := range r.brokers {
@@ -257,20 +254,9 @@ func (r *scenarioRun) setup() {
 	r.queue = fmt.Sprintf("go-%.*s-%s", 100-len("go--")-len(suffix), name, suffix)
 
 	q := r.sc.Queue
-	leaseMs, backoffMs := int64(2000), int64(100)
-	if q.LeaseTTLMs != nil {
-		leaseMs = *q.LeaseTTLMs
-	}
-	if q.BackoffMs != nil {
-		backoffMs = *q.BackoffMs
-	}
-	shards := q.Shards
-	if shards == 0 {
-		shards = 1
-	}
-	backoff := durationpb.New(time.Duration(backoffMs) * time.Millisecond)
+	backoff := durationpb.New(millis(q.BackoffMs))
 	cfg := &casqv1.QueueConfig{
-		LeaseTtl:    durationpb.New(time.Duration(leaseMs) * time.Millisecond),
+		LeaseTtl:    durationpb.New(millis(q.LeaseTTLMs)),
 		MaxAttempts: q.MaxAttempts,
 		Backoff: &casqv1.BackoffPolicy{
 			InitialDelay: backoff, MaxDelay: proto.Clone(backoff).(*durationpb.Duration),
@@ -278,7 +264,7 @@ func (r *scenarioRun) setup() {
 		},
 	}
 	ctx := context.Background()
-	if _, err := c.Admin().CreateQueue(ctx, r.queue, shards, cfg); err != nil {
+	if _, err := c.Admin().CreateQueue(ctx, r.queue, q.Shards, cfg); err != nil {
 		t.Fatalf("scenario %s: create queue %s: %v", r.sc.Name, r.queue, err)
 	}
 	for _, s := range r.sc.Subscriptions {
@@ -291,19 +277,7 @@ func (r *scenarioRun) setup() {
 	}
 }
 
-func timeout(ms *int64, def time.Duration) time.Duration {
-	if ms == nil {
-		return def
-	}
-	return time.Duration(*ms) * time.Millisecond
-}
-
-func orDefault(s string) string {
-	if s == "" {
-		return "default"
-	}
-	return s
-}
+func millis(ms int64) time.Duration { return time.Duration(ms) * time.Millisecond }
 
 // poll calls cond every interval until it returns true or d passes.
 func poll(d, interval time.Duration, cond func() bool) bool {
@@ -320,7 +294,7 @@ func poll(d, interval time.Duration, cond func() bool) bool {
 }
 
 func (r *scenarioRun) deadLetters(ctx context.Context, s *deadLettersStep) error {
-	dls, err := r.client.Admin().ListDeadLetters(ctx, r.queue, orDefault(s.Subscription))
+	dls, err := r.client.Admin().ListDeadLetters(ctx, r.queue, s.Subscription)
 	if err != nil {
 		return err
 	}
@@ -335,7 +309,7 @@ func (r *scenarioRun) deadLetters(ctx context.Context, s *deadLettersStep) error
 }
 
 func (r *scenarioRun) redrive(ctx context.Context, s *redriveStep) error {
-	n, err := r.client.Admin().Redrive(ctx, r.queue, orDefault(s.Subscription))
+	n, err := r.client.Admin().Redrive(ctx, r.queue, s.Subscription)
 	if err != nil {
 		return err
 	}
@@ -539,7 +513,7 @@ func (r *scenarioRun) awaitLeaseLapse(ctx context.Context, s *awaitLeaseLapseSte
 	}
 	defer c.Close()
 	last := "no answer yet"
-	d := timeout(s.TimeoutMs, 20*time.Second)
+	d := millis(s.TimeoutMs)
 	if !poll(d, 100*time.Millisecond, func() bool {
 		q, err := c.Admin().GetQueue(ctx, r.queue)
 		if err != nil {
@@ -644,13 +618,13 @@ func (r *scenarioRun) startWorker(_ context.Context, s *startWorkerStep) error {
 	default:
 		return fmt.Errorf("unknown handler %q", s.Handler)
 	}
-	concurrency := max(s.Concurrency, 1)
+	concurrency := s.Concurrency
 	prefetch := s.Prefetch
 	if prefetch == 0 {
 		prefetch = concurrency
 	}
 	opts := []casq.WorkerOption{
-		casq.WithSubscription(orDefault(s.Subscription)), casq.WithConcurrency(concurrency), casq.WithPrefetch(prefetch),
+		casq.WithSubscription(s.Subscription), casq.WithConcurrency(concurrency), casq.WithPrefetch(prefetch),
 	}
 	if s.LeaseTTLMs > 0 {
 		opts = append(opts, casq.WithLeaseTTL(time.Duration(s.LeaseTTLMs)*time.Millisecond))
@@ -719,7 +693,7 @@ func (r *scenarioRun) awaitWorker(_ context.Context, s *awaitWorkerStep) error {
 	var inv []invocation
 	var distinct map[string]bool
 	var ended bool
-	ok := poll(timeout(s.TimeoutMs, 30*time.Second), 20*time.Millisecond, func() bool {
+	ok := poll(millis(s.TimeoutMs), 20*time.Millisecond, func() bool {
 		select {
 		case <-w.done:
 			ended = true
@@ -783,7 +757,7 @@ func (r *scenarioRun) stopWorker(_ context.Context, s *stopWorkerStep) error {
 	w.cancel()
 	// Run waits up to the grace period for handlers, then settles and
 	// half-closes; allow a margin for that beyond the grace period.
-	limit := timeout(s.TimeoutMs, 10*time.Second) + 30*time.Second
+	limit := millis(s.TimeoutMs) + 30*time.Second
 	select {
 	case <-w.done:
 	case <-time.After(limit):
@@ -811,7 +785,7 @@ func (r *scenarioRun) crashWorker(_ context.Context, s *crashWorkerStep) error {
 			addrs = append(addrs, b.addr)
 		}
 	}
-	spec, err := json.Marshal(crashWorkerArgs{Brokers: addrs, Queue: r.queue, Subscription: orDefault(s.Subscription), Jobs: s.Jobs})
+	spec, err := json.Marshal(crashWorkerArgs{Brokers: addrs, Queue: r.queue, Subscription: s.Subscription, Jobs: s.Jobs})
 	if err != nil {
 		return err
 	}
@@ -841,7 +815,7 @@ func (r *scenarioRun) crashWorker(_ context.Context, s *crashWorkerStep) error {
 		}
 	}()
 	var seen []string
-	deadline := time.After(timeout(s.TimeoutMs, 30*time.Second))
+	deadline := time.After(millis(s.TimeoutMs))
 	for len(seen) < s.Jobs {
 		select {
 		case line, ok := <-lines:
@@ -877,10 +851,10 @@ func lineWriter(l *lockedLines) io.Writer {
 }
 
 func (r *scenarioRun) stats(ctx context.Context, s *statsStep) error {
-	sub := orDefault(s.Subscription)
+	sub := s.Subscription
 	var last string
 	var lastErr error
-	ok := poll(timeout(s.TimeoutMs, 10*time.Second), 100*time.Millisecond, func() bool {
+	ok := poll(millis(s.TimeoutMs), 100*time.Millisecond, func() bool {
 		q, err := r.client.Admin().GetQueue(ctx, r.queue)
 		if err != nil {
 			lastErr = err

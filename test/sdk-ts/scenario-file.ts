@@ -23,7 +23,13 @@ const schema = JSON.parse(readFileSync(SCHEMA_PATH, "utf8")) as {
 export const SCHEMA_STEP_KINDS: readonly string[] = schema.$defs.step.properties.do.enum;
 
 // strictRequired off: `oneOf: [{required: [a]}, ...]` names properties defined beside it.
-const validate = new Ajv2020({ allErrors: true, strict: true, strictRequired: false }).compile(schema);
+// useDefaults: validation fills in each absent property that has a `default` in the schema.
+const validate = new Ajv2020({
+  allErrors: true,
+  strict: true,
+  strictRequired: false,
+  useDefaults: true,
+}).compile(schema);
 
 /** The scenario files, sorted (every `*.json` of the folder but the schema). */
 export function scenarioFiles(): string[] {
@@ -45,17 +51,21 @@ export interface ScenarioMessage {
 
 /** The `queue` section of a scenario. */
 export interface ScenarioQueue {
-  readonly shards?: number;
-  readonly leaseTtlMs?: number;
+  readonly shards: number;
+  readonly leaseTtlMs: number;
   readonly maxAttempts?: number;
-  readonly backoffMs?: number;
+  readonly backoffMs: number;
 }
 
-/** A step as the schema allows it; `do` selects the kind (fields as in test/scenarios/README.md). */
+/**
+ * A step as the schema allows it, with the schema's defaults filled in (so a
+ * field with a `default` there is never absent here); `do` selects the kind
+ * (fields as in test/scenarios/README.md).
+ */
 export type ScenarioStep =
   | {
       readonly do: "enqueue";
-      readonly batch?: boolean;
+      readonly batch: boolean;
       /** Send through a producer that knows only this broker (index into the scenario's brokers). */
       readonly via?: number;
       readonly messages: ScenarioMessage[];
@@ -70,16 +80,16 @@ export type ScenarioStep =
   | { readonly do: "restartBroker"; readonly broker: number }
   | { readonly do: "freezeBroker"; readonly broker: number }
   | { readonly do: "thawBroker"; readonly broker: number }
-  | { readonly do: "awaitLeaseLapse"; readonly broker: number; readonly timeoutMs?: number }
+  | { readonly do: "awaitLeaseLapse"; readonly broker: number; readonly timeoutMs: number }
   | { readonly do: "expectLeaders"; readonly distinct: number }
   | {
       readonly do: "startWorker";
       readonly name: string;
-      readonly subscription?: string;
-      readonly concurrency?: number;
+      readonly subscription: string;
+      readonly concurrency: number;
       readonly prefetch?: number;
       readonly handler: "ack" | "nack" | "deadLetter";
-      readonly handlerMs?: number;
+      readonly handlerMs: number;
       readonly leaseTtlMs?: number;
     }
   | {
@@ -88,40 +98,40 @@ export type ScenarioStep =
       readonly started?: number;
       readonly completed?: number;
       readonly distinctPayloads?: number;
-      readonly timeoutMs?: number;
+      readonly timeoutMs: number;
       readonly expect?: string[];
-      readonly ordered?: boolean;
+      readonly ordered: boolean;
       readonly expectAttempts?: number[];
       readonly expectAllOf?: { readonly prefix: string; readonly count: number };
     }
   | {
       readonly do: "stopWorker";
       readonly name: string;
-      readonly timeoutMs?: number;
+      readonly timeoutMs: number;
       readonly expectStarted?: number;
       readonly expectCompleted?: number;
     }
   | {
       readonly do: "crashWorker";
-      readonly subscription?: string;
+      readonly subscription: string;
       readonly jobs: number;
       readonly expect: string[];
-      readonly timeoutMs?: number;
+      readonly timeoutMs: number;
     }
   | {
       readonly do: "stats";
-      readonly subscription?: string;
+      readonly subscription: string;
       readonly expect?: Record<string, number>;
       readonly counters?: Record<string, number>;
-      readonly timeoutMs?: number;
+      readonly timeoutMs: number;
     }
-  | { readonly do: "deadLetters"; readonly subscription?: string; readonly expect: string[] }
-  | { readonly do: "redrive"; readonly subscription?: string; readonly expect: number };
+  | { readonly do: "deadLetters"; readonly subscription: string; readonly expect: string[] }
+  | { readonly do: "redrive"; readonly subscription: string; readonly expect: number };
 
 /** A step kind. */
 export type StepKind = ScenarioStep["do"];
 
-/** A loaded scenario file, with the defaults of `brokers`, `queue` and `subscriptions` filled in. */
+/** A loaded scenario file, with the schema's defaults filled in. */
 export interface Scenario {
   readonly name: string;
   readonly description?: string;
@@ -192,13 +202,7 @@ export function parseScenario(source: string, label = "scenario"): Scenario {
       .map((e) => describeError(raw, e));
     throw new Error(`${label}: not a valid scenario (${SCHEMA_PATH}):\n  ${problems.join("\n  ")}`);
   }
-  const file = raw as Omit<Scenario, "brokers" | "queue" | "subscriptions"> & Partial<Scenario>;
-  const scenario: Scenario = {
-    ...file,
-    brokers: file.brokers ?? 1,
-    queue: file.queue ?? {},
-    subscriptions: file.subscriptions ?? [],
-  };
+  const scenario = raw as Scenario;
   const problems = checkSemantics(scenario);
   if (problems.length > 0) throw new Error(`${label}: ${problems.join("; ")}`);
   return scenario;

@@ -110,11 +110,11 @@ class ScenarioContext {
     this.admin = new Admin(this.clientOptions);
     this.queue = queueName(this.scenario.name);
     const q = this.scenario.queue;
-    const backoff = durationFromMs(q.backoffMs ?? 100);
+    const backoff = durationFromMs(q.backoffMs);
     await this.admin.createQueue(this.queue, {
-      shardCount: q.shards ?? 1,
+      shardCount: q.shards,
       config: {
-        leaseTtl: durationFromMs(q.leaseTtlMs ?? 2000),
+        leaseTtl: durationFromMs(q.leaseTtlMs),
         ...(q.maxAttempts === undefined ? {} : { maxAttempts: q.maxAttempts }),
         backoff: { initialDelay: backoff, maxDelay: backoff, multiplier: 1, jitter: 0 },
       },
@@ -232,7 +232,7 @@ class ScenarioContext {
     const others = this.brokers.filter((_, i) => !this.frozen.has(i)).map((b) => b.address);
     if (others.length === 0) fail("every broker is frozen: none to ask");
     const admin = new Admin({ brokers: others, timeoutMs: 2_000 });
-    const timeoutMs = step.timeoutMs ?? 20_000;
+    const { timeoutMs } = step;
     let last = "no answer yet";
     const lapsed = await poll(
       async () => {
@@ -302,7 +302,7 @@ class ScenarioContext {
     if (this.workers.has(step.name)) fail(`worker ${step.name} already exists`);
     const worker = new Worker({ ...this.clientOptions, workerId: `scenario-${step.name}` });
     const invocations: Invocation[] = [];
-    const concurrency = step.concurrency ?? 1;
+    const { concurrency } = step;
     const state: Omit<ScenarioWorker, "run"> & { run?: Promise<void> } = {
       worker,
       invocations,
@@ -316,7 +316,7 @@ class ScenarioContext {
       invocations.push({ payload: job.text(), attempt: job.attempt });
       state.started++;
       try {
-        if ((step.handlerMs ?? 0) > 0) await sleep(step.handlerMs ?? 0);
+        if (step.handlerMs > 0) await sleep(step.handlerMs);
         if (step.handler === "nack") throw new Error("scenario handler: nack");
         if (step.handler === "deadLetter") throw new DeadLetterError("scenario handler: dead letter");
       } finally {
@@ -324,7 +324,7 @@ class ScenarioContext {
       }
     };
     const run = worker.run(this.queue, handler, {
-      subscription: step.subscription ?? "default",
+      subscription: step.subscription,
       concurrency,
       prefetch: step.prefetch ?? concurrency,
       ...(step.leaseTtlMs === undefined ? {} : { leaseTtlMs: step.leaseTtlMs }),
@@ -362,7 +362,7 @@ class ScenarioContext {
         : what === "completed"
           ? w.completed
           : new Set(w.invocations.map((i) => i.payload)).size;
-    const timeoutMs = step.timeoutMs ?? 30_000;
+    const { timeoutMs } = step;
     const reached = await poll(() => value() >= target || w.runEnded, timeoutMs);
     if (w.runEnded && value() < target)
       fail(`worker run ended early: ${String(w.runError ?? "without an error")}`);
@@ -397,7 +397,7 @@ class ScenarioContext {
 
   async stopWorker(step: StepOf<"stopWorker">): Promise<void> {
     const w = this.worker(step.name);
-    await w.worker.stop({ timeoutMs: step.timeoutMs ?? 10_000 });
+    await w.worker.stop({ timeoutMs: step.timeoutMs });
     await w.run;
     if (w.runError !== undefined) fail(`worker run ended with an error: ${String(w.runError)}`);
     if (step.expectStarted !== undefined && w.started !== step.expectStarted)
@@ -410,7 +410,7 @@ class ScenarioContext {
     const config = {
       brokers: this.clientOptions.brokers,
       queue: this.queue,
-      subscription: step.subscription ?? "default",
+      subscription: step.subscription,
       jobs: step.jobs,
     };
     const worker = spawnProgram(process.execPath, [
@@ -431,7 +431,7 @@ class ScenarioContext {
         .split("\n")
         .filter((line) => line.startsWith("STARTED "))
         .map((line) => line.slice("STARTED ".length));
-    const timeoutMs = step.timeoutMs ?? 30_000;
+    const { timeoutMs } = step;
     const reached = await poll(() => startedPayloads().length >= step.jobs || exited, timeoutMs);
     child.kill("SIGKILL");
     await exit;
@@ -446,8 +446,7 @@ class ScenarioContext {
   }
 
   async stats(step: StepOf<"stats">): Promise<void> {
-    const subscription = step.subscription ?? "default";
-    const timeoutMs = step.timeoutMs ?? 10_000;
+    const { subscription, timeoutMs } = step;
     let last: Record<string, unknown> = {};
     const matches = async (): Promise<boolean> => {
       const info = await this.admin.getQueue(this.queue);
@@ -482,7 +481,7 @@ class ScenarioContext {
   async deadLetters(step: StepOf<"deadLetters">): Promise<void> {
     const decoder = new TextDecoder();
     const dead = await this.admin.listDeadLetters(this.queue, {
-      subscription: step.subscription ?? "default",
+      subscription: step.subscription,
     });
     const got = dead.map((d) => decoder.decode(d.message?.payload ?? new Uint8Array()));
     if (multiset(got) !== multiset(step.expect))
@@ -491,7 +490,7 @@ class ScenarioContext {
 
   async redrive(step: StepOf<"redrive">): Promise<void> {
     const { redriven } = await this.admin.redrive(this.queue, {
-      subscription: step.subscription ?? "default",
+      subscription: step.subscription,
     });
     if (Number(redriven) !== step.expect) fail(`redriven ${redriven}, expected ${step.expect}`);
   }

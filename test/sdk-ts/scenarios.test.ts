@@ -3,8 +3,10 @@
  * test/scenarios/README.md) run with the TypeScript SDK: one test per file,
  * found by listing the directory so a new scenario is picked up by itself.
  * Before them: every file validates against the schema, the schema's step
- * kinds are the ones this runner implements, and malformed files are refused.
+ * kinds are the ones this runner implements, and the loader refuses and
+ * accepts the cases all three runners share.
  */
+import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import {
@@ -41,108 +43,68 @@ describe("SDK scenarios (TypeScript)", () => {
   }
 });
 
-describe("scenario loading refuses malformed files", () => {
+/** The loader cases every runner shares (test/scenarios/loader-cases/cases.json). */
+interface LoaderCases {
+  readonly refused: { why: string; scenario: object; mentions: string[] }[];
+  readonly accepted: { why: string; scenario: object }[];
+}
+const cases = JSON.parse(
+  readFileSync(join(SCENARIO_DIR, "loader-cases", "cases.json"), "utf8"),
+) as LoaderCases;
+
+describe("scenario loading", () => {
   const base = { name: "x", steps: [{ do: "redrive", expect: 0 }] };
-  const parse = (value: object) => () => parseScenario(JSON.stringify(value), "bad.json");
 
-  it("accepts a minimal scenario and fills in the defaults", () => {
-    const parsed = parseScenario(JSON.stringify(base));
-    expect(parsed).toMatchObject({ brokers: 1, queue: {}, subscriptions: [] });
-  });
+  for (const c of cases.refused)
+    it(`refuses: ${c.why}`, () => {
+      let message = "";
+      try {
+        parseScenario(JSON.stringify(c.scenario), "bad.json");
+      } catch (error) {
+        message = String(error);
+      }
+      expect(message, "refused").toMatch(/^Error: bad\.json: /);
+      for (const m of c.mentions) expect(message).toContain(m);
+    });
 
-  it("refuses an unknown step kind, listing the known ones", () => {
-    expect(parse({ ...base, steps: [{ do: "teleport" }] })).toThrow(
-      /bad\.json: not a valid scenario.*\n.*step 0 \(teleport\) do: must be equal to one of the allowed values: enqueue, produce/,
-    );
-  });
+  for (const c of cases.accepted)
+    it(`accepts: ${c.why}`, () => {
+      expect(() => parseScenario(JSON.stringify(c.scenario))).not.toThrow();
+    });
 
-  it("refuses a missing field", () => {
-    expect(parse({ ...base, steps: [{ do: "restartBroker" }] })).toThrow(
-      /step 0 \(restartBroker\): missing field "broker"/,
-    );
-    expect(parse({ steps: base.steps })).toThrow(/top level: missing field "name"/);
-    expect(parse({ ...base, steps: [] })).toThrow(/steps: must NOT have fewer than 1 items/);
-  });
-
-  it("refuses unknown fields at every level", () => {
-    expect(parse({ ...base, extra: 1 })).toThrow(/top level: unknown field "extra"/);
-    expect(parse({ ...base, queue: { shard: 2 } })).toThrow(/queue: unknown field "shard"/);
-    expect(parse({ ...base, steps: [{ do: "redrive", expect: 1, subscriptions: "a" }] })).toThrow(
-      /step 0 \(redrive\): unknown field "subscriptions"/,
-    );
-    expect(parse({ ...base, steps: [{ do: "enqueue", messages: [{ payload: "a", delay: 5 }] }] })).toThrow(
-      /step 0 \(enqueue\) messages\/0: unknown field "delay"/,
-    );
-    expect(parse({ ...base, steps: [{ do: "stats", expect: { readyy: 1 } }] })).toThrow(
-      /step 0 \(stats\) expect: unknown field "readyy"/,
-    );
-    expect(parse({ ...base, steps: [{ do: "enqueue", messages: [{ Payload: "a" }] }] })).toThrow(
-      /unknown field "Payload"/,
+  it("lists every problem of a file, one a line", () => {
+    expect(() =>
+      parseScenario(
+        JSON.stringify({ ...base, extra: 1, steps: [{ do: "restartBroker" }, { do: "teleport" }] }),
+        "bad.json",
+      ),
+    ).toThrow(
+      /^bad\.json: not a valid scenario \(.*scenario\.schema\.json\):\n {2}top level: unknown field "extra"\n {2}step 0 \(restartBroker\): missing field "broker"\n {2}step 1 \(teleport\) do: must be equal to one of the allowed values: enqueue, produce, /,
     );
   });
 
-  it("refuses wrong types and values", () => {
-    expect(parse({ ...base, brokers: 2, steps: [{ do: "enqueue", via: "1", messages: [] }] })).toThrow(
-      /step 0 \(enqueue\) via: must be integer/,
-    );
-    expect(parse({ ...base, steps: [{ do: "startWorker", name: "w", handler: "explode" }] })).toThrow(
-      /handler: must be equal to one of the allowed values: ack, nack, deadLetter/,
-    );
-    expect(
-      parse({ ...base, steps: [{ do: "enqueue", messages: [{ payload: "a", headers: { h: 1 } }] }] }),
-    ).toThrow(/messages\/0\/headers\/h: must be string/);
-  });
-
-  it("needs exactly one wait condition in awaitWorker and something to check in stats", () => {
-    expect(parse({ ...base, steps: [{ do: "awaitWorker", name: "w", started: 1, completed: 1 }] })).toThrow(
-      /step 0 \(awaitWorker\): must match exactly one schema in oneOf/,
-    );
-    expect(parse({ ...base, steps: [{ do: "awaitWorker", name: "w" }] })).toThrow(/oneOf/);
-    expect(parse({ ...base, steps: [{ do: "stats" }] })).toThrow(/anyOf/);
-  });
-
-  it("checks broker indexes, expectDuplicate lengths and killLeaderAfter (beyond the schema)", () => {
-    const two = { ...base, brokers: 2 };
+  it("accepts a minimal scenario and fills in the schema's defaults", () => {
     const parsed = parseScenario(
       JSON.stringify({
-        ...two,
+        ...base,
         steps: [
-          { do: "restartBroker", broker: 1 },
-          { do: "enqueue", via: 1, messages: [{ payload: "a" }] },
-          { do: "freezeBroker", broker: 1 },
-          { do: "awaitLeaseLapse", broker: 1, timeoutMs: 5000 },
-          { do: "thawBroker", broker: 1 },
-          { do: "expectLeaders", distinct: 2 },
+          { do: "stats", expect: { ready: 0 } },
+          { do: "awaitLeaseLapse", broker: 0 },
+          { do: "startWorker", name: "w", handler: "ack", subscription: "s" },
         ],
       }),
     );
-    expect(parsed.steps.map((s) => s.do)).toEqual([
-      "restartBroker",
-      "enqueue",
-      "freezeBroker",
-      "awaitLeaseLapse",
-      "thawBroker",
-      "expectLeaders",
-    ]);
-    for (const step of [
-      { do: "restartBroker", broker: 2 },
-      { do: "freezeBroker", broker: 2 },
-      { do: "thawBroker", broker: 2 },
-      { do: "awaitLeaseLapse", broker: 2 },
-      { do: "enqueue", via: 2, messages: [{ payload: "a" }] },
-    ])
-      expect(parse({ ...two, steps: [step] })).toThrow(/broker index 2 is not one of the 2 brokers/);
-    expect(parse({ ...two, steps: [{ do: "enqueue", via: -1, messages: [{ payload: "a" }] }] })).toThrow(
-      /via: must be >= 0/,
-    );
-    expect(
-      parse({
-        ...base,
-        steps: [{ do: "enqueue", messages: [{ payload: "a" }], expectDuplicate: [false, true] }],
-      }),
-    ).toThrow(/expectDuplicate needs one entry per message/);
-    expect(parse({ ...base, steps: [{ do: "produce", count: 2, prefix: "m", killLeaderAfter: 3 }] })).toThrow(
-      /killLeaderAfter 3 is above count 2/,
-    );
+    expect(parsed).toMatchObject({
+      brokers: 1,
+      queue: { shards: 1, leaseTtlMs: 2000, backoffMs: 100 },
+      subscriptions: [],
+      steps: [
+        { do: "stats", subscription: "default", timeoutMs: 10_000 },
+        { do: "awaitLeaseLapse", timeoutMs: 20_000 },
+        { do: "startWorker", subscription: "s", concurrency: 1, handlerMs: 0 },
+      ],
+    });
+    expect(parsed.queue).not.toHaveProperty("maxAttempts");
+    expect(parsed.steps[2]).not.toHaveProperty("prefetch");
   });
 });

@@ -4,19 +4,20 @@ Loading validates a file against test/scenarios/scenario.schema.json with
 ``jsonschema`` (unknown steps, unknown fields, missing fields and wrong types
 are refused, all of them listed), then checks what a schema cannot say
 (fields that depend on one another), then builds the typed steps with the
-defaults of test/scenarios/README.md.
+defaults the schema gives (``default`` on a property).
 """
 
 from __future__ import annotations
 
+import copy
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from brokers import REPO_ROOT
-from jsonschema import Draft202012Validator, ValidationError
+from jsonschema import Draft202012Validator, ValidationError, validators
 
 SCENARIO_DIR = REPO_ROOT / "test" / "scenarios"
 SCHEMA_PATH = SCENARIO_DIR / "scenario.schema.json"
@@ -24,7 +25,23 @@ SCHEMA: dict[str, Any] = json.loads(SCHEMA_PATH.read_text())
 # The step kinds the schema allows.
 SCHEMA_STEP_KINDS: list[str] = SCHEMA["$defs"]["step"]["properties"]["do"]["enum"]
 Draft202012Validator.check_schema(SCHEMA)
-VALIDATOR = Draft202012Validator(SCHEMA)
+
+
+def _fill_defaults(
+    validator: Any, properties: dict[str, Any], instance: Any, schema: dict[str, Any]
+) -> Iterator[ValidationError]:
+    """``properties`` that first sets each absent property with a ``default`` (ajv's useDefaults rule)."""
+    if isinstance(instance, dict):
+        for name, subschema in properties.items():
+            if "default" in subschema:
+                instance.setdefault(name, copy.deepcopy(subschema["default"]))
+    yield from Draft202012Validator.VALIDATORS["properties"](validator, properties, instance, schema)
+
+
+# Validates, and fills in the schema's defaults as it goes (so they are written once, in the schema).
+# (The stubs leave validators.extend untyped.)
+_Filling = validators.extend(Draft202012Validator, {"properties": _fill_defaults})  # type: ignore[no-untyped-call]
+VALIDATOR: Draft202012Validator = _Filling(SCHEMA)
 
 
 def scenario_files() -> list[Path]:
@@ -38,10 +55,10 @@ class ScenarioError(Exception):
 
 @dataclass
 class QueueSpec:
-    shards: int = 1
-    lease_ttl_ms: int = 2000
-    max_attempts: int | None = None
-    backoff_ms: int = 100
+    shards: int
+    lease_ttl_ms: int
+    max_attempts: int | None
+    backoff_ms: int
 
 
 @dataclass
@@ -190,7 +207,7 @@ def _message(m: dict[str, Any]) -> Message:
     return Message(
         payload=m["payload"],
         key=m.get("key"),
-        priority=m.get("priority", 0),
+        priority=m.get("priority", 0),  # the proto's zero
         delay_ms=m.get("delayMs"),
         max_attempts=m.get("maxAttempts"),
         dedup_id=m.get("dedupId"),
@@ -199,18 +216,17 @@ def _message(m: dict[str, Any]) -> Message:
 
 
 def _enqueue(s: dict[str, Any]) -> Enqueue:
-    return Enqueue(s.get("batch", False), [_message(m) for m in s["messages"]], s.get("expectDuplicate"), s.get("via"))
+    return Enqueue(s["batch"], [_message(m) for m in s["messages"]], s.get("expectDuplicate"), s.get("via"))
 
 
 def _start_worker(s: dict[str, Any]) -> StartWorker:
-    concurrency = s.get("concurrency", 1)
     return StartWorker(
         name=s["name"],
-        subscription=s.get("subscription", "default"),
-        concurrency=concurrency,
-        prefetch=s.get("prefetch", concurrency),
+        subscription=s["subscription"],
+        concurrency=s["concurrency"],
+        prefetch=s.get("prefetch", s["concurrency"]),
         handler=s["handler"],
-        handler_ms=s.get("handlerMs", 0),
+        handler_ms=s["handlerMs"],
         lease_ttl_ms=s.get("leaseTtlMs"),
     )
 
@@ -223,9 +239,9 @@ def _await_worker(s: dict[str, Any]) -> AwaitWorker:
         name=s["name"],
         condition=condition,
         target=s[condition],
-        timeout_ms=s.get("timeoutMs", 30000),
+        timeout_ms=s["timeoutMs"],
         expect=s.get("expect"),
-        ordered=s.get("ordered", False),
+        ordered=s["ordered"],
         expect_attempts=s.get("expectAttempts"),
         expect_all_of=(all_of["prefix"], all_of["count"]) if all_of is not None else None,
     )
@@ -239,21 +255,15 @@ STEP_KINDS: dict[str, Callable[[dict[str, Any]], Action]] = {
     "restartBroker": lambda s: RestartBroker(s["broker"]),
     "freezeBroker": lambda s: FreezeBroker(s["broker"], True),
     "thawBroker": lambda s: FreezeBroker(s["broker"], False),
-    "awaitLeaseLapse": lambda s: AwaitLeaseLapse(s["broker"], s.get("timeoutMs", 20000)),
+    "awaitLeaseLapse": lambda s: AwaitLeaseLapse(s["broker"], s["timeoutMs"]),
     "expectLeaders": lambda s: ExpectLeaders(s["distinct"]),
     "startWorker": _start_worker,
     "awaitWorker": _await_worker,
-    "stopWorker": lambda s: StopWorker(
-        s["name"], s.get("timeoutMs", 10000), s.get("expectStarted"), s.get("expectCompleted")
-    ),
-    "crashWorker": lambda s: CrashWorker(
-        s.get("subscription", "default"), s["jobs"], s["expect"], s.get("timeoutMs", 30000)
-    ),
-    "stats": lambda s: Stats(
-        s.get("subscription", "default"), s.get("expect", {}), s.get("counters", {}), s.get("timeoutMs", 10000)
-    ),
-    "deadLetters": lambda s: DeadLetters(s.get("subscription", "default"), s["expect"]),
-    "redrive": lambda s: Redrive(s.get("subscription", "default"), s["expect"]),
+    "stopWorker": lambda s: StopWorker(s["name"], s["timeoutMs"], s.get("expectStarted"), s.get("expectCompleted")),
+    "crashWorker": lambda s: CrashWorker(s["subscription"], s["jobs"], s["expect"], s["timeoutMs"]),
+    "stats": lambda s: Stats(s["subscription"], s.get("expect", {}), s.get("counters", {}), s["timeoutMs"]),
+    "deadLetters": lambda s: DeadLetters(s["subscription"], s["expect"]),
+    "redrive": lambda s: Redrive(s["subscription"], s["expect"]),
 }
 
 
@@ -287,13 +297,14 @@ def _check_semantics(action: Action, brokers: int) -> str | None:
 
 def parse_scenario(value: Any, source: str) -> Scenario:
     """Validates a decoded scenario document and builds its typed steps; raises :class:`ScenarioError`."""
+    value = copy.deepcopy(value)  # validation fills in defaults: leave the caller's document alone
     errors = sorted(VALIDATOR.iter_errors(value), key=lambda e: [str(p) for p in e.absolute_path])
     if errors:
         lines = "\n  ".join(f"{_place(value, e)}: {e.message}" for e in errors)
         raise ScenarioError(f"{source}: not a valid scenario ({SCHEMA_PATH}):\n  {lines}")
-    brokers: int = value.get("brokers", 1)
-    q = value.get("queue", {})
-    queue = QueueSpec(q.get("shards", 1), q.get("leaseTtlMs", 2000), q.get("maxAttempts"), q.get("backoffMs", 100))
+    brokers: int = value["brokers"]
+    q = value["queue"]
+    queue = QueueSpec(q["shards"], q["leaseTtlMs"], q.get("maxAttempts"), q["backoffMs"])
     steps: list[Step] = []
     for index, raw in enumerate(value["steps"]):
         build = STEP_KINDS.get(raw["do"])
@@ -304,7 +315,7 @@ def parse_scenario(value: Any, source: str) -> Scenario:
         if problem is not None:
             raise ScenarioError(f"{source}: step {index} ({raw['do']}): {problem}")
         steps.append(Step(index, raw["do"], action))
-    return Scenario(value["name"], brokers, queue, value.get("subscriptions", []), steps)
+    return Scenario(value["name"], brokers, queue, value["subscriptions"], steps)
 
 
 def load(path: Path) -> Scenario:

@@ -8,6 +8,7 @@ and its steps run in order.
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import signal
@@ -27,6 +28,7 @@ import pytest
 from brokers import BROKER_START_TIMEOUT, REPO_ROOT, Broker, Lines, start_casq_serve
 from scenario_file import (
     SCENARIO_DIR,
+    SCHEMA_PATH,
     SCHEMA_STEP_KINDS,
     STEP_KINDS,
     Action,
@@ -38,6 +40,7 @@ from scenario_file import (
     ExpectLeaders,
     FreezeBroker,
     Produce,
+    QueueSpec,
     Redrive,
     RestartBroker,
     Scenario,
@@ -562,21 +565,57 @@ def test_step_kinds_match_the_schema() -> None:
 
 
 BASE: dict[str, Any] = {"name": "x", "steps": [{"do": "redrive", "expect": 0}]}
-
-
-def refused(case: dict[str, Any]) -> str:
-    with pytest.raises(ScenarioError) as caught:
-        parse_scenario(case, "bad.json")
-    return str(caught.value)
+# The loader cases all three runners share.
+LOADER_CASES: dict[str, list[dict[str, Any]]] = json.loads((SCENARIO_DIR / "loader-cases" / "cases.json").read_text())
 
 
 def with_steps(*steps: dict[str, Any], brokers: int = 1) -> dict[str, Any]:
     return {**BASE, "brokers": brokers, "steps": list(steps)}
 
 
-def test_loader_accepts_and_fills_in_defaults() -> None:
-    scenario = parse_scenario(BASE, "ok")
-    assert (scenario.brokers, scenario.subscriptions, scenario.queue.shards, scenario.queue.backoff_ms) == (1, [], 1, 100)
+@pytest.mark.parametrize("case", LOADER_CASES["refused"], ids=[c["why"] for c in LOADER_CASES["refused"]])
+def test_loader_refuses(case: dict[str, Any]) -> None:
+    with pytest.raises(ScenarioError) as caught:
+        parse_scenario(case["scenario"], "bad.json")
+    message = str(caught.value)
+    assert message.startswith("bad.json: ")
+    for mention in case["mentions"]:
+        assert mention in message
+
+
+@pytest.mark.parametrize("case", LOADER_CASES["accepted"], ids=[c["why"] for c in LOADER_CASES["accepted"]])
+def test_loader_accepts(case: dict[str, Any]) -> None:
+    parse_scenario(case["scenario"], "ok.json")
+
+
+def test_loader_lists_every_problem() -> None:
+    with pytest.raises(ScenarioError) as caught:
+        parse_scenario({**BASE, "extra": 1, "steps": [{"do": "restartBroker"}, {"do": "teleport"}]}, "bad.json")
+    assert str(caught.value).startswith(f"bad.json: not a valid scenario ({SCHEMA_PATH}):\n")
+    lines = str(caught.value).splitlines()[1:]
+    assert lines[0] == "  top level: Additional properties are not allowed ('extra' was unexpected)"
+    assert lines[1] == "  step 0 (restartBroker): 'broker' is a required property"
+    assert lines[2].startswith("  step 1 (teleport) do: 'teleport' is not one of ['enqueue', 'produce', ")
+
+
+def test_loader_accepts_and_fills_in_the_schemas_defaults() -> None:
+    scenario = parse_scenario(
+        with_steps(
+            {"do": "stats", "expect": {"ready": 0}},
+            {"do": "awaitLeaseLapse", "broker": 0},
+            {"do": "startWorker", "name": "w", "handler": "ack", "subscription": "s"},
+        ),
+        "ok",
+    )
+    assert scenario.brokers == 1 and scenario.subscriptions == []
+    assert scenario.queue == QueueSpec(shards=1, lease_ttl_ms=2000, max_attempts=None, backoff_ms=100)
+    assert [s.action for s in scenario.steps] == [
+        Stats(subscription="default", expect={"ready": 0}, counters={}, timeout_ms=10000),
+        AwaitLeaseLapse(broker=0, timeout_ms=20000),
+        StartWorker(
+            name="w", subscription="s", concurrency=1, prefetch=1, handler="ack", handler_ms=0, lease_ttl_ms=None
+        ),
+    ]
     steps = [
         {"do": "restartBroker", "broker": 1},
         {"do": "enqueue", "via": 1, "messages": [{"payload": "a", "headers": {"Any-Name": "v"}}]},
@@ -586,57 +625,3 @@ def test_loader_accepts_and_fills_in_defaults() -> None:
         {"do": "thawBroker", "broker": 1},
     ]
     assert [s.do for s in parse_scenario(with_steps(*steps, brokers=2), "ok").steps] == [s["do"] for s in steps]
-
-
-def test_loader_refuses_an_unknown_step_kind() -> None:
-    message = refused(with_steps({"do": "dance"}))
-    assert "bad.json: not a valid scenario" in message
-    assert "step 0 (dance) do: 'dance' is not one of ['enqueue', 'produce'" in message
-
-
-def test_loader_refuses_a_missing_field() -> None:
-    assert "step 0 (restartBroker): 'broker' is a required property" in refused(with_steps({"do": "restartBroker"}))
-    assert "step 0 (expectLeaders): 'distinct' is a required property" in refused(with_steps({"do": "expectLeaders"}))
-    assert "top level: 'name' is a required property" in refused({"steps": BASE["steps"]})
-
-
-def test_loader_refuses_unknown_fields() -> None:
-    assert "top level: Additional properties are not allowed ('extra' was unexpected)" in refused({**BASE, "extra": 1})
-    assert "queue: Additional properties are not allowed ('shard' was unexpected)" in refused(
-        {**BASE, "queue": {"shard": 2}}
-    )
-    assert "step 0 (redrive): Additional properties are not allowed ('subscriptoin' was unexpected)" in refused(
-        with_steps({"do": "redrive", "expect": 0, "subscriptoin": "a"})
-    )
-    assert "step 0 (stats) expect: Additional properties are not allowed ('readyy' was unexpected)" in refused(
-        with_steps({"do": "stats", "expect": {"readyy": 0}})
-    )
-    assert "('timeout' was unexpected)" in refused(with_steps({"do": "awaitLeaseLapse", "broker": 0, "timeout": 1}))
-
-
-def test_loader_refuses_wrong_types_and_values() -> None:
-    assert "step 0 (redrive) expect: '1' is not of type 'integer'" in refused(with_steps({"do": "redrive", "expect": "1"}))
-    assert "via: True is not of type 'integer'" in refused(
-        with_steps({"do": "enqueue", "via": True, "messages": [{"payload": "a"}]})
-    )
-    assert "handler: 'explode' is not one of ['ack', 'nack', 'deadLetter']" in refused(
-        with_steps({"do": "startWorker", "name": "w", "handler": "explode"})
-    )
-    assert "is valid under each of" in refused(with_steps({"do": "awaitWorker", "name": "w", "started": 1, "completed": 1}))
-
-
-def test_loader_checks_what_the_schema_cannot() -> None:
-    for step in (
-        {"do": "restartBroker", "broker": 1},
-        {"do": "freezeBroker", "broker": 1},
-        {"do": "thawBroker", "broker": 1},
-        {"do": "awaitLeaseLapse", "broker": 1},
-        {"do": "enqueue", "via": 1, "messages": [{"payload": "a"}]},
-    ):
-        assert f"step 0 ({step['do']}): broker index 1 is not one of the 1 brokers" in refused(with_steps(step))
-    assert "expectDuplicate needs one entry per message" in refused(
-        with_steps({"do": "enqueue", "messages": [{"payload": "a"}], "expectDuplicate": [True, False]})
-    )
-    assert "killLeaderAfter 3 is above count 2" in refused(
-        with_steps({"do": "produce", "count": 2, "prefix": "m", "killLeaderAfter": 3})
-    )
