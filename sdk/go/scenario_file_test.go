@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"runtime"
 	"slices"
 	"strconv"
@@ -204,17 +205,23 @@ type parsedStep struct {
 	run   func(ctx context.Context, r *scenarioRun) error
 }
 
-// stepKind decodes a validated step of one kind.
-type stepKind func(do string, raw json.RawMessage) (parsedStep, error)
+// stepKind decodes a validated step of one kind into its type.
+type stepKind struct {
+	decode func(do string, raw json.RawMessage) (parsedStep, error)
+	typ    reflect.Type // for TestScenarioTypesMatchSchema
+}
 
 // kindOf is the stepKind whose steps decode into T and run with method run.
 func kindOf[T any](run func(*scenarioRun, context.Context, *T) error) stepKind {
-	return func(do string, raw json.RawMessage) (parsedStep, error) {
-		s := new(T)
-		if err := json.Unmarshal(raw, s); err != nil {
-			return parsedStep{}, err
-		}
-		return parsedStep{do, s, func(ctx context.Context, r *scenarioRun) error { return run(r, ctx, s) }}, nil
+	return stepKind{
+		decode: func(do string, raw json.RawMessage) (parsedStep, error) {
+			s := new(T)
+			if err := json.Unmarshal(raw, s); err != nil {
+				return parsedStep{}, err
+			}
+			return parsedStep{do, s, func(ctx context.Context, r *scenarioRun) error { return run(r, ctx, s) }}, nil
+		},
+		typ: reflect.TypeFor[T](),
 	}
 }
 
@@ -316,7 +323,7 @@ func parseScenario(data []byte, label string) (*scenarioFile, []parsedStep, erro
 		if !ok {
 			return nil, nil, fmt.Errorf("%s: step %d (%s): the schema allows it but this runner does not implement it", label, i, head.Do)
 		}
-		if steps[i], err = kind(head.Do, raw); err != nil {
+		if steps[i], err = kind.decode(head.Do, raw); err != nil {
 			return nil, nil, fmt.Errorf("%s: step %d (%s): %w", label, i, head.Do, err)
 		}
 		if err := checkStep(steps[i].value, sc.Brokers); err != nil {
@@ -511,6 +518,52 @@ func TestScenarioStepKindsMatchSchema(t *testing.T) {
 	slices.Sort(implemented)
 	if !slices.Equal(schemaKinds, implemented) {
 		t.Errorf("the schema's step kinds %q differ from the ones this runner implements %q", schemaKinds, implemented)
+	}
+}
+
+// json.Unmarshal ignores a field its struct lacks: each struct must name
+// exactly the properties the schema allows, or a runner would skip a field
+// it does not understand.
+func TestScenarioTypesMatchSchema(t *testing.T) {
+	doc := schemaDoc(t)
+	// propertyNames are the sorted names of a schema node's properties, "do" left out.
+	propertyNames := func(path ...string) []string {
+		var names []string
+		for name := range lookup(doc, append(path, "properties")...).(map[string]any) {
+			if name != "do" {
+				names = append(names, name)
+			}
+		}
+		slices.Sort(names)
+		return names
+	}
+	// jsonNames are the sorted json names a struct type decodes, "do" left out.
+	jsonNames := func(typ reflect.Type) []string {
+		var names []string
+		for i := range typ.NumField() {
+			if name, _, _ := strings.Cut(typ.Field(i).Tag.Get("json"), ","); name != "do" {
+				names = append(names, name)
+			}
+		}
+		slices.Sort(names)
+		return names
+	}
+	type checked struct {
+		path []string // of the schema node
+		typ  reflect.Type
+	}
+	all := []checked{
+		{nil, reflect.TypeFor[scenarioFile]()},
+		{[]string{"properties", "queue"}, reflect.TypeFor[scenarioQueue]()},
+		{[]string{"$defs", "message"}, reflect.TypeFor[scenarioMessage]()},
+	}
+	for kind, k := range stepKinds {
+		all = append(all, checked{[]string{"$defs", kind}, k.typ})
+	}
+	for _, c := range all {
+		if inSchema, inType := propertyNames(c.path...), jsonNames(c.typ); !slices.Equal(inSchema, inType) {
+			t.Errorf("schema /%s allows %q, the Go type %s decodes %q", strings.Join(c.path, "/"), inSchema, c.typ, inType)
+		}
 	}
 }
 

@@ -131,8 +131,83 @@ export type ScenarioStep =
 /** A step kind. */
 export type StepKind = ScenarioStep["do"];
 
+/** The step of kind `K`. */
+export type StepOf<K extends StepKind> = Extract<ScenarioStep, { do: K }>;
+
+/** A set of names, written as an object so that the compiler checks it holds every key of `T` and no other. */
+type Fields<T> = { readonly [K in Exclude<keyof T, "do">]-?: true };
+
+/**
+ * The fields of each type above, for the drift test that compares them with
+ * the schema's properties: the compiler checks each entry against its type,
+ * the test against the schema, so a property the schema allows cannot be
+ * missing from the types (and so silently skipped by the runner).
+ */
+export const TYPE_FIELDS: {
+  readonly steps: { readonly [K in StepKind]: Fields<StepOf<K>> };
+  readonly scenario: Fields<Scenario>;
+  readonly queue: Fields<ScenarioQueue>;
+  readonly message: Fields<ScenarioMessage>;
+} = {
+  steps: {
+    enqueue: { batch: true, via: true, messages: true, expectDuplicate: true },
+    produce: { count: true, prefix: true, killLeaderAfter: true },
+    restartBroker: { broker: true },
+    freezeBroker: { broker: true },
+    thawBroker: { broker: true },
+    awaitLeaseLapse: { broker: true, timeoutMs: true },
+    expectLeaders: { distinct: true },
+    startWorker: {
+      name: true,
+      subscription: true,
+      concurrency: true,
+      prefetch: true,
+      handler: true,
+      handlerMs: true,
+      leaseTtlMs: true,
+    },
+    awaitWorker: {
+      name: true,
+      started: true,
+      completed: true,
+      distinctPayloads: true,
+      timeoutMs: true,
+      expect: true,
+      ordered: true,
+      expectAttempts: true,
+      expectAllOf: true,
+    },
+    stopWorker: { name: true, timeoutMs: true, expectStarted: true, expectCompleted: true },
+    crashWorker: { subscription: true, jobs: true, expect: true, timeoutMs: true },
+    stats: { subscription: true, expect: true, counters: true, timeoutMs: true },
+    deadLetters: { subscription: true, expect: true },
+    redrive: { subscription: true, expect: true },
+  },
+  scenario: {
+    $schema: true,
+    name: true,
+    description: true,
+    brokers: true,
+    queue: true,
+    subscriptions: true,
+    steps: true,
+  },
+  queue: { shards: true, leaseTtlMs: true, maxAttempts: true, backoffMs: true },
+  message: {
+    payload: true,
+    key: true,
+    priority: true,
+    delayMs: true,
+    maxAttempts: true,
+    dedupId: true,
+    headers: true,
+  },
+};
+
 /** A loaded scenario file, with the schema's defaults filled in. */
 export interface Scenario {
+  /** Editors' link to the schema. */
+  readonly $schema?: string;
   readonly name: string;
   readonly description?: string;
   readonly brokers: number;

@@ -27,10 +27,7 @@ import {
   startServer,
   tempDir,
 } from "../e2e/support/processes.ts";
-import type { Scenario, ScenarioMessage, ScenarioStep, StepKind } from "./scenario-file.ts";
-
-/** The step of kind `K`. */
-type StepOf<K extends StepKind> = Extract<ScenarioStep, { do: K }>;
+import type { Scenario, ScenarioMessage, ScenarioStep, StepKind, StepOf } from "./scenario-file.ts";
 
 /** One handler invocation, in the order handlers started. */
 interface Invocation {

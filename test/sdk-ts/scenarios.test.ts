@@ -13,8 +13,10 @@ import {
   loadScenario,
   parseScenario,
   SCENARIO_DIR,
+  SCHEMA_PATH,
   SCHEMA_STEP_KINDS,
   scenarioFiles,
+  TYPE_FIELDS,
 } from "./scenario-file.ts";
 import { runScenario, STEP_RUNNERS } from "./scenario-runner.ts";
 
@@ -31,6 +33,23 @@ describe("scenario schema", () => {
 
   it("allows exactly the step kinds this runner implements", () => {
     expect(Object.keys(STEP_RUNNERS).sort()).toEqual([...SCHEMA_STEP_KINDS].sort());
+  });
+
+  it("allows exactly the fields of this runner's types", () => {
+    const schema = JSON.parse(readFileSync(SCHEMA_PATH, "utf8")) as {
+      properties: Record<string, { properties?: object }>;
+      $defs: Record<string, { properties?: object }>;
+    };
+    const names = (node: { properties?: object } | undefined) =>
+      Object.keys(node?.properties ?? {})
+        .filter((k) => k !== "do")
+        .sort();
+    const keys = (fields: object) => Object.keys(fields).sort();
+    expect(keys(TYPE_FIELDS.scenario)).toEqual(names(schema));
+    expect(keys(TYPE_FIELDS.queue)).toEqual(names(schema.properties.queue));
+    expect(keys(TYPE_FIELDS.message)).toEqual(names(schema.$defs.message));
+    for (const [kind, fields] of Object.entries(TYPE_FIELDS.steps))
+      expect(keys(fields), kind).toEqual(names(schema.$defs[kind]));
   });
 });
 

@@ -203,7 +203,47 @@ class Scenario:
     steps: list[Step]
 
 
-def _message(m: dict[str, Any]) -> Message:
+class Reads(dict[str, Any]):
+    """A validated JSON object that records which of its keys the builders read.
+
+    The schema says what a file may hold; this makes sure the runner uses all
+    of it: a field the schema allows but no builder reads is an error, not a
+    silent skip (see :func:`parse_scenario`). Nested objects read field by
+    field come through :meth:`child`, so they are checked too.
+    """
+
+    def __init__(self, value: dict[str, Any], where: str, tree: list[Reads]) -> None:
+        super().__init__(value)
+        self.where = where
+        self.read: set[str] = set()
+        self.tree = tree
+        tree.append(self)
+
+    def __getitem__(self, key: str) -> Any:
+        self.read.add(key)
+        return super().__getitem__(key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self.read.add(key)
+        return super().get(key, default)
+
+    def __contains__(self, key: object) -> bool:
+        if isinstance(key, str):
+            self.read.add(key)
+        return super().__contains__(key)
+
+    def child(self, value: dict[str, Any], where: str) -> Reads:
+        return Reads(value, f"{self.where} {where}", self.tree)
+
+    def ignore(self, *keys: str) -> None:
+        """Keys this runner leaves alone on purpose."""
+        self.read.update(keys)
+
+    def unread(self) -> list[str]:
+        return [f"{r.where}: {key!r}" for r in self.tree for key in sorted(set(r) - r.read)]
+
+
+def _message(m: Reads) -> Message:
     return Message(
         payload=m["payload"],
         key=m.get("key"),
@@ -215,11 +255,12 @@ def _message(m: dict[str, Any]) -> Message:
     )
 
 
-def _enqueue(s: dict[str, Any]) -> Enqueue:
-    return Enqueue(s["batch"], [_message(m) for m in s["messages"]], s.get("expectDuplicate"), s.get("via"))
+def _enqueue(s: Reads) -> Enqueue:
+    messages = [_message(s.child(m, f"messages/{i}")) for i, m in enumerate(s["messages"])]
+    return Enqueue(s["batch"], messages, s.get("expectDuplicate"), s.get("via"))
 
 
-def _start_worker(s: dict[str, Any]) -> StartWorker:
+def _start_worker(s: Reads) -> StartWorker:
     return StartWorker(
         name=s["name"],
         subscription=s["subscription"],
@@ -231,10 +272,10 @@ def _start_worker(s: dict[str, Any]) -> StartWorker:
     )
 
 
-def _await_worker(s: dict[str, Any]) -> AwaitWorker:
+def _await_worker(s: Reads) -> AwaitWorker:
     # The schema lets exactly one condition through.
     condition = next(key for key in ("started", "completed", "distinctPayloads") if key in s)
-    all_of = s.get("expectAllOf")
+    all_of = s.child(s["expectAllOf"], "expectAllOf") if "expectAllOf" in s else None
     return AwaitWorker(
         name=s["name"],
         condition=condition,
@@ -249,7 +290,7 @@ def _await_worker(s: dict[str, Any]) -> AwaitWorker:
 
 # How each step kind is built from its (validated) JSON object: every kind
 # this runner implements. A drift test checks the keys against the schema.
-STEP_KINDS: dict[str, Callable[[dict[str, Any]], Action]] = {
+STEP_KINDS: dict[str, Callable[[Reads], Action]] = {
     "enqueue": _enqueue,
     "produce": lambda s: Produce(s["count"], s["prefix"], s.get("killLeaderAfter")),
     "restartBroker": lambda s: RestartBroker(s["broker"]),
@@ -302,20 +343,30 @@ def parse_scenario(value: Any, source: str) -> Scenario:
     if errors:
         lines = "\n  ".join(f"{_place(value, e)}: {e.message}" for e in errors)
         raise ScenarioError(f"{source}: not a valid scenario ({SCHEMA_PATH}):\n  {lines}")
-    brokers: int = value["brokers"]
-    q = value["queue"]
+    tree: list[Reads] = []
+    top = Reads(value, "top level", tree)
+    top.ignore("$schema", "description")
+    brokers: int = top["brokers"]
+    q = top.child(top["queue"], "queue")
     queue = QueueSpec(q["shards"], q["leaseTtlMs"], q.get("maxAttempts"), q["backoffMs"])
     steps: list[Step] = []
-    for index, raw in enumerate(value["steps"]):
+    for index, raw in enumerate(top["steps"]):
+        where = f"step {index} ({raw['do']})"
         build = STEP_KINDS.get(raw["do"])
         if build is None:
-            raise ScenarioError(f"{source}: step {index} ({raw['do']}): allowed by the schema, not implemented here")
-        action = build(raw)
+            raise ScenarioError(f"{source}: {where}: allowed by the schema, not implemented here")
+        fields = Reads(raw, where, tree)
+        fields.ignore("do")
+        action = build(fields)
         problem = _check_semantics(action, brokers)
         if problem is not None:
-            raise ScenarioError(f"{source}: step {index} ({raw['do']}): {problem}")
+            raise ScenarioError(f"{source}: {where}: {problem}")
         steps.append(Step(index, raw["do"], action))
-    return Scenario(value["name"], brokers, queue, value["subscriptions"], steps)
+    scenario = Scenario(top["name"], brokers, queue, top["subscriptions"], steps)
+    unread = top.unread()
+    if unread:
+        raise ScenarioError(f"{source}: fields the schema allows but this runner does not read: {', '.join(unread)}")
+    return scenario
 
 
 def load(path: Path) -> Scenario:

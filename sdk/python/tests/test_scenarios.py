@@ -26,6 +26,7 @@ from typing import Any, assert_never
 
 import pytest
 from brokers import BROKER_START_TIMEOUT, REPO_ROOT, Broker, Lines, start_casq_serve
+import scenario_file
 from scenario_file import (
     SCENARIO_DIR,
     SCHEMA_PATH,
@@ -39,6 +40,7 @@ from scenario_file import (
     Enqueue,
     ExpectLeaders,
     FreezeBroker,
+    Message,
     Produce,
     QueueSpec,
     Redrive,
@@ -586,6 +588,22 @@ def test_loader_refuses(case: dict[str, Any]) -> None:
 @pytest.mark.parametrize("case", LOADER_CASES["accepted"], ids=[c["why"] for c in LOADER_CASES["accepted"]])
 def test_loader_accepts(case: dict[str, Any]) -> None:
     parse_scenario(case["scenario"], "ok.json")
+
+
+def test_loader_refuses_a_field_no_builder_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A field the schema allows but this runner ignores fails the load instead of being skipped."""
+    step = {"do": "enqueue", "messages": [{"payload": "a", "dedupId": "d"}]}
+    parse_scenario(with_steps(step), "ok.json")
+    monkeypatch.setattr(scenario_file, "_message", lambda m: Message(payload=m["payload"]))
+    assert "step 0 (enqueue) messages/0: 'dedupId'" in refused(with_steps(step))
+    monkeypatch.setitem(STEP_KINDS, "redrive", lambda s: Redrive("default", 0))
+    assert "step 0 (redrive): 'expect'" in refused(BASE)
+
+
+def refused(case: dict[str, Any]) -> str:
+    with pytest.raises(ScenarioError) as caught:
+        parse_scenario(case, "bad.json")
+    return str(caught.value)
 
 
 def test_loader_lists_every_problem() -> None:
