@@ -14,7 +14,7 @@ import { ROOT, run } from "../e2e/support/processes.ts";
 export type Lang = "ts" | "go" | "python";
 
 /** The languages whose SDK the interpreter drives. */
-export const LANGS: readonly Lang[] = ["ts", "python"];
+export const LANGS: readonly Lang[] = ["ts", "go", "python"];
 
 const CLIENTS = join(ROOT, "test", "scenario-interpreter", "clients");
 
