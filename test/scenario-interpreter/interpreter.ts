@@ -9,8 +9,8 @@
 import { randomBytes } from "node:crypto";
 import { Admin } from "@casq/sdk";
 import { type CasqServerProcess, startServer, tempDir } from "../e2e/support/processes.ts";
-import type { Scenario, ScenarioMessage, ScenarioStep, StepKind, StepOf } from "../sdk-ts/scenario-file.ts";
 import { ClientUnderTest, type Lang } from "./client-under-test.ts";
+import type { Scenario, ScenarioMessage, ScenarioStep, StepKind, StepOf } from "./scenario-file.ts";
 
 /** One handler invocation, in the order handlers started. */
 interface Invocation {

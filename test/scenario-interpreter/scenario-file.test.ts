@@ -1,14 +1,13 @@
 /**
- * The language-neutral SDK scenarios (test/scenarios/*.json, spec in
- * test/scenarios/README.md) run with the TypeScript SDK: one test per file,
- * found by listing the directory so a new scenario is picked up by itself.
- * Before them: every file validates against the schema, the schema's step
- * kinds are the ones this runner implements, and the loader refuses and
- * accepts the cases all three runners share.
+ * Loading scenario files (scenario-file.ts): every file validates against
+ * the schema, the schema's step kinds are the ones the interpreter
+ * implements and its fields the ones of the loader's types, and the loader
+ * refuses and accepts the cases of test/scenarios/loader-cases.
  */
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
+import { STEP_RUNNERS } from "./interpreter.ts";
 import {
   loadScenario,
   parseScenario,
@@ -18,7 +17,6 @@ import {
   scenarioFiles,
   TYPE_FIELDS,
 } from "./scenario-file.ts";
-import { runScenario, STEP_RUNNERS } from "./scenario-runner.ts";
 
 const files = scenarioFiles();
 
@@ -31,11 +29,11 @@ describe("scenario schema", () => {
     for (const file of files) expect(() => loadScenario(join(SCENARIO_DIR, file)), file).not.toThrow();
   });
 
-  it("allows exactly the step kinds this runner implements", () => {
+  it("allows exactly the step kinds the interpreter implements", () => {
     expect(Object.keys(STEP_RUNNERS).sort()).toEqual([...SCHEMA_STEP_KINDS].sort());
   });
 
-  it("allows exactly the fields of this runner's types", () => {
+  it("allows exactly the fields of the loader's types", () => {
     const schema = JSON.parse(readFileSync(SCHEMA_PATH, "utf8")) as {
       properties: Record<string, { properties?: object }>;
       $defs: Record<string, { properties?: object }>;
@@ -53,16 +51,7 @@ describe("scenario schema", () => {
   });
 });
 
-describe("SDK scenarios (TypeScript)", () => {
-  for (const file of files) {
-    // Failover waits out a 2 s leader lease and the SDK's retries: be generous.
-    it(file, { timeout: 180_000 }, async () => {
-      await runScenario(loadScenario(join(SCENARIO_DIR, file)));
-    });
-  }
-});
-
-/** The loader cases every runner shares (test/scenarios/loader-cases/cases.json). */
+/** The loader cases (test/scenarios/loader-cases/cases.json). */
 interface LoaderCases {
   readonly refused: { why: string; scenario: object; mentions: string[] }[];
   readonly accepted: { why: string; scenario: object }[];

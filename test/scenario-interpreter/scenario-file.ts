@@ -1,5 +1,5 @@
 /**
- * Scenario files (test/scenarios/*.json) for the TypeScript runner: their
+ * Scenario files (test/scenarios/*.json) for the scenario interpreter: their
  * types, and loading, which validates each file against
  * test/scenarios/scenario.schema.json with ajv and then checks what a schema
  * cannot say (fields that depend on one another).
