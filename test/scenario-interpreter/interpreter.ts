@@ -157,7 +157,10 @@ class ScenarioContext {
 
   private checkDedup(message: ScenarioMessage, result: { id: string; duplicate: boolean }, index: number) {
     if (!result.id) fail(`result ${index} has no id`);
-    if (message.dedupId === undefined) return;
+    if (message.dedupId === undefined) {
+      if (result.duplicate) fail(`result ${index} is a duplicate, but its message has no dedupId`);
+      return;
+    }
     const known = this.dedupIds.get(message.dedupId);
     if (result.duplicate) {
       if (known !== result.id)
