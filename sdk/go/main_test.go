@@ -18,10 +18,6 @@ import (
 var serverAddr string
 
 func TestMain(m *testing.M) {
-	if spec := os.Getenv(crashWorkerEnv); spec != "" {
-		// A child process of the crashWorker scenario step, not a test run.
-		os.Exit(crashWorkerMain(spec))
-	}
 	os.Exit(runWithServer(m))
 }
 

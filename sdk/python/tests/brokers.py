@@ -96,3 +96,8 @@ def start_casq_serve(store: str, listen: str = "127.0.0.1:0", *args: str) -> Bro
     except BaseException:
         broker.kill()
         raise
+
+
+def start_file_broker(store: Path, listen: str = "127.0.0.1:0") -> Broker:
+    """`casq serve` on a file store with a 2 s leader lease, so shards move soon after a broker goes."""
+    return start_casq_serve(f"file:{store}", listen, "--leader-lease", "2s")

@@ -21,9 +21,8 @@ from pathlib import Path
 
 import grpc
 import pytest
-from brokers import Broker
+from brokers import Broker, start_file_broker
 from test_batch_split import Call, FakeBrokers, fake  # noqa: F401 - fake is a fixture
-from test_scenarios import start_broker
 
 import casq
 import casq.aio
@@ -76,7 +75,7 @@ def leader_pair() -> Iterator[tuple[Broker, Broker, str]]:
     store = Path(tempfile.mkdtemp(prefix="casq-py-hung-"))
     running: list[Broker] = []
     try:
-        running += [start_broker(store), start_broker(store)]
+        running += [start_file_broker(store), start_file_broker(store)]
         b0, b1 = running
         queue = f"py-hung-{uuid.uuid4().hex[:8]}"
         with casq.Client([b0.address], timeout=10.0) as only_b0:

@@ -20,8 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from brokers import Broker
-from test_scenarios import start_broker
+from brokers import Broker, start_file_broker
 
 import casq
 import casq.aio
@@ -45,7 +44,7 @@ def brokers() -> Iterator[Brokers]:
     """Two ``casq serve`` on one fresh file store (2 s leader lease), killed afterwards."""
     pair = Brokers(Path(tempfile.mkdtemp(prefix="casq-py-several-leaders-")))
     try:
-        pair.running += [start_broker(pair.store), start_broker(pair.store)]
+        pair.running += [start_file_broker(pair.store), start_file_broker(pair.store)]
         yield pair
     finally:
         for broker in pair.running:
@@ -61,7 +60,7 @@ def split_shards(brokers: Brokers) -> str:
     # Creating the queue made one broker lead both shards; a graceful restart frees them.
     first = brokers.running[0]
     first.terminate(30.0)
-    brokers.running[0] = start_broker(brokers.store, listen=first.address)
+    brokers.running[0] = start_file_broker(brokers.store, listen=first.address)
     for index, keys in ((1, KEYS[:1]), (0, KEYS[1:])):
         with casq.Client(brokers=[brokers.running[index].address], timeout=10.0) as only:
             producer = casq.Producer(only)
