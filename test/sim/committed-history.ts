@@ -36,7 +36,7 @@ import {
   parseDeadLetterSegmentDocument,
   parseDedupSegmentDocument,
   parseSegmentDocument,
-} from "../../server/src/model/document-codec.ts";
+} from "../../server/src/model/segment-parser.ts";
 import { ShardState } from "../../server/src/model/shard-state.ts";
 import type { PutCondition } from "../../server/src/store/object-store.ts";
 import {

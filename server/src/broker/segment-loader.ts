@@ -16,16 +16,18 @@
  * live dead letter), with the same checks.
  */
 import { CasqError } from "../errors.ts";
+import { segmentPrefix, sha256Hex } from "../model/segment-codec.ts";
 import {
-  type DeadLetterSegmentRef,
-  type DedupSegmentRef,
   parseDeadLetterSegmentDocument,
   parseDedupSegmentDocument,
   parseSegmentDocument,
-  type SegmentRef,
-  type ShardDocument,
-} from "../model/document-codec.ts";
-import { segmentPrefix, sha256Hex } from "../model/segment-codec.ts";
+} from "../model/segment-parser.ts";
+import type {
+  DeadLetterSegmentRef,
+  DedupSegmentRef,
+  SegmentRef,
+  ShardDocument,
+} from "../model/shard-document-parser.ts";
 import type { DeadLetterRecord, DedupEntry, MessageRecord } from "../model/shard-records.ts";
 import type { ObjectStore, StoredObject } from "../store/object-store.ts";
 import { isStoreError } from "../store/store-errors.ts";

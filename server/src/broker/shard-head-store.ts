@@ -40,7 +40,6 @@ import { type Backoff, backoffDelay } from "@casq/sdk/backoff.ts";
 import { CasqError, isCasqError } from "../errors.ts";
 import { deadLetterSealCandidates, sealDeadLetterSegment } from "../model/dead-letter-segments.ts";
 import { dedupSealCandidates, sealDedupSegment } from "../model/dedup-segments.ts";
-import { parseShardDocument, type SegmentRef, type ShardDocument } from "../model/document-codec.ts";
 import type { QueueConfig } from "../model/queue-config.ts";
 import {
   deadLetterSegmentName,
@@ -54,6 +53,7 @@ import {
   sha256Hex,
 } from "../model/segment-codec.ts";
 import { sealCandidates, sealSegment } from "../model/segment-mechanics.ts";
+import { parseShardDocument, type SegmentRef, type ShardDocument } from "../model/shard-document-parser.ts";
 import type { DeadLetterRecord, DedupEntry, MessageRecord } from "../model/shard-records.ts";
 import { type BrokerRecord, checkDocumentPlace, ShardState } from "../model/shard-state.ts";
 import type { ObjectStore, PutCondition, StoredObject } from "../store/object-store.ts";

@@ -4,7 +4,7 @@
  * dedup and dead-letter segments) it references (the same loading and checks as a leader's, `segment-loader.ts`).
  * Reading never writes and never moves leadership.
  */
-import { parseShardDocument } from "../model/document-codec.ts";
+import { parseShardDocument } from "../model/shard-document-parser.ts";
 import type { DeadLetterRecord, DedupEntry, MessageRecord } from "../model/shard-records.ts";
 import { checkDocumentPlace, ShardState } from "../model/shard-state.ts";
 import type { ObjectStore, StoredObject } from "../store/object-store.ts";

@@ -11,8 +11,8 @@ import {
 } from "../../testing/model-test-helpers.ts";
 import { applyOperation } from "./apply-operation.ts";
 import { deadLetterSealCandidates, sealDeadLetterSegment } from "./dead-letter-segments.ts";
-import { parseDeadLetterSegmentDocument } from "./document-codec.ts";
 import { encodeDeadLetterSegment, sha256Hex } from "./segment-codec.ts";
+import { parseDeadLetterSegmentDocument } from "./segment-parser.ts";
 import { listDeadLetters } from "./shard-inspect.ts";
 import type { DeadLetterRecord } from "./shard-records.ts";
 import { ShardState } from "./shard-state.ts";

@@ -9,7 +9,7 @@ import {
   T0,
 } from "../../testing/model-test-helpers.ts";
 import { dedupSealCandidates, sealDedupSegment } from "./dedup-segments.ts";
-import { parseShardDocument } from "./document-codec.ts";
+import { parseShardDocument } from "./shard-document-parser.ts";
 import { ShardState } from "./shard-state.ts";
 import { computeStats } from "./shard-stats.ts";
 

@@ -14,6 +14,7 @@
  * segment and dead-letter segment. Sealed messages, dedup ids and dead
  * letters are not touched.
  */
+import { SHARD_FORMAT } from "./document-formats.ts";
 import {
   configJson,
   deadLettersJson,
@@ -21,9 +22,8 @@ import {
   deliveriesJson,
   headerJson,
   messageJson,
-  SHARD_FORMAT,
   subscriptionCountersJson,
-} from "./document-codec.ts";
+} from "./record-encoder.ts";
 import type { ShardData } from "./shard-data.ts";
 import { compactAckState } from "./shard-mechanics.ts";
 import type {

@@ -3,7 +3,7 @@
  * shard. A segment holds the contents of sealed messages, ascending offsets,
  * in the same message JSON as the head (no `targets`: a targeted message
  * always lives in the head). The head's index entry carries its size and
- * SHA-256, checked on every read; parsing is in `document-codec.ts`.
+ * SHA-256, checked on every read; parsing is in `segment-parser.ts`.
  *
  * Dedup segments (`"format": "casq.dedup.v1"`) hold sealed dedup entries
  * (ascending message offsets) under the same prefix, named `….dedup.json`,
@@ -17,14 +17,8 @@
  * a listing in offset order.
  */
 import { createHash } from "node:crypto";
-import {
-  DEAD_LETTER_SEGMENT_FORMAT,
-  DEDUP_SEGMENT_FORMAT,
-  deadLetterJson,
-  dedupEntryJson,
-  messageJson,
-  SEGMENT_FORMAT,
-} from "./document-codec.ts";
+import { DEAD_LETTER_SEGMENT_FORMAT, DEDUP_SEGMENT_FORMAT, SEGMENT_FORMAT } from "./document-formats.ts";
+import { deadLetterJson, dedupEntryJson, messageJson } from "./record-encoder.ts";
 import type { DeadLetterRecord, DedupEntry, MessageRecord } from "./shard-records.ts";
 
 const encoder = new TextEncoder();

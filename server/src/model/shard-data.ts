@@ -3,9 +3,10 @@
  * (model-internal).
  *
  * `ShardState` (`shard-state.ts`) implements this and adds creating,
- * decoding and encoding. The mechanics, the codec and the head encoder take a
- * `ShardData` rather than a `ShardState`, so that `shard-state.ts` can use
- * them without an import cycle. Each member is documented on `ShardState`.
+ * decoding and encoding. The mechanics and the encoders (`record-encoder.ts`,
+ * `v1-document-encoder.ts`, `head-encoder.ts`) take a `ShardData` rather than
+ * a `ShardState`, so that `shard-state.ts` can use them without an import
+ * cycle. Each member is documented on `ShardState`.
  */
 import type { BinaryHeap } from "./binary-heap.ts";
 import type { QueueConfig } from "./queue-config.ts";

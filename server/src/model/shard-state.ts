@@ -29,14 +29,6 @@ import {
   newDeadLetterSegmentState,
 } from "./dead-letter-segments.ts";
 import { addDedupSegment, newDedupSegmentState, putDedup, putSealedDedup } from "./dedup-segments.ts";
-import {
-  type DeadLetterSegmentRef,
-  type DedupSegmentRef,
-  encodeShardV1,
-  parseShardDocument,
-  type SegmentRef,
-  type ShardDocument,
-} from "./document-codec.ts";
 import { encodeHead } from "./head-encoder.ts";
 import {
   DEFAULT_QUEUE_CONFIG,
@@ -46,6 +38,13 @@ import {
 } from "./queue-config.ts";
 import { addSegment, newSegmentState } from "./segment-mechanics.ts";
 import type { ShardData } from "./shard-data.ts";
+import {
+  type DeadLetterSegmentRef,
+  type DedupSegmentRef,
+  parseShardDocument,
+  type SegmentRef,
+  type ShardDocument,
+} from "./shard-document-parser.ts";
 import {
   addDelivery,
   addSubscription,
@@ -71,6 +70,7 @@ import {
   type SubscriptionState,
   zeroShardCounters,
 } from "./shard-records.ts";
+import { encodeShardV1 } from "./v1-document-encoder.ts";
 
 export type { BrokerRecord } from "./shard-records.ts";
 

@@ -55,7 +55,7 @@ import { shardKey } from "../broker/shard-key.ts";
 import { readShardSnapshot } from "../broker/shard-snapshot.ts";
 import { CasqError, isCasqError } from "../errors.ts";
 import { applyOperation } from "../model/apply-operation.ts";
-import { SHARD_FORMAT, SHARD_FORMAT_V1 } from "../model/document-codec.ts";
+import { SHARD_FORMAT, SHARD_FORMAT_V1 } from "../model/document-formats.ts";
 import type { QueueConfig } from "../model/queue-config.ts";
 import { segmentEpoch, segmentPrefix } from "../model/segment-codec.ts";
 import { ShardState } from "../model/shard-state.ts";

@@ -12,7 +12,7 @@ import {
   T0,
 } from "../../testing/model-test-helpers.ts";
 import { applyOperation } from "./apply-operation.ts";
-import { SHARD_FORMAT } from "./document-codec.ts";
+import { SHARD_FORMAT } from "./document-formats.ts";
 import type { Operation, Receipt } from "./operations.ts";
 import { ShardState, WRITE_HISTORY } from "./shard-state.ts";
 

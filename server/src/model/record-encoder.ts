@@ -1,0 +1,127 @@
+/**
+ * The canonical JSON of the records casq's documents hold — a message, a
+ * queue config, counters, a subscription's deliveries, a dead letter, a
+ * dedup entry, and the shard header members — shared by the v2 head encoder
+ * (`head-encoder.ts`), the v1 document encoder (`v1-document-encoder.ts`) and
+ * the segment encoders (`segment-codec.ts`). See `docs/document-format.md`
+ * for every field; `record-parser.ts` and `shard-document-parser.ts` read
+ * them back.
+ *
+ * Canonical: keys in a fixed order, collections in a fixed order
+ * (deliveries by offset, dead letters oldest first), defaults omitted, no
+ * whitespace. The same record always gives the same bytes, and
+ * `encode(decode(bytes))` reproduces `bytes`.
+ */
+import type { QueueConfig } from "./queue-config.ts";
+import type { ShardData } from "./shard-data.ts";
+import type {
+  DeadLetterRecord,
+  DedupEntry,
+  MessageRecord,
+  SubscriptionCounters,
+  SubscriptionState,
+} from "./shard-records.ts";
+
+const json = JSON.stringify;
+
+/** Cached JSON of immutable message contents: everything before `targets`, and the payload tail. */
+const fragments = new WeakMap<MessageRecord, { head: string; tail: string }>();
+
+function messageFragments(m: MessageRecord): { head: string; tail: string } {
+  let f = fragments.get(m);
+  if (f !== undefined) return f;
+  let head = `{"offset":${m.offset},"id":${json(m.id)},"enqueued_at":${m.enqueuedAt}`;
+  if (m.runAt !== m.enqueuedAt) head += `,"run_at":${m.runAt}`;
+  if (m.priority !== 0) head += `,"priority":${m.priority}`;
+  if (m.key !== undefined) head += `,"key":${json(m.key)}`;
+  if (m.maxAttempts !== undefined) head += `,"max_attempts":${m.maxAttempts}`;
+  if (m.dedupId !== undefined) head += `,"dedup_id":${json(m.dedupId)}`;
+  if (Object.keys(m.headers).length > 0) head += `,"headers":${json(m.headers)}`;
+  if (m.traceContext !== undefined) head += `,"trace_context":${json(m.traceContext)}`;
+  const payload = Buffer.from(m.payload.buffer, m.payload.byteOffset, m.payload.byteLength).toString(
+    "base64",
+  );
+  f = { head, tail: `,"payload":"${payload}"}` };
+  fragments.set(m, f);
+  return f;
+}
+
+/** The canonical JSON of a message (`targets` only on a redriven one). */
+export function messageJson(m: MessageRecord, targets: readonly string[] | undefined): string {
+  const f = messageFragments(m);
+  return targets === undefined ? f.head + f.tail : `${f.head},"targets":${json(targets)}${f.tail}`;
+}
+
+/** The canonical JSON of a queue config. */
+export function configJson(c: QueueConfig): string {
+  return json({
+    lease_ttl_ms: c.leaseTtlMs,
+    max_attempts: c.maxAttempts,
+    backoff: {
+      initial_ms: c.backoff.initialMs,
+      multiplier: c.backoff.multiplier,
+      max_ms: c.backoff.maxMs,
+      jitter: c.backoff.jitter,
+    },
+    dedup_window_ms: c.dedupWindowMs,
+    retention_ms: c.retentionMs,
+    max_payload_bytes: c.maxPayloadBytes,
+    max_document_bytes: c.maxDocumentBytes,
+    max_batch: c.maxBatch,
+    dead_letter_limit: c.deadLetterLimit,
+    max_headers: c.maxHeaders,
+    max_header_bytes: c.maxHeaderBytes,
+    max_subscriptions: c.maxSubscriptions,
+  });
+}
+
+/** The canonical JSON members of a counters object (without braces). */
+export function subscriptionCountersJson(c: SubscriptionCounters): string {
+  return `"enqueued":${c.enqueued},"delivered":${c.delivered},"acked":${c.acked},"redelivered":${c.redelivered},"dead_lettered":${c.deadLettered},"dead_evicted":${c.deadEvicted},"purged":${c.purged},"redriven":${c.redriven}`;
+}
+
+/** The canonical JSON array of a subscription's deliveries, by offset. */
+export function deliveriesJson(sub: SubscriptionState): string {
+  const deliveries: string[] = [];
+  for (const offset of [...sub.deliveries.keys()].sort((a, b) => a - b)) {
+    const d = sub.deliveries.get(offset);
+    if (d === undefined) continue;
+    let s = `{"offset":${offset},"attempts":${d.attempt}`;
+    if (d.base !== 0) s += `,"attempts_at_redrive":${d.base}`;
+    if (d.availableAt !== undefined) s += `,"available_at":${d.availableAt}`;
+    if (d.lease !== undefined) {
+      const l = d.lease;
+      s += `,"lease":{"worker":${json(l.worker)},"claimed_at":${l.claimedAt},"deadline":${l.deadline},"ttl_ms":${l.ttlMs}}`;
+    }
+    deliveries.push(`${s}}`);
+  }
+  return `[${deliveries.join(",")}]`;
+}
+
+/** One dead letter's canonical JSON (head, v1 document and dead-letter segment alike). */
+export function deadLetterJson(dl: DeadLetterRecord): string {
+  return `{"dead_at":${dl.deadAt},"attempts":${dl.attempts},"reason":${json(dl.reason)},"message":${messageJson(dl.message, undefined)}}`;
+}
+
+/** The canonical JSON array of dead letters, in the order given (oldest first). */
+export function deadLettersJson(letters: Iterable<DeadLetterRecord>): string {
+  const dead: string[] = [];
+  for (const dl of letters) dead.push(deadLetterJson(dl));
+  return `[${dead.join(",")}]`;
+}
+
+/** One dedup entry's canonical JSON (head, v1 document and dedup segment alike). */
+export function dedupEntryJson(e: DedupEntry): string {
+  return `{"dedup_id":${json(e.dedupId)},"id":${json(e.id)},"offset":${e.offset},"expires_at":${e.expiresAt}}`;
+}
+
+/** The canonical JSON members before `next_offset` shared by both formats (from `format` to `broker`). */
+export function headerJson(state: ShardData, format: string): string {
+  const broker = state.broker;
+  return (
+    `{"format":"${format}","queue":${json(state.queue)},"shard":${state.shard},"created_at":${state.createdAt}` +
+    `,"write_id":${state.writeId === undefined ? "null" : json(state.writeId)}` +
+    `,"recent_write_ids":[${state.recentWriteIds.map((id) => json(id)).join(",")}]` +
+    `,"broker":${broker === undefined ? "null" : `{"id":${json(broker.id)},"address":${json(broker.address)},"epoch":${broker.epoch},"lease_until":${broker.leaseUntil}}`}`
+  );
+}
