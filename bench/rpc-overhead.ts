@@ -42,7 +42,7 @@ import { parseArgs } from "node:util";
 import { create, type DescFile, toBinary } from "@bufbuild/protobuf";
 import { FileDescriptorSetSchema } from "@bufbuild/protobuf/wkt";
 import { file_casq_v1_queue_service } from "@casq/sdk/gen/casq/v1/queue_service_pb.ts";
-import { file_grpc_health_v1_health } from "../server/src/service/grpc-descriptors.ts";
+import { file_grpc_health_v1_health } from "@casq/sdk/gen/grpc/health/v1/health_pb.ts";
 import { cpuSecondsOf } from "./lib/process-cpu.ts";
 import { spread } from "./lib/report.ts";
 

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Regenerates every SDK's protobuf code from proto/casq/**/*.proto:
 #   TypeScript -> sdk/ts/src/gen/casq/v1/*_pb.ts                 buf + protoc-gen-es (node_modules)
+#                 sdk/ts/src/gen/grpc/**/*_pb.ts                 the same, from the vendored gRPC health
+#                                                                and reflection protos (proto/third_party/grpc)
 #   Go         -> sdk/go/gen/casq/v1/*.pb.go                     buf + protoc-gen-go, protoc-gen-go-grpc (.tools/bin)
 #   Python     -> sdk/python/src/casq/v1/*_pb2{,_grpc}.py{,i}    grpc_tools.protoc + mypy-protobuf (.venv)
 # Generated files are committed; scripts/check-generated.sh fails when they are stale.
@@ -42,6 +44,8 @@ find "$OUT/$PY_SRC" -type f \
 
 echo "generate: buf generate (TypeScript -> $TS_GEN, Go -> $GO_GEN)"
 npx --no-install buf generate --output "$OUT"
+echo "generate: buf generate --template buf.gen.grpc.yaml (gRPC health and reflection, TypeScript -> $TS_GEN/grpc)"
+npx --no-install buf generate --template buf.gen.grpc.yaml --output "$OUT"
 
 echo "generate: grpc_tools.protoc + mypy-protobuf (Python -> $PY_SRC/casq)"
 # Sorted, repository-relative proto paths keep the output byte-identical

@@ -16,12 +16,12 @@ import {
   EnqueueRequestSchema,
   EnqueueResponseSchema,
 } from "@casq/sdk/gen/casq/v1/queue_service_pb.ts";
-import * as grpc from "@grpc/grpc-js";
 import {
   HealthCheckRequestSchema,
   HealthCheckResponseSchema,
-  ServingStatus,
-} from "../../server/src/service/grpc-descriptors.ts";
+  HealthCheckResponse_ServingStatus as ServingStatus,
+} from "@casq/sdk/gen/grpc/health/v1/health_pb.ts";
+import * as grpc from "@grpc/grpc-js";
 
 const listen = process.argv[2] ?? "127.0.0.1:0";
 

@@ -8,10 +8,13 @@ import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { QueueService } from "@casq/sdk/gen/casq/v1/queue_service_pb.ts";
+import {
+  Health,
+  HealthCheckResponse_ServingStatus as ServingStatus,
+} from "@casq/sdk/gen/grpc/health/v1/health_pb.ts";
 import { ConnectError, createClient } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
 import { beforeAll, describe, expect, it } from "vitest";
-import { Health, ServingStatus } from "../../server/src/service/grpc-descriptors.ts";
 import { bearer, bytes, codeOf, grpcClients, startTestServer, text, useTestServers } from "./support.ts";
 
 const server = useTestServers();
