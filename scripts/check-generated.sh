@@ -42,6 +42,7 @@ list_generated() {
   (
     cd "$1"
     {
+      [[ -d api/ts/src ]] && find api/ts/src -type f
       [[ -d sdk/ts/src/gen ]] && find sdk/ts/src/gen -type f
       [[ -d sdk/go/gen ]] && find sdk/go/gen -type f
       [[ -d sdk/python/src ]] && find sdk/python/src -type f \
@@ -79,7 +80,7 @@ for module in sdk/go sdk/go/examples; do
 done
 
 if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
-  pending="$(git status --porcelain --untracked-files=all -- sdk/ts/src/gen sdk/go/gen sdk/go/go.mod sdk/go/go.sum \
+  pending="$(git status --porcelain --untracked-files=all -- api/ts/src sdk/ts/src/gen sdk/go/gen sdk/go/go.mod sdk/go/go.sum \
     'sdk/python/src/**/*_pb2.py' 'sdk/python/src/**/*_pb2.pyi' \
     'sdk/python/src/**/*_pb2_grpc.py' 'sdk/python/src/**/*_pb2_grpc.pyi')"
   if [[ -n "$pending" ]]; then

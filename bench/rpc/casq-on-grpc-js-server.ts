@@ -17,8 +17,8 @@
  */
 import { hostname } from "node:os";
 import { create, type DescMessage, type DescMethod, fromBinary, toBinary } from "@bufbuild/protobuf";
-import { QueueService } from "@casq/sdk/gen/casq/v1/queue_service_pb.ts";
-import { Health } from "@casq/sdk/gen/grpc/health/v1/health_pb.ts";
+import { QueueService } from "@casq/api/casq/v1/queue_service_pb.ts";
+import { Health } from "@casq/api/grpc/health/v1/health_pb.ts";
 import { createHandlerContext } from "@connectrpc/connect";
 import * as grpc from "@grpc/grpc-js";
 import { pino } from "pino";

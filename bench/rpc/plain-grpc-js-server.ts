@@ -15,12 +15,12 @@ import {
   type EnqueueRequest,
   EnqueueRequestSchema,
   EnqueueResponseSchema,
-} from "@casq/sdk/gen/casq/v1/queue_service_pb.ts";
+} from "@casq/api/casq/v1/queue_service_pb.ts";
 import {
   HealthCheckRequestSchema,
   HealthCheckResponseSchema,
   HealthCheckResponse_ServingStatus as ServingStatus,
-} from "@casq/sdk/gen/grpc/health/v1/health_pb.ts";
+} from "@casq/api/grpc/health/v1/health_pb.ts";
 import * as grpc from "@grpc/grpc-js";
 
 const listen = process.argv[2] ?? "127.0.0.1:0";

@@ -16,7 +16,7 @@ import { DeleteBucketCommand } from "@aws-sdk/client-s3";
 import {
   Health,
   HealthCheckResponse_ServingStatus as ServingStatus,
-} from "@casq/sdk/gen/grpc/health/v1/health_pb.ts";
+} from "@casq/api/grpc/health/v1/health_pb.ts";
 import { createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { afterAll, describe, expect, it } from "vitest";

@@ -5,7 +5,7 @@
  * the `grpc-message` trailer outgrew the HTTP/2 frame (issue 10, item 4).
  */
 
-import { Health } from "@casq/sdk/gen/grpc/health/v1/health_pb.ts";
+import { Health } from "@casq/api/grpc/health/v1/health_pb.ts";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { describe, expect, it } from "vitest";

@@ -8,13 +8,13 @@ import {
   FileDescriptorProtoSchema,
   FileDescriptorSetSchema,
 } from "@bufbuild/protobuf/wkt";
-import { AsyncQueue } from "@casq/sdk/async-queue.ts";
 import {
   Health,
   HealthCheckResponse_ServingStatus as ServingStatus,
-} from "@casq/sdk/gen/grpc/health/v1/health_pb.ts";
-import { ServerReflection as ServerReflectionV1 } from "@casq/sdk/gen/grpc/reflection/v1/reflection_pb.ts";
-import { ServerReflection as ServerReflectionV1alpha } from "@casq/sdk/gen/grpc/reflection/v1alpha/reflection_pb.ts";
+} from "@casq/api/grpc/health/v1/health_pb.ts";
+import { ServerReflection as ServerReflectionV1 } from "@casq/api/grpc/reflection/v1/reflection_pb.ts";
+import { ServerReflection as ServerReflectionV1alpha } from "@casq/api/grpc/reflection/v1alpha/reflection_pb.ts";
+import { AsyncQueue } from "@casq/sdk/async-queue.ts";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { describe, expect, it } from "vitest";

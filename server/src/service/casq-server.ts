@@ -29,18 +29,18 @@
 import { randomUUID } from "node:crypto";
 import { setMaxListeners } from "node:events";
 import { hostname } from "node:os";
-import { AdminService, file_casq_v1_admin_service } from "@casq/sdk/gen/casq/v1/admin_service_pb.ts";
-import { file_casq_v1_errors } from "@casq/sdk/gen/casq/v1/errors_pb.ts";
-import { file_casq_v1_queue_service, QueueService } from "@casq/sdk/gen/casq/v1/queue_service_pb.ts";
-import { file_grpc_health_v1_health, Health } from "@casq/sdk/gen/grpc/health/v1/health_pb.ts";
+import { AdminService, file_casq_v1_admin_service } from "@casq/api/casq/v1/admin_service_pb.ts";
+import { file_casq_v1_errors } from "@casq/api/casq/v1/errors_pb.ts";
+import { file_casq_v1_queue_service, QueueService } from "@casq/api/casq/v1/queue_service_pb.ts";
+import { file_grpc_health_v1_health, Health } from "@casq/api/grpc/health/v1/health_pb.ts";
 import {
   file_grpc_reflection_v1_reflection,
   ServerReflection as ServerReflectionV1,
-} from "@casq/sdk/gen/grpc/reflection/v1/reflection_pb.ts";
+} from "@casq/api/grpc/reflection/v1/reflection_pb.ts";
 import {
   file_grpc_reflection_v1alpha_reflection,
   ServerReflection as ServerReflectionV1alpha,
-} from "@casq/sdk/gen/grpc/reflection/v1alpha/reflection_pb.ts";
+} from "@casq/api/grpc/reflection/v1alpha/reflection_pb.ts";
 import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { trace as otelTrace, type TracerProvider } from "@opentelemetry/api";

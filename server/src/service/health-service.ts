@@ -25,7 +25,7 @@
 import {
   type Health,
   HealthCheckResponse_ServingStatus as ServingStatus,
-} from "@casq/sdk/gen/grpc/health/v1/health_pb.ts";
+} from "@casq/api/grpc/health/v1/health_pb.ts";
 import { Code, ConnectError, type ServiceImpl } from "@connectrpc/connect";
 import type { Logger } from "pino";
 import type { ObjectStore } from "../store/object-store.ts";

@@ -29,12 +29,12 @@ import {
   ServerReflectionRequestSchema,
   ServerReflectionResponseSchema,
   type ServerReflection as ServerReflectionV1,
-} from "@casq/sdk/gen/grpc/reflection/v1/reflection_pb.ts";
+} from "@casq/api/grpc/reflection/v1/reflection_pb.ts";
 import {
   ServerReflectionRequestSchema as ServerReflectionRequestSchemaV1alpha,
   ServerReflectionResponseSchema as ServerReflectionResponseSchemaV1alpha,
   type ServerReflection as ServerReflectionV1alpha,
-} from "@casq/sdk/gen/grpc/reflection/v1alpha/reflection_pb.ts";
+} from "@casq/api/grpc/reflection/v1alpha/reflection_pb.ts";
 import type { ServiceImpl } from "@connectrpc/connect";
 
 /** gRPC code NOT_FOUND, as reflection error responses carry it. */

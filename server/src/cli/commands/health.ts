@@ -9,7 +9,7 @@ import type * as http2 from "node:http2";
 import {
   Health,
   HealthCheckResponse_ServingStatus as ServingStatus,
-} from "@casq/sdk/gen/grpc/health/v1/health_pb.ts";
+} from "@casq/api/grpc/health/v1/health_pb.ts";
 import { createClient, type Interceptor } from "@connectrpc/connect";
 import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import type { Command } from "commander";
