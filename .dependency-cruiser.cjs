@@ -11,7 +11,7 @@
  * is wired in by the service, so it sits between them.
  */
 
-/** Production code: everything under server/src and sdk/ts/src except tests and generated code. */
+/** Production code: everything under server/src and sdk/ts/src except tests (generated code is not cruised). */
 const PRODUCTION = "^(server/src|sdk/ts/src)/";
 const TESTS = "\\.test\\.ts$";
 
@@ -81,6 +81,20 @@ module.exports = {
       path: "^server/src/cli/",
     }),
     forbid("sdk-is-standalone", "The SDK never imports the server.", "^sdk/ts/src/", { path: "^server/" }),
+    forbid(
+      "server-takes-generated-code-from-api",
+      "The server imports generated code from @casq/api (api/ts), never through the SDK's " +
+        "re-exports @casq/sdk/gen/*: the server does not depend on the SDK for its own wire API.",
+      "^server/",
+      { path: "^sdk/ts/src/gen/" },
+    ),
+    forbid(
+      "sdk-takes-generated-code-from-api",
+      "The SDK's own code imports @casq/api too; @casq/sdk/gen/* (sdk/ts/src/gen) only re-exports it " +
+        "for applications that imported the generated code from the SDK.",
+      "^sdk/ts/src/",
+      { path: "^sdk/ts/src/gen/" },
+    ),
     {
       name: "not-to-unresolvable",
       comment: "Every import resolves to a file or a package.",
@@ -91,7 +105,9 @@ module.exports = {
   ],
   options: {
     doNotFollow: { path: "node_modules" },
-    exclude: { path: "(^|/)(gen|dist|node_modules)/" },
+    // Generated code is not cruised, except the SDK's re-exports in sdk/ts/src/gen, which the
+    // *-takes-generated-code-from-api rules must see to catch an import of them.
+    exclude: { path: ["^api/ts/src/", "(^|/)(dist|node_modules)/"] },
     tsPreCompilationDeps: true,
     tsConfig: { fileName: "tsconfig.json" },
     enhancedResolveOptions: {

@@ -41,8 +41,8 @@ import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import { create, type DescFile, toBinary } from "@bufbuild/protobuf";
 import { FileDescriptorSetSchema } from "@bufbuild/protobuf/wkt";
-import { file_casq_v1_queue_service } from "@casq/sdk/gen/casq/v1/queue_service_pb.ts";
-import { file_grpc_health_v1_health } from "../server/src/service/grpc-descriptors.ts";
+import { file_casq_v1_queue_service } from "@casq/api/casq/v1/queue_service_pb.ts";
+import { file_grpc_health_v1_health } from "@casq/api/grpc/health/v1/health_pb.ts";
 import { cpuSecondsOf } from "./lib/process-cpu.ts";
 import { spread } from "./lib/report.ts";
 

@@ -3,6 +3,7 @@
 # folder (default dist/artifacts, gitignored) with a SHA256SUMS file:
 #   casq-VERSION.tgz                   npm: the server and the casq CLI
 #   casq-sdk-VERSION.tgz               npm: @casq/sdk, the TypeScript SDK
+#   casq-api-VERSION.tgz               npm: @casq/api, the generated protobuf code the SDK and server use
 #   casq_sdk-VERSION-py3-none-any.whl  PyPI distribution casq-sdk (import casq)
 #   casq_sdk-VERSION.tar.gz            its sdist
 # VERSION (repository root) is the one version; every manifest must match it.

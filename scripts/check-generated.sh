@@ -3,7 +3,8 @@
 # or when the protos are not lint- and format-clean. Run by CI and `npm test`.
 #
 #   1. buf lint                          (STANDARD + COMMENTS, see buf.yaml)
-#   2. buf format --diff --exit-code     (prints the needed changes; fix with `npx buf format -w`)
+#   2. buf format --diff --exit-code     (prints the needed changes; fix with `npx buf format -w --path proto/casq`;
+#                                        proto/third_party holds upstream files, kept verbatim)
 #   3. scripts/generate.sh --out TMP     regenerates every SDK into a temporary directory and
 #                                        compares it with the generated files in the work tree:
 #                                        a changed, missing (would be created) or extra (would be
@@ -24,9 +25,9 @@ if ! npx --no-install buf lint; then
   failed=1
 fi
 
-echo "check-generated: buf format --diff --exit-code"
-if ! npx --no-install buf format --diff --exit-code; then
-  echo "check-generated: FAIL: proto/ is not buf-formatted; run: npx buf format -w" >&2
+echo "check-generated: buf format --diff --exit-code --path proto/casq"
+if ! npx --no-install buf format --diff --exit-code --path proto/casq; then
+  echo "check-generated: FAIL: proto/casq is not buf-formatted; run: npx buf format -w --path proto/casq" >&2
   failed=1
 fi
 
@@ -41,6 +42,7 @@ list_generated() {
   (
     cd "$1"
     {
+      [[ -d api/ts/src ]] && find api/ts/src -type f
       [[ -d sdk/ts/src/gen ]] && find sdk/ts/src/gen -type f
       [[ -d sdk/go/gen ]] && find sdk/go/gen -type f
       [[ -d sdk/python/src ]] && find sdk/python/src -type f \
@@ -78,7 +80,7 @@ for module in sdk/go sdk/go/examples; do
 done
 
 if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
-  pending="$(git status --porcelain --untracked-files=all -- sdk/ts/src/gen sdk/go/gen sdk/go/go.mod sdk/go/go.sum \
+  pending="$(git status --porcelain --untracked-files=all -- api/ts/src sdk/ts/src/gen sdk/go/gen sdk/go/go.mod sdk/go/go.sum \
     'sdk/python/src/**/*_pb2.py' 'sdk/python/src/**/*_pb2.pyi' \
     'sdk/python/src/**/*_pb2_grpc.py' 'sdk/python/src/**/*_pb2_grpc.pyi')"
   if [[ -n "$pending" ]]; then

@@ -1,6 +1,7 @@
 #!/usr/bin/env node
 /**
- * Packs the npm packages of casq (the server `casq` and the SDK `@casq/sdk`)
+ * Packs the npm packages of casq (the generated API `@casq/api`, the SDK
+ * `@casq/sdk` and the server `casq`)
  * from their build (`npm run build` first) into tarballs in OUT_DIR:
  *
  *     node scripts/pack-npm.mjs OUT_DIR     # prints one tarball path a line
@@ -27,6 +28,7 @@ const VERSION = readFileSync(join(ROOT, "VERSION"), "utf8").trim();
 
 /** The packages, in dependency order; `files` are what the tarball holds besides package.json. */
 const PACKAGES = [
+  { dir: "api/ts", files: ["dist", "README.md"] },
   { dir: "sdk/ts", files: ["dist", "README.md"] },
   { dir: "server", files: ["dist", "bin", "README.md"] },
 ];
@@ -41,8 +43,9 @@ function toBuild(target, ext) {
 /** One export entry for the build: types first, as TypeScript asks. */
 function buildEntry(key, target) {
   const source = typeof target === "string" ? target : (target.default ?? target.import);
-  // A subpath pattern (`./gen/*` → `./src/gen/*`) is imported with the .ts name
-  // (`@casq/sdk/gen/casq/v1/x_pb.ts`); in the build it must name .js and .d.ts.
+  // A subpath pattern (`./gen/*` → `./src/gen/*`, `./*` → `./src/*`) is imported with the
+  // .ts name (`@casq/sdk/gen/casq/v1/x_pb.ts`, `@casq/api/casq/v1/x_pb.ts`); in the build
+  // it must name .js and .d.ts.
   if (key.endsWith("*")) {
     const entry = { types: `${toBuild(source, "")}.d.ts`, default: `${toBuild(source, "")}.js` };
     return [

@@ -17,13 +17,13 @@
  */
 import { hostname } from "node:os";
 import { create, type DescMessage, type DescMethod, fromBinary, toBinary } from "@bufbuild/protobuf";
-import { QueueService } from "@casq/sdk/gen/casq/v1/queue_service_pb.ts";
+import { QueueService } from "@casq/api/casq/v1/queue_service_pb.ts";
+import { Health } from "@casq/api/grpc/health/v1/health_pb.ts";
 import { createHandlerContext } from "@connectrpc/connect";
 import * as grpc from "@grpc/grpc-js";
 import { pino } from "pino";
 import { Broker } from "../../server/src/broker/broker.ts";
 import { QueueCatalog } from "../../server/src/broker/queue-catalog.ts";
-import { Health } from "../../server/src/service/grpc-descriptors.ts";
 import { toConnectError } from "../../server/src/service/grpc-errors.ts";
 import { createHealthService, HealthMonitor } from "../../server/src/service/health-service.ts";
 import { createQueueService } from "../../server/src/service/queue-service.ts";

@@ -12,9 +12,12 @@
  * Prints `listening on HOST:PORT` on stdout once bound; exits on SIGTERM.
  */
 import http2 from "node:http2";
-import { QueueService } from "@casq/sdk/gen/casq/v1/queue_service_pb.ts";
+import { QueueService } from "@casq/api/casq/v1/queue_service_pb.ts";
+import {
+  Health,
+  HealthCheckResponse_ServingStatus as ServingStatus,
+} from "@casq/api/grpc/health/v1/health_pb.ts";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
-import { Health, ServingStatus } from "../../server/src/service/grpc-descriptors.ts";
 
 const listen = process.argv[2] ?? "127.0.0.1:0";
 const [host, port] = [

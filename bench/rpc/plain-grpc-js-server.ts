@@ -15,13 +15,13 @@ import {
   type EnqueueRequest,
   EnqueueRequestSchema,
   EnqueueResponseSchema,
-} from "@casq/sdk/gen/casq/v1/queue_service_pb.ts";
-import * as grpc from "@grpc/grpc-js";
+} from "@casq/api/casq/v1/queue_service_pb.ts";
 import {
   HealthCheckRequestSchema,
   HealthCheckResponseSchema,
-  ServingStatus,
-} from "../../server/src/service/grpc-descriptors.ts";
+  HealthCheckResponse_ServingStatus as ServingStatus,
+} from "@casq/api/grpc/health/v1/health_pb.ts";
+import * as grpc from "@grpc/grpc-js";
 
 const listen = process.argv[2] ?? "127.0.0.1:0";
 

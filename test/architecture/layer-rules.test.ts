@@ -69,12 +69,21 @@ const PROGRAM: Record<string, string> = {
     'import { upward as b } from "../broker/upward.ts";',
     'import { upward as c } from "../telemetry/upward.ts";',
     'import { upward as d } from "../service/upward.ts";',
-    "export const main = [command, broken, leaky, a, impure, b, c, d];",
+    'import { viaSdkGen } from "../service/via-sdk-gen.ts";',
+    "export const main = [command, broken, leaky, a, impure, b, c, d, viaSdkGen];",
     "",
   ].join("\n"),
   // sdk-is-standalone
   "sdk/ts/src/index.ts":
     'import { CasqError } from "../../../server/src/errors.ts";\nexport const sdk = CasqError;\n',
+  // The SDK's re-export of generated code (@casq/sdk/gen/*), which neither the server nor the SDK imports.
+  "sdk/ts/src/gen/casq/v1/message_pb.ts": "export const MessageSchema = 1;\n",
+  // server-takes-generated-code-from-api
+  "server/src/service/via-sdk-gen.ts":
+    'import { MessageSchema } from "../../../sdk/ts/src/gen/casq/v1/message_pb.ts";\nexport const viaSdkGen = MessageSchema;\n',
+  // sdk-takes-generated-code-from-api
+  "sdk/ts/src/via-sdk-gen.ts":
+    'import { MessageSchema } from "./gen/casq/v1/message_pb.ts";\nexport const viaSdkGen = MessageSchema;\n',
 };
 
 /** Every violation planted above: rule, from, to (a cycle is reported once; an unreachable module as from and to). */
@@ -92,6 +101,12 @@ const PLANTED = [
   ["service-below-cli", "server/src/service/upward.ts", "server/src/cli/command.ts"],
   ["not-to-unresolvable", "server/src/cli/broken.ts", "./gone.ts"],
   ["sdk-is-standalone", "sdk/ts/src/index.ts", "server/src/errors.ts"],
+  [
+    "server-takes-generated-code-from-api",
+    "server/src/service/via-sdk-gen.ts",
+    "sdk/ts/src/gen/casq/v1/message_pb.ts",
+  ],
+  ["sdk-takes-generated-code-from-api", "sdk/ts/src/via-sdk-gen.ts", "sdk/ts/src/gen/casq/v1/message_pb.ts"],
 ].map(([rule, from, to]) => `${rule}: ${from} -> ${to}`);
 
 const dirs: string[] = [];
@@ -142,7 +157,7 @@ describe("layer rules", () => {
   it("pass the program once the violations are removed", () => {
     const clean = Object.fromEntries(
       Object.entries(PROGRAM).filter(
-        ([path]) => !/(leaky|upward|impure|ping|pong|unused|broken)\.ts$/.test(path),
+        ([path]) => !/(leaky|upward|impure|ping|pong|unused|broken|via-sdk-gen)\.ts$/.test(path),
       ),
     );
     clean["server/src/broker/broker.ts"] =

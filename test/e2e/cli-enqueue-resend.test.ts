@@ -13,12 +13,12 @@
 import http2 from "node:http2";
 import type { AddressInfo } from "node:net";
 import { create } from "@bufbuild/protobuf";
+import { LeaderRedirectSchema } from "@casq/api/casq/v1/errors_pb.ts";
+import { QueueService } from "@casq/api/casq/v1/queue_service_pb.ts";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { afterAll, describe, expect, it } from "vitest";
 import { LEADER_ADDRESS_TRAILER } from "../../sdk/ts/src/errors.ts";
-import { LeaderRedirectSchema } from "../../sdk/ts/src/gen/casq/v1/errors_pb.ts";
-import { QueueService } from "../../sdk/ts/src/gen/casq/v1/queue_service_pb.ts";
 import { casq } from "./support/processes.ts";
 
 interface Stub {

@@ -10,7 +10,7 @@
 import http2 from "node:http2";
 import { create, toBinary } from "@bufbuild/protobuf";
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
-import { WorkRequestSchema } from "@casq/sdk/gen/casq/v1/work_pb.ts";
+import { WorkRequestSchema } from "@casq/api/casq/v1/work_pb.ts";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { eventually, grpcClients } from "../service/support.ts";
 import { type CasqServerProcess, startServer, tempDir } from "./support/processes.ts";

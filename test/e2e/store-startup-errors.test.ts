@@ -13,10 +13,13 @@
  * signatures.
  */
 import { DeleteBucketCommand } from "@aws-sdk/client-s3";
+import {
+  Health,
+  HealthCheckResponse_ServingStatus as ServingStatus,
+} from "@casq/api/grpc/health/v1/health_pb.ts";
 import { createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { afterAll, describe, expect, it } from "vitest";
-import { Health, ServingStatus } from "../../server/src/service/grpc-descriptors.ts";
 import { openS3Endpoint, S3_SERVER_KINDS, type S3Endpoint } from "../support/s3-endpoints.ts";
 import { S3_TEST_REGION, testS3Client } from "../support/s3-server.ts";
 import {

@@ -1,15 +1,17 @@
 /**
  * The npm packages as a user outside the repository gets them: `npm run
- * artifacts` builds and packs `casq` (server) and `@casq/sdk` (and the
- * Python wheel and sdist, with SHA256SUMS), and a
- * fresh project under the system temp dir installs both tarballs with
- * `npm install --prefer-offline` (the SDK's own dependencies come from the
- * registry cache, nothing from this checkout's node_modules). There, with
+ * artifacts` builds and packs `casq` (server), `@casq/sdk` and `@casq/api`
+ * (the generated code both use), and the Python wheel and sdist, with
+ * SHA256SUMS; a fresh project under the system temp dir installs the three
+ * tarballs with `npm install --prefer-offline` (the packages' own
+ * dependencies come from the registry cache, nothing from this checkout's
+ * node_modules). There, with
  * plain `node` (no tsx, no loader):
  *
  * - the installed `casq serve` bin runs the broker on a temporary file store;
  * - a producer script enqueues a job and a worker script consumes it;
- * - `tsc` with NodeNext settings type-checks a file that imports the SDK,
+ * - `tsc` with NodeNext settings type-checks a file that imports the SDK
+ *   (and the generated code, from `@casq/api` and as `@casq/sdk/gen/*`),
  *   and reports a type error in one that misuses it.
  */
 import { existsSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
@@ -49,6 +51,10 @@ process.exit(0);
 `;
 
 const TYPED = `import { Admin, type EnqueueResult, type Job, Producer, Worker } from "@casq/sdk";
+import { QueueService } from "@casq/sdk/gen/casq/v1/queue_service_pb.js";
+import { QueueService as FromApi } from "@casq/api/casq/v1/queue_service_pb.js";
+const kind: "unary" = QueueService.method.enqueue.methodKind;
+console.log(kind, FromApi === QueueService);
 const brokers: string[] = ["127.0.0.1:50051"];
 const result: EnqueueResult = await new Producer({ brokers }).enqueue("emails", { to: "ada@example.com" });
 const id: string = result.id;
@@ -83,7 +89,9 @@ describe("npm packages installed in a project outside the repository", () => {
 
   beforeAll(async () => {
     expectOk("npm run artifacts", await runProgram("npm", ["run", "artifacts", "--", artifacts.path]));
-    tarballs = [`casq-sdk-${VERSION}.tgz`, `casq-${VERSION}.tgz`].map((name) => join(artifacts.path, name));
+    tarballs = [`casq-api-${VERSION}.tgz`, `casq-sdk-${VERSION}.tgz`, `casq-${VERSION}.tgz`].map((name) =>
+      join(artifacts.path, name),
+    );
     writeFileSync(
       join(project.path, "package.json"),
       JSON.stringify({ name: "casq-consumer", private: true, type: "module" }),
@@ -117,6 +125,7 @@ describe("npm packages installed in a project outside the repository", () => {
   test("npm run artifacts writes every artifact and a SHA256SUMS that verifies", async () => {
     const names = [
       `casq-${VERSION}.tgz`,
+      `casq-api-${VERSION}.tgz`,
       `casq-sdk-${VERSION}.tgz`,
       `casq_sdk-${VERSION}-py3-none-any.whl`,
       `casq_sdk-${VERSION}.tar.gz`,
@@ -134,10 +143,11 @@ describe("npm packages installed in a project outside the repository", () => {
   });
 
   test("the npm tarballs install the build only, with the SDK's own dependencies", () => {
+    const api = join(project.path, "node_modules", "@casq", "api");
     const sdk = join(project.path, "node_modules", "@casq", "sdk");
     const server = join(project.path, "node_modules", "casq");
     // Real directories with the build, not links back into the checkout, and no TypeScript source.
-    for (const dir of [sdk, server]) {
+    for (const dir of [api, sdk, server]) {
       expect(existsSync(join(dir, "src"))).toBe(false);
       expect(existsSync(join(dir, "dist"))).toBe(true);
     }
@@ -152,6 +162,12 @@ describe("npm packages installed in a project outside the repository", () => {
     expect(readdirSync(join(sdk, "dist")).filter((f) => f.endsWith(".ts") && !f.endsWith(".d.ts"))).toEqual(
       [],
     );
+    // The SDK takes its generated code from the installed @casq/api, at the same version.
+    expect(sdkManifest.dependencies["@casq/api"]).toBe(VERSION);
+    const apiManifest = JSON.parse(readFileSync(join(api, "package.json"), "utf8"));
+    expect(apiManifest.version).toBe(VERSION);
+    expect(apiManifest.private).toBeUndefined();
+    expect(apiManifest.exports["./*.ts"]).toEqual({ types: "./dist/*.d.ts", default: "./dist/*.js" });
   });
 
   test("the installed casq serve runs with plain node; a producer and a worker script enqueue and consume a job", async () => {

@@ -4,7 +4,7 @@
  * dead letters (list with paging, redrive) and raw documents.
  */
 import { durationFromMs, durationMs } from "@bufbuild/protobuf/wkt";
-import { SubscriptionStart } from "@casq/sdk/gen/casq/v1/admin_service_pb.ts";
+import { SubscriptionStart } from "@casq/api/casq/v1/admin_service_pb.ts";
 import { describe, expect, it } from "vitest";
 import { encodeManifest } from "../../server/src/broker/queue-catalog.ts";
 import { DEFAULT_QUEUE_CONFIG } from "../../server/src/model/queue-config.ts";

@@ -7,11 +7,14 @@ import { execFileSync } from "node:child_process";
 import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { QueueService } from "@casq/sdk/gen/casq/v1/queue_service_pb.ts";
+import { QueueService } from "@casq/api/casq/v1/queue_service_pb.ts";
+import {
+  Health,
+  HealthCheckResponse_ServingStatus as ServingStatus,
+} from "@casq/api/grpc/health/v1/health_pb.ts";
 import { ConnectError, createClient } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
 import { beforeAll, describe, expect, it } from "vitest";
-import { Health, ServingStatus } from "../../server/src/service/grpc-descriptors.ts";
 import { bearer, bytes, codeOf, grpcClients, startTestServer, text, useTestServers } from "./support.ts";
 
 const server = useTestServers();

@@ -12,7 +12,7 @@ import {
   ClaimResponseSchema,
   EnqueueRequestSchema,
   EnqueueResponseSchema,
-} from "@casq/sdk/gen/casq/v1/queue_service_pb.ts";
+} from "@casq/api/casq/v1/queue_service_pb.ts";
 import { describe, expect, it } from "vitest";
 import { useTestServers } from "./support.ts";
 

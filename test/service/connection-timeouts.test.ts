@@ -8,8 +8,8 @@
 import http2 from "node:http2";
 import net from "node:net";
 import type { MessageInitShape } from "@bufbuild/protobuf";
+import type { WorkRequestSchema } from "@casq/api/casq/v1/work_pb.ts";
 import { AsyncQueue } from "@casq/sdk/async-queue.ts";
-import type { WorkRequestSchema } from "@casq/sdk/gen/casq/v1/work_pb.ts";
 import { describe, expect, it } from "vitest";
 import { eventually, grpcClients, useTestServers } from "./support.ts";
 

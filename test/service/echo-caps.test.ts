@@ -4,10 +4,11 @@
  * INVALID_ARGUMENT with a short message, never as an INTERNAL error because
  * the `grpc-message` trailer outgrew the HTTP/2 frame (issue 10, item 4).
  */
+
+import { Health } from "@casq/api/grpc/health/v1/health_pb.ts";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { describe, expect, it } from "vitest";
-import { Health } from "../../server/src/service/grpc-descriptors.ts";
 import { bytes, connectJsonClients, grpcClients, useTestServers } from "./support.ts";
 
 const server = useTestServers();

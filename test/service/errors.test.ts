@@ -6,7 +6,7 @@
  * decodable casq.v1.LeaderRedirect detail.
  */
 import { durationFromMs, timestampFromMs } from "@bufbuild/protobuf/wkt";
-import { BatchRedirectSchema, LeaderRedirectSchema } from "@casq/sdk/gen/casq/v1/errors_pb.ts";
+import { BatchRedirectSchema, LeaderRedirectSchema } from "@casq/api/casq/v1/errors_pb.ts";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { describe, expect, it } from "vitest";
 import { shardForKey } from "../../server/src/broker/shard-routing.ts";

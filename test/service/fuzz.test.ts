@@ -23,9 +23,9 @@ import {
   type DescMethod,
   type DescService,
 } from "@bufbuild/protobuf";
-import { AdminService } from "@casq/sdk/gen/casq/v1/admin_service_pb.ts";
-import { QueueService } from "@casq/sdk/gen/casq/v1/queue_service_pb.ts";
-import { WorkRequestSchema } from "@casq/sdk/gen/casq/v1/work_pb.ts";
+import { AdminService } from "@casq/api/casq/v1/admin_service_pb.ts";
+import { QueueService } from "@casq/api/casq/v1/queue_service_pb.ts";
+import { WorkRequestSchema } from "@casq/api/casq/v1/work_pb.ts";
 import { Code, ConnectError, createClient, type Transport } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import fc from "fast-check";

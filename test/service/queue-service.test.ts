@@ -3,8 +3,8 @@
  * loopback: round trips, long polls, per-receipt results, LookupShards.
  */
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
-import { AckOutcome, HeartbeatOutcome, NackOutcome } from "@casq/sdk/gen/casq/v1/message_pb.ts";
-import { QueueService } from "@casq/sdk/gen/casq/v1/queue_service_pb.ts";
+import { AckOutcome, HeartbeatOutcome, NackOutcome } from "@casq/api/casq/v1/message_pb.ts";
+import { QueueService } from "@casq/api/casq/v1/queue_service_pb.ts";
 import { createClient } from "@connectrpc/connect";
 import { createGrpcWebTransport } from "@connectrpc/connect-node";
 import { describe, expect, it } from "vitest";

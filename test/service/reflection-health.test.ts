@@ -8,16 +8,16 @@ import {
   FileDescriptorProtoSchema,
   FileDescriptorSetSchema,
 } from "@bufbuild/protobuf/wkt";
+import {
+  Health,
+  HealthCheckResponse_ServingStatus as ServingStatus,
+} from "@casq/api/grpc/health/v1/health_pb.ts";
+import { ServerReflection as ServerReflectionV1 } from "@casq/api/grpc/reflection/v1/reflection_pb.ts";
+import { ServerReflection as ServerReflectionV1alpha } from "@casq/api/grpc/reflection/v1alpha/reflection_pb.ts";
 import { AsyncQueue } from "@casq/sdk/async-queue.ts";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { describe, expect, it } from "vitest";
-import {
-  Health,
-  ServerReflectionV1,
-  ServerReflectionV1alpha,
-  ServingStatus,
-} from "../../server/src/service/grpc-descriptors.ts";
 import { MemoryStore } from "../../server/src/store/memory-store.ts";
 import { UnavailableError } from "../../server/src/store/store-errors.ts";
 import { eventually, sharedStore, startTestServer, useTestServers } from "./support.ts";

@@ -5,7 +5,7 @@
  * key; the broker serves the shard again at once; a readable shard, or one
  * that changed since the operator looked, is left alone.
  */
-import { SubscriptionStart } from "@casq/sdk/gen/casq/v1/admin_service_pb.ts";
+import { SubscriptionStart } from "@casq/api/casq/v1/admin_service_pb.ts";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { describe, expect, it } from "vitest";
 import { MemoryStore } from "../../server/src/store/memory-store.ts";

@@ -5,7 +5,7 @@
  * once a subscription exists again, enqueues are kept.
  */
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
-import { SubscriptionStart } from "@casq/sdk/gen/casq/v1/admin_service_pb.ts";
+import { SubscriptionStart } from "@casq/api/casq/v1/admin_service_pb.ts";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { describe, expect, it } from "vitest";
 import { bytes, grpcClients, text, useTestServers } from "./support.ts";

@@ -3,8 +3,8 @@
  * (memory or shared stores), and real clients over HTTP/2 (gRPC) and
  * HTTP/1.1 (Connect JSON) from @connectrpc/connect-node.
  */
-import { AdminService } from "@casq/sdk/gen/casq/v1/admin_service_pb.ts";
-import { QueueService } from "@casq/sdk/gen/casq/v1/queue_service_pb.ts";
+import { AdminService } from "@casq/api/casq/v1/admin_service_pb.ts";
+import { QueueService } from "@casq/api/casq/v1/queue_service_pb.ts";
 import {
   type Client,
   Code,

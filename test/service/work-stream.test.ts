@@ -5,9 +5,9 @@
  */
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { durationFromMs, durationMs } from "@bufbuild/protobuf/wkt";
+import { AckOutcome, HeartbeatOutcome } from "@casq/api/casq/v1/message_pb.ts";
+import type { WorkRequestSchema, WorkResponse } from "@casq/api/casq/v1/work_pb.ts";
 import { AsyncQueue } from "@casq/sdk/async-queue.ts";
-import { AckOutcome, HeartbeatOutcome } from "@casq/sdk/gen/casq/v1/message_pb.ts";
-import type { WorkRequestSchema, WorkResponse } from "@casq/sdk/gen/casq/v1/work_pb.ts";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { describe, expect, it } from "vitest";
 import { MemoryStore } from "../../server/src/store/memory-store.ts";

@@ -10,12 +10,12 @@
  */
 import http2 from "node:http2";
 import type { AddressInfo } from "node:net";
+import { AdminService } from "@casq/api/casq/v1/admin_service_pb.ts";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { afterAll, describe, expect, it } from "vitest";
 import { Admin } from "./admin.ts";
 import { AlreadyExistsError } from "./errors.ts";
-import { AdminService } from "./gen/casq/v1/admin_service_pb.ts";
 
 /** What both stubs share: the "store". */
 interface State {

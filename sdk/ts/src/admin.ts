@@ -3,10 +3,6 @@
  * dead letters. Each call fails over and follows redirects like the others.
  */
 import { create, type MessageInitShape } from "@bufbuild/protobuf";
-import type { Client } from "@connectrpc/connect";
-import { type ClientOptions, resolveClientOptions } from "./client-options.ts";
-import { AlreadyExistsError, NotFoundError, toCasqError } from "./errors.ts";
-import { callWithFailover } from "./failover.ts";
 import {
   AdminService,
   type CreateQueueResponse,
@@ -21,8 +17,12 @@ import {
   type RedriveDeadLettersResponse,
   SubscriptionStart,
   type UpdateQueueResponse,
-} from "./gen/casq/v1/admin_service_pb.ts";
-import type { QueueConfigSchema } from "./gen/casq/v1/queue_config_pb.ts";
+} from "@casq/api/casq/v1/admin_service_pb.ts";
+import type { QueueConfigSchema } from "@casq/api/casq/v1/queue_config_pb.ts";
+import type { Client } from "@connectrpc/connect";
+import { type ClientOptions, resolveClientOptions } from "./client-options.ts";
+import { AlreadyExistsError, NotFoundError, toCasqError } from "./errors.ts";
+import { callWithFailover } from "./failover.ts";
 import type { CallOptions } from "./producer.ts";
 import { BrokerPool } from "./transport.ts";
 
@@ -36,8 +36,8 @@ export type {
   QueueSummary,
   RedriveDeadLettersResponse,
   UpdateQueueResponse,
-} from "./gen/casq/v1/admin_service_pb.ts";
-export { SubscriptionStart } from "./gen/casq/v1/admin_service_pb.ts";
+} from "@casq/api/casq/v1/admin_service_pb.ts";
+export { SubscriptionStart } from "@casq/api/casq/v1/admin_service_pb.ts";
 
 /** Queue configuration as accepted by createQueue (see `casq.v1.QueueConfig`). */
 export type QueueConfigInit = MessageInitShape<typeof QueueConfigSchema>;

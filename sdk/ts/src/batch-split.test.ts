@@ -12,6 +12,8 @@ import http2 from "node:http2";
 import type { AddressInfo } from "node:net";
 import { create } from "@bufbuild/protobuf";
 import { anyPack } from "@bufbuild/protobuf/wkt";
+import { BatchRedirectSchema, LeaderRedirectSchema, RpcStatusSchema } from "@casq/api/casq/v1/errors_pb.ts";
+import { type EnqueueRequest, QueueService } from "@casq/api/casq/v1/queue_service_pb.ts";
 import { Code, ConnectError, type HandlerContext } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { context, ROOT_CONTEXT, trace } from "@opentelemetry/api";
@@ -25,8 +27,6 @@ import {
   RedirectError,
   toCasqError,
 } from "./errors.ts";
-import { BatchRedirectSchema, LeaderRedirectSchema, RpcStatusSchema } from "./gen/casq/v1/errors_pb.ts";
-import { type EnqueueRequest, QueueService } from "./gen/casq/v1/queue_service_pb.ts";
 import { MAX_BATCH_SPLITS, Producer } from "./producer.ts";
 
 /** What one stub broker saw of one Enqueue. */

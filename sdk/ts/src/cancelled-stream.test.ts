@@ -10,9 +10,9 @@
  */
 import http2 from "node:http2";
 import type { AddressInfo } from "node:net";
+import { QueueService } from "@casq/api/casq/v1/queue_service_pb.ts";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { afterEach, describe, expect, it } from "vitest";
-import { QueueService } from "./gen/casq/v1/queue_service_pb.ts";
 import { Producer } from "./producer.ts";
 
 const cleanups: (() => Promise<void>)[] = [];

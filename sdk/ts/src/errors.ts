@@ -4,14 +4,14 @@
  * `ConnectError` of @connectrpc/connect by {@link toCasqError}.
  */
 import { anyUnpack } from "@bufbuild/protobuf/wkt";
-import { Code, ConnectError } from "@connectrpc/connect";
 import {
   type BatchRedirect,
   BatchRedirectSchema,
   type LeaderRedirect,
   LeaderRedirectSchema,
   type RpcStatus,
-} from "./gen/casq/v1/errors_pb.ts";
+} from "@casq/api/casq/v1/errors_pb.ts";
+import { Code, ConnectError } from "@connectrpc/connect";
 
 export { Code } from "@connectrpc/connect";
 

@@ -5,11 +5,11 @@
  * burn every attempt long before the survivor takes the shard over.
  */
 import { create } from "@bufbuild/protobuf";
+import { LeaderRedirectSchema } from "@casq/api/casq/v1/errors_pb.ts";
 import { describe, expect, it } from "vitest";
 import { resolveClientOptions } from "./client-options.ts";
 import { CasqError, Code, RedirectError, UnavailableError } from "./errors.ts";
 import { callWithFailover } from "./failover.ts";
-import { LeaderRedirectSchema } from "./gen/casq/v1/errors_pb.ts";
 import { BrokerPool } from "./transport.ts";
 
 const DEAD = "127.0.0.1:1";

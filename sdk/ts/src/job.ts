@@ -3,7 +3,7 @@
  * attempt) and an AbortSignal that fires when the worker no longer holds it.
  */
 import { timestampDate } from "@bufbuild/protobuf/wkt";
-import type { ClaimedMessage } from "./gen/casq/v1/message_pb.ts";
+import type { ClaimedMessage } from "@casq/api/casq/v1/message_pb.ts";
 
 /** W3C trace context the producer attached to a message. */
 export interface JobTraceContext {

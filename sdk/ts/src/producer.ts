@@ -5,12 +5,12 @@
 import { randomUUID } from "node:crypto";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { durationFromMs, timestampFromMs } from "@bufbuild/protobuf/wkt";
+import type { NewMessageSchema } from "@casq/api/casq/v1/message_pb.ts";
+import { type EnqueueResponse, QueueService } from "@casq/api/casq/v1/queue_service_pb.ts";
 import { Code } from "@connectrpc/connect";
 import { type ClientOptions, resolveClientOptions } from "./client-options.ts";
 import { BatchRedirectError, CasqError } from "./errors.ts";
 import { callWithFailover } from "./failover.ts";
-import type { NewMessageSchema } from "./gen/casq/v1/message_pb.ts";
-import { type EnqueueResponse, QueueService } from "./gen/casq/v1/queue_service_pb.ts";
 import { BrokerPool } from "./transport.ts";
 
 /**

@@ -3,9 +3,9 @@
  * lease gone because of that very nack, so LEASE_LOST is no lease loss there.
  */
 import { create } from "@bufbuild/protobuf";
+import { AckOutcome, AckResultSchema, NackOutcome, NackResultSchema } from "@casq/api/casq/v1/message_pb.ts";
 import { describe, expect, it } from "vitest";
 import { CasqError, Code, LeaseLostError } from "./errors.ts";
-import { AckOutcome, AckResultSchema, NackOutcome, NackResultSchema } from "./gen/casq/v1/message_pb.ts";
 import { settleError } from "./settle-outcome.ts";
 
 const job = { id: "m1", queue: "q", attempt: 1, receipt: "r1" };

@@ -3,9 +3,10 @@
  * (it did what was asked), a {@link LeaseLostError}, or an outcome it cannot
  * know.
  */
+
+import { AckOutcome, type AckResult, NackOutcome, type NackResult } from "@casq/api/casq/v1/message_pb.ts";
 import { Code } from "@connectrpc/connect";
 import { CasqError, LeaseLostError, type SettleOperation } from "./errors.ts";
-import { AckOutcome, type AckResult, NackOutcome, type NackResult } from "./gen/casq/v1/message_pb.ts";
 
 /** The job a settle was about. */
 export interface SettledJob {

@@ -4,9 +4,9 @@
  * matched to requests by request id, the stream's routing and its state.
  */
 import type { MessageInitShape } from "@bufbuild/protobuf";
+import type { WorkRequestSchema, WorkResponse, WorkRouting } from "@casq/api/casq/v1/work_pb.ts";
 import { AsyncQueue } from "./async-queue.ts";
 import { fromRpcStatus, UnavailableError } from "./errors.ts";
-import type { WorkRequestSchema, WorkResponse, WorkRouting } from "./gen/casq/v1/work_pb.ts";
 
 /** A request on the stream, as built by the SDK. */
 export type WorkRequestInit = MessageInitShape<typeof WorkRequestSchema>;

@@ -13,11 +13,11 @@
 import http2 from "node:http2";
 import type { AddressInfo } from "node:net";
 import { create } from "@bufbuild/protobuf";
+import { ClaimedMessageSchema, MessageSchema } from "@casq/api/casq/v1/message_pb.ts";
+import { QueueService } from "@casq/api/casq/v1/queue_service_pb.ts";
+import type { WorkRequest } from "@casq/api/casq/v1/work_pb.ts";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { afterEach, describe, expect, it } from "vitest";
-import { ClaimedMessageSchema, MessageSchema } from "./gen/casq/v1/message_pb.ts";
-import { QueueService } from "./gen/casq/v1/queue_service_pb.ts";
-import type { WorkRequest } from "./gen/casq/v1/work_pb.ts";
 import { Worker } from "./worker.ts";
 
 interface StubBroker {

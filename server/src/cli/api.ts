@@ -1,5 +1,5 @@
 /**
- * The generated casq.v1 API (protobuf-es code in sdk/ts/src/gen) as the CLI
+ * The generated casq.v1 API (protobuf-es code in @casq/api, api/ts) as the CLI
  * uses it: one module, so that the path to the generated code lives in one
  * place.
  */
@@ -11,8 +11,8 @@ export {
   GetQueueResponseSchema,
   RedriveDeadLettersResponseSchema,
   SubscriptionStart,
-} from "@casq/sdk/gen/casq/v1/admin_service_pb.ts";
-export { LeaderRedirectSchema, RpcStatusSchema } from "@casq/sdk/gen/casq/v1/errors_pb.ts";
+} from "@casq/api/casq/v1/admin_service_pb.ts";
+export { LeaderRedirectSchema, RpcStatusSchema } from "@casq/api/casq/v1/errors_pb.ts";
 export {
   AckOutcome,
   type ClaimedMessage,
@@ -21,19 +21,19 @@ export {
   NackOutcome,
   type NewMessage,
   NewMessageSchema,
-} from "@casq/sdk/gen/casq/v1/message_pb.ts";
+} from "@casq/api/casq/v1/message_pb.ts";
 export {
   type BackoffPolicy,
   type QueueConfig,
   QueueConfigSchema,
   type QueueLimits,
-} from "@casq/sdk/gen/casq/v1/queue_config_pb.ts";
+} from "@casq/api/casq/v1/queue_config_pb.ts";
 export {
   EnqueuedMessageSchema,
   QueueService,
-} from "@casq/sdk/gen/casq/v1/queue_service_pb.ts";
+} from "@casq/api/casq/v1/queue_service_pb.ts";
 export {
   type WorkRequest,
   WorkRequestSchema,
   type WorkResponse,
-} from "@casq/sdk/gen/casq/v1/work_pb.ts";
+} from "@casq/api/casq/v1/work_pb.ts";

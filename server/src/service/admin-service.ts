@@ -24,7 +24,7 @@ import {
   type AdminService,
   type DeadLetterSchema,
   SubscriptionStart,
-} from "@casq/sdk/gen/casq/v1/admin_service_pb.ts";
+} from "@casq/api/casq/v1/admin_service_pb.ts";
 import type { ServiceImpl } from "@connectrpc/connect";
 import type { Broker } from "../broker/broker.ts";
 import { expectKind } from "../broker/broker.ts";

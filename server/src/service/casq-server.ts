@@ -29,9 +29,18 @@
 import { randomUUID } from "node:crypto";
 import { setMaxListeners } from "node:events";
 import { hostname } from "node:os";
-import { AdminService, file_casq_v1_admin_service } from "@casq/sdk/gen/casq/v1/admin_service_pb.ts";
-import { file_casq_v1_errors } from "@casq/sdk/gen/casq/v1/errors_pb.ts";
-import { file_casq_v1_queue_service, QueueService } from "@casq/sdk/gen/casq/v1/queue_service_pb.ts";
+import { AdminService, file_casq_v1_admin_service } from "@casq/api/casq/v1/admin_service_pb.ts";
+import { file_casq_v1_errors } from "@casq/api/casq/v1/errors_pb.ts";
+import { file_casq_v1_queue_service, QueueService } from "@casq/api/casq/v1/queue_service_pb.ts";
+import { file_grpc_health_v1_health, Health } from "@casq/api/grpc/health/v1/health_pb.ts";
+import {
+  file_grpc_reflection_v1_reflection,
+  ServerReflection as ServerReflectionV1,
+} from "@casq/api/grpc/reflection/v1/reflection_pb.ts";
+import {
+  file_grpc_reflection_v1alpha_reflection,
+  ServerReflection as ServerReflectionV1alpha,
+} from "@casq/api/grpc/reflection/v1alpha/reflection_pb.ts";
 import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { trace as otelTrace, type TracerProvider } from "@opentelemetry/api";
@@ -60,7 +69,6 @@ import { type Random, systemRandom } from "../util/random.ts";
 import { createAdminService } from "./admin-service.ts";
 import { createAuthInterceptor, loadTokenFile } from "./auth.ts";
 import { CallTracker } from "./call-tracker.ts";
-import { file_grpc_health_v1_health, Health } from "./grpc-descriptors.ts";
 import { createErrorInterceptor } from "./grpc-errors.ts";
 import { createHealthService, HealthMonitor } from "./health-service.ts";
 import { loggingShardObserver } from "./lifecycle-log.ts";
@@ -78,7 +86,11 @@ import {
   withMalformedRequestStatus,
 } from "./malformed-requests.ts";
 import { createQueueService } from "./queue-service.ts";
-import { createReflectionService, DescriptorIndex, REFLECTION_SERVICES } from "./reflection-service.ts";
+import {
+  createReflectionServiceV1,
+  createReflectionServiceV1alpha,
+  DescriptorIndex,
+} from "./reflection-service.ts";
 import type { ServiceContext } from "./service-context.ts";
 import { ShardDirectory } from "./shard-directory.ts";
 import { WorkRegistry } from "./work-registry.ts";
@@ -177,7 +189,8 @@ const SERVED_SERVICES = [
   QueueService.typeName,
   AdminService.typeName,
   Health.typeName,
-  ...REFLECTION_SERVICES.map((s) => s.typeName),
+  ServerReflectionV1.typeName,
+  ServerReflectionV1alpha.typeName,
 ];
 
 /** Starts a casq server (see the module header). Rejects with the system error when the port cannot be bound. */
@@ -307,7 +320,8 @@ export async function startCasqServer(options: CasqServerOptions): Promise<Runni
       file_casq_v1_admin_service,
       file_casq_v1_errors,
       file_grpc_health_v1_health,
-      ...REFLECTION_SERVICES.map((s) => s.file),
+      file_grpc_reflection_v1_reflection,
+      file_grpc_reflection_v1alpha_reflection,
     ],
     SERVED_SERVICES,
   );
@@ -323,7 +337,8 @@ export async function startCasqServer(options: CasqServerOptions): Promise<Runni
       router.service(QueueService, createQueueService(ctx));
       router.service(AdminService, createAdminService(ctx));
       router.service(Health, createHealthService(health, [QueueService.typeName, AdminService.typeName]));
-      for (const service of REFLECTION_SERVICES) router.service(service, createReflectionService(index));
+      router.service(ServerReflectionV1, createReflectionServiceV1(index));
+      router.service(ServerReflectionV1alpha, createReflectionServiceV1alpha(index));
       router.handlers.forEach((h, i) => {
         router.handlers[i] = withMalformedRequestStatus(h, malformed);
       });

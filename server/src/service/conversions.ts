@@ -14,7 +14,7 @@ import type {
   QueueStatsSchema,
   ShardStatusSchema,
   SubscriptionStatsSchema,
-} from "@casq/sdk/gen/casq/v1/admin_service_pb.ts";
+} from "@casq/api/casq/v1/admin_service_pb.ts";
 import {
   AckOutcome,
   type AckResultSchema,
@@ -26,13 +26,13 @@ import {
   type NackResultSchema,
   type TraceContext,
   type TraceContextSchema,
-} from "@casq/sdk/gen/casq/v1/message_pb.ts";
+} from "@casq/api/casq/v1/message_pb.ts";
 import {
   type BackoffPolicy as ProtoBackoff,
   type QueueConfig as ProtoQueueConfig,
   QueueConfigSchema,
-} from "@casq/sdk/gen/casq/v1/queue_config_pb.ts";
-import { type ShardLeader, ShardLeaderSchema } from "@casq/sdk/gen/casq/v1/shard_pb.ts";
+} from "@casq/api/casq/v1/queue_config_pb.ts";
+import { type ShardLeader, ShardLeaderSchema } from "@casq/api/casq/v1/shard_pb.ts";
 import { CasqError } from "../errors.ts";
 import type {
   AckItemResult,

@@ -1,6 +1,6 @@
 import { anyUnpack } from "@bufbuild/protobuf/wkt";
+import { BatchRedirectSchema, LeaderRedirectSchema } from "@casq/api/casq/v1/errors_pb.ts";
 import { LEADER_ADDRESS_TRAILER } from "@casq/sdk/errors.ts";
-import { BatchRedirectSchema, LeaderRedirectSchema } from "@casq/sdk/gen/casq/v1/errors_pb.ts";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { describe, expect, it } from "vitest";
 import { CasqError, type CasqErrorCode } from "../errors.ts";

@@ -33,14 +33,14 @@
  */
 import { create } from "@bufbuild/protobuf";
 import { anyPack } from "@bufbuild/protobuf/wkt";
-import { LEADER_ADDRESS_TRAILER } from "@casq/sdk/errors.ts";
 import {
   BatchRedirectSchema,
   type LeaderRedirect,
   LeaderRedirectSchema,
   type RpcStatus,
   RpcStatusSchema,
-} from "@casq/sdk/gen/casq/v1/errors_pb.ts";
+} from "@casq/api/casq/v1/errors_pb.ts";
+import { LEADER_ADDRESS_TRAILER } from "@casq/sdk/errors.ts";
 import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 import type { Logger } from "pino";
 import { type CasqErrorCode, type CasqErrorDetails, isCasqError } from "../errors.ts";

@@ -21,12 +21,16 @@
  * Check answers NOT_FOUND for any other name; Watch sends SERVICE_UNKNOWN
  * for it, as the health protocol asks, and keeps the stream open.
  */
+
+import {
+  type Health,
+  HealthCheckResponse_ServingStatus as ServingStatus,
+} from "@casq/api/grpc/health/v1/health_pb.ts";
 import { Code, ConnectError, type ServiceImpl } from "@connectrpc/connect";
 import type { Logger } from "pino";
 import type { ObjectStore } from "../store/object-store.ts";
 import { probeStore, STORE_PROBE_KEY } from "../store/store-probe.ts";
 import type { Clock } from "../util/clock.ts";
-import { type Health, ServingStatus } from "./grpc-descriptors.ts";
 
 /** The key probed in the store; it never needs to exist. */
 export const HEALTH_PROBE_KEY = STORE_PROBE_KEY;

@@ -16,7 +16,7 @@ import {
   HeartbeatOutcome,
   type HeartbeatResultSchema,
   type NackResultSchema,
-} from "@casq/sdk/gen/casq/v1/message_pb.ts";
+} from "@casq/api/casq/v1/message_pb.ts";
 import { type Broker, expectKind, type ShardReceipt } from "../broker/broker.ts";
 import { CasqError } from "../errors.ts";
 import { ackResultToProto, heartbeatResultsByKey, nackResultToProto, receiptKey } from "./conversions.ts";

@@ -8,8 +8,8 @@
  * (`grpc-errors.ts`). The Work stream lives in `work-stream.ts`.
  */
 import type { MessageInitShape } from "@bufbuild/protobuf";
-import type { ClaimedMessageSchema } from "@casq/sdk/gen/casq/v1/message_pb.ts";
-import type { QueueService } from "@casq/sdk/gen/casq/v1/queue_service_pb.ts";
+import type { ClaimedMessageSchema } from "@casq/api/casq/v1/message_pb.ts";
+import type { QueueService } from "@casq/api/casq/v1/queue_service_pb.ts";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import { callTraceContext, recordDeliveries } from "../telemetry/tracing.ts";
 import { claimedToProto, leaderToProto } from "./conversions.ts";

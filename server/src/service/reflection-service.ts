@@ -15,17 +15,27 @@
  * - anything unknown: an `error_response` with NOT_FOUND, the stream stays open.
  */
 
-import type { MessageInitShape } from "@bufbuild/protobuf";
-import { type DescFile, type DescMessage, toBinary } from "@bufbuild/protobuf";
-import type { GenService } from "@bufbuild/protobuf/codegenv2";
-import { FileDescriptorProtoSchema } from "@bufbuild/protobuf/wkt";
-import type { ServiceImpl } from "@connectrpc/connect";
 import {
-  type ServerReflectionMethods,
+  create,
+  type DescFile,
+  type DescMessage,
+  fromBinary,
+  type MessageInitShape,
+  toBinary,
+} from "@bufbuild/protobuf";
+import { FileDescriptorProtoSchema } from "@bufbuild/protobuf/wkt";
+import {
   type ServerReflectionRequest,
-  ServerReflectionV1,
-  ServerReflectionV1alpha,
-} from "./grpc-descriptors.ts";
+  ServerReflectionRequestSchema,
+  ServerReflectionResponseSchema,
+  type ServerReflection as ServerReflectionV1,
+} from "@casq/api/grpc/reflection/v1/reflection_pb.ts";
+import {
+  ServerReflectionRequestSchema as ServerReflectionRequestSchemaV1alpha,
+  ServerReflectionResponseSchema as ServerReflectionResponseSchemaV1alpha,
+  type ServerReflection as ServerReflectionV1alpha,
+} from "@casq/api/grpc/reflection/v1alpha/reflection_pb.ts";
+import type { ServiceImpl } from "@connectrpc/connect";
 
 /** gRPC code NOT_FOUND, as reflection error responses carry it. */
 const NOT_FOUND = 5;
@@ -99,7 +109,7 @@ export class DescriptorIndex {
 export function answerReflection(
   index: DescriptorIndex,
   request: ServerReflectionRequest,
-): MessageInitShape<ServerReflectionMethods["serverReflectionInfo"]["output"]> {
+): MessageInitShape<typeof ServerReflectionResponseSchema> {
   const base = { validHost: request.host, originalRequest: request };
   const notFound = (message: string) =>
     ({
@@ -149,10 +159,8 @@ export function answerReflection(
   }
 }
 
-/** The ServerReflection implementation (the same for v1 and v1alpha). */
-export function createReflectionService(
-  index: DescriptorIndex,
-): ServiceImpl<GenService<ServerReflectionMethods>> {
+/** The ServerReflection v1 implementation. */
+export function createReflectionServiceV1(index: DescriptorIndex): ServiceImpl<typeof ServerReflectionV1> {
   return {
     async *serverReflectionInfo(requests) {
       for await (const request of requests) yield answerReflection(index, request);
@@ -160,5 +168,27 @@ export function createReflectionService(
   };
 }
 
-/** The reflection services to register, with their descriptors. */
-export const REFLECTION_SERVICES = [ServerReflectionV1, ServerReflectionV1alpha] as const;
+/**
+ * The ServerReflection v1alpha implementation. v1alpha is v1 under another
+ * package name, with the same wire format: each request is read again as v1,
+ * answered as v1, and the answer read again as v1alpha.
+ */
+export function createReflectionServiceV1alpha(
+  index: DescriptorIndex,
+): ServiceImpl<typeof ServerReflectionV1alpha> {
+  return {
+    async *serverReflectionInfo(requests) {
+      for await (const request of requests) {
+        const v1 = fromBinary(
+          ServerReflectionRequestSchema,
+          toBinary(ServerReflectionRequestSchemaV1alpha, request),
+        );
+        const answer = create(ServerReflectionResponseSchema, answerReflection(index, v1));
+        yield fromBinary(
+          ServerReflectionResponseSchemaV1alpha,
+          toBinary(ServerReflectionResponseSchema, answer),
+        );
+      }
+    },
+  };
+}

@@ -46,10 +46,7 @@
  *    document. Other brokers re-read a refused shard on every request.
  */
 import type { MessageInitShape } from "@bufbuild/protobuf";
-import type {
-  RepairShardRequest,
-  RepairShardResponseSchema,
-} from "@casq/sdk/gen/casq/v1/admin_service_pb.ts";
+import type { RepairShardRequest, RepairShardResponseSchema } from "@casq/api/casq/v1/admin_service_pb.ts";
 import { shardDocumentExpected } from "../broker/queue-catalog.ts";
 import { shardKey } from "../broker/shard-key.ts";
 import { readShardSnapshot } from "../broker/shard-snapshot.ts";

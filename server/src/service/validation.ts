@@ -10,7 +10,7 @@
  * RESOURCE_EXHAUSTED naming the limit to raise.
  */
 import type { Duration } from "@bufbuild/protobuf/wkt";
-import type { NewMessage } from "@casq/sdk/gen/casq/v1/message_pb.ts";
+import type { NewMessage } from "@casq/api/casq/v1/message_pb.ts";
 import type { EnqueueInput } from "../broker/broker.ts";
 import { CasqError, quoteValue } from "../errors.ts";
 import { utf8Bytes } from "../model/approx-size.ts";

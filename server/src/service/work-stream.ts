@@ -39,10 +39,10 @@
  */
 import { randomUUID } from "node:crypto";
 import type { MessageInitShape } from "@bufbuild/protobuf";
+import type { QueueService } from "@casq/api/casq/v1/queue_service_pb.ts";
+import type { WorkOpen, WorkRequest, WorkResponseSchema } from "@casq/api/casq/v1/work_pb.ts";
 import { AsyncQueue } from "@casq/sdk/async-queue.ts";
 import { backoffCap } from "@casq/sdk/backoff.ts";
-import type { QueueService } from "@casq/sdk/gen/casq/v1/queue_service_pb.ts";
-import type { WorkOpen, WorkRequest, WorkResponseSchema } from "@casq/sdk/gen/casq/v1/work_pb.ts";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import { type ClaimPass, throwIfNothingServed } from "../broker/shard-claims.ts";
 import { CasqError, isCasqError } from "../errors.ts";

@@ -7,8 +7,8 @@
 import { createInterface } from "node:readline";
 import { toJson } from "@bufbuild/protobuf";
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
+import { GetQueueResponseSchema } from "@casq/api/casq/v1/admin_service_pb.ts";
 import { Admin, type ClientOptions, DeadLetterError, type Job, Producer, Worker } from "@casq/sdk";
-import { GetQueueResponseSchema } from "@casq/sdk/gen/casq/v1/admin_service_pb.ts";
 
 type Request = Record<string, unknown> & { id: number; op: string };
 

@@ -4,10 +4,11 @@
  * stream gone or redirected, by unary call), in chunks of 500; a lease the
  * broker reports lost is passed on.
  */
+
+import { HeartbeatOutcome, type HeartbeatResult } from "@casq/api/casq/v1/message_pb.ts";
+import { QueueService } from "@casq/api/casq/v1/queue_service_pb.ts";
 import { isRetryable, RedirectError, toCasqError } from "../errors.ts";
 import { callWithFailover } from "../failover.ts";
-import { HeartbeatOutcome, type HeartbeatResult } from "../gen/casq/v1/message_pb.ts";
-import { QueueService } from "../gen/casq/v1/queue_service_pb.ts";
 import type { BrokerPool } from "../transport.ts";
 import { type Session, StreamClosedError } from "../work-session.ts";
 import type { Held } from "./held-job.ts";

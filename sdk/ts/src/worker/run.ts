@@ -13,11 +13,11 @@
  * period, the rest are abandoned, then every stream ends.
  */
 
+import type { ClaimedMessage } from "@casq/api/casq/v1/message_pb.ts";
 import { Code } from "@connectrpc/connect";
 import type { Tracer } from "@opentelemetry/api";
 import { CasqError } from "../errors.ts";
 import { sleep } from "../failover.ts";
-import type { ClaimedMessage } from "../gen/casq/v1/message_pb.ts";
 import { type Job, jobFromClaim } from "../job.ts";
 import type { BrokerPool } from "../transport.ts";
 import type { Session } from "../work-session.ts";

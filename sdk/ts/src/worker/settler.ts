@@ -8,11 +8,12 @@
  * when it is dropped unstarted; a stream opened after another ended takes
  * over the credit of that stream's jobs.
  */
+
+import type { AckResult, NackResult } from "@casq/api/casq/v1/message_pb.ts";
+import { QueueService } from "@casq/api/casq/v1/queue_service_pb.ts";
 import type { SettleOperation } from "../errors.ts";
 import { isRetryable, RedirectError, toCasqError } from "../errors.ts";
 import { callWithFailover } from "../failover.ts";
-import type { AckResult, NackResult } from "../gen/casq/v1/message_pb.ts";
-import { QueueService } from "../gen/casq/v1/queue_service_pb.ts";
 import { settleError } from "../settle-outcome.ts";
 import type { BrokerPool } from "../transport.ts";
 import { type Command, type Session, StreamClosedError } from "../work-session.ts";

@@ -21,12 +21,12 @@
  * run's {@link StreamEvents}; answers to requests go to the stream's session.
  */
 import { durationFromMs, durationMs } from "@bufbuild/protobuf/wkt";
+import type { ClaimedMessage } from "@casq/api/casq/v1/message_pb.ts";
+import { QueueService } from "@casq/api/casq/v1/queue_service_pb.ts";
+import type { WorkResponse } from "@casq/api/casq/v1/work_pb.ts";
 import { Code } from "@connectrpc/connect";
 import { isRetryable, RedirectError, toCasqError } from "../errors.ts";
 import { retryDelayMs, sleep } from "../failover.ts";
-import type { ClaimedMessage } from "../gen/casq/v1/message_pb.ts";
-import { QueueService } from "../gen/casq/v1/queue_service_pb.ts";
-import type { WorkResponse } from "../gen/casq/v1/work_pb.ts";
 import type { BrokerPool } from "../transport.ts";
 import { Session, StreamClosedError } from "../work-session.ts";
 import type { Reporter } from "./reporter.ts";

@@ -6,10 +6,13 @@
  */
 import { readFileSync } from "node:fs";
 import type * as http2 from "node:http2";
+import {
+  Health,
+  HealthCheckResponse_ServingStatus as ServingStatus,
+} from "@casq/api/grpc/health/v1/health_pb.ts";
 import { createClient, type Interceptor } from "@connectrpc/connect";
 import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import type { Command } from "commander";
-import { Health, ServingStatus } from "../../service/grpc-descriptors.ts";
 import { CliError, ExitCode, usageError } from "../cli-error.ts";
 import { addConnectionOptions, type ClientOptions, describeRpcError } from "../client.ts";
 import { printLines } from "../output.ts";
