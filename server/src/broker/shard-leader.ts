@@ -149,6 +149,8 @@ export interface StandingClaim {
 interface StandingFill {
   readonly claim: StandingClaim;
   readonly messages: readonly ClaimedMessage[];
+  /** The claim operation as applied, for the commit observer. */
+  readonly applied: AppliedOperation;
 }
 
 type Settle<T> = { resolve(value: T): void; reject(error: unknown): void };
@@ -168,20 +170,6 @@ type AppliedBatch = {
   standing: AppliedOperation[];
 };
 type AppliedOperation = { op: Operation; result: OperationResult };
-
-function standingApplied(fill: StandingFill): AppliedOperation {
-  const { claim } = fill;
-  return {
-    op: {
-      kind: "claim",
-      subscription: claim.subscription,
-      workerId: claim.workerId,
-      max: fill.messages.length,
-      ...(claim.leaseTtlMs === undefined ? {} : { leaseTtlMs: claim.leaseTtlMs }),
-    },
-    result: { kind: "claim", messages: fill.messages, changed: true },
-  };
-}
 
 /**
  * Group-commits every operation on one queue shard into CAS writes of its
@@ -431,7 +419,7 @@ export class ShardLeader {
         }
         if (!release) fills = this.fillStanding(working, now);
         if (fills.length > 0) changed = true;
-        return { value: { now, outcomes, expire, standing: fills.map(standingApplied) }, changed };
+        return { value: { now, outcomes, expire, standing: fills.map((fill) => fill.applied) }, changed };
       },
       { release },
     );
@@ -456,26 +444,22 @@ export class ShardLeader {
     for (const claim of this.standing) {
       const max = claim.credit.available;
       if (max <= 0 || !hasRunnable(working, claim.subscription, now)) continue;
-      let messages: readonly ClaimedMessage[];
+      const op: Operation = {
+        kind: "claim",
+        subscription: claim.subscription,
+        workerId: claim.workerId,
+        max,
+        ...(claim.leaseTtlMs === undefined ? {} : { leaseTtlMs: claim.leaseTtlMs }),
+      };
+      let result: OperationResult;
       try {
-        const result = applyOperation(
-          working,
-          {
-            kind: "claim",
-            subscription: claim.subscription,
-            workerId: claim.workerId,
-            max,
-            ...(claim.leaseTtlMs === undefined ? {} : { leaseTtlMs: claim.leaseTtlMs }),
-          },
-          now,
-        );
-        messages = result.kind === "claim" ? result.messages : [];
+        result = applyOperation(working, op, now);
       } catch {
         continue; // e.g. the subscription was deleted in this batch: the consumer's own claim will say so
       }
-      if (messages.length === 0) continue;
-      claim.credit.available -= messages.length;
-      fills.push({ claim, messages });
+      if (result.kind !== "claim" || result.messages.length === 0) continue;
+      claim.credit.available -= result.messages.length;
+      fills.push({ claim, messages: result.messages, applied: { op, result } });
     }
     return fills;
   }

@@ -44,7 +44,7 @@ import type { WorkOpen, WorkRequest, WorkResponseSchema } from "@casq/api/casq/v
 import { AsyncQueue } from "@casq/sdk/async-queue.ts";
 import { backoffCap } from "@casq/sdk/backoff.ts";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
-import { type ClaimPass, throwIfNothingServed } from "../broker/shard-claims.ts";
+import { type ClaimPass, type Delivery, throwIfNothingServed } from "../broker/shard-claims.ts";
 import { CasqError, isCasqError } from "../errors.ts";
 import type { ClaimedMessage, Receipt } from "../model/operations.ts";
 import { inspectMessage } from "../model/shard-inspect.ts";
@@ -442,19 +442,7 @@ class WorkSession implements WorkSessionHandle {
         },
         all,
       );
-      if (!this.halfClosed && !this.outbox.closed) {
-        recordDeliveries(this.call.values, this.queue, pass.deliveries); // Telemetry: tracing
-        for (const d of pass.deliveries) {
-          this.credits -= 1;
-          this.hold(d.shard, d.message.receipt);
-          this.outbox.push({ event: { case: "job", value: claimedToProto(this.queue, d.shard, d.message) } });
-        }
-      } else if (pass.deliveries.length > 0) {
-        this.ctx.logger.debug(
-          { session: this.sessionId, claimed: pass.deliveries.length },
-          "jobs claimed as the worker half-closed were not sent; their leases will expire",
-        );
-      }
+      if (this.sendJobs(pass.deliveries)) this.credits -= pass.deliveries.length;
       if (!this.claiming) return;
       this.updateRouting(pass);
       if (pass.served.length === 0) {
@@ -523,20 +511,25 @@ class WorkSession implements WorkSessionHandle {
     const live = messages.filter((message) => message.leaseDeadline > now);
     // Leases that ran out before their commit was answered are not sent; they are redelivered.
     this.credits += messages.length - live.length;
-    if (this.halfClosed || this.outbox.closed || !this.claiming) {
-      if (live.length > 0)
+    this.sendJobs(live.map((message) => ({ shard, message })));
+  }
+
+  /** Sends claimed jobs and holds them; false (nothing sent) once the worker half-closed or the stream ended. */
+  private sendJobs(deliveries: readonly Delivery[]): boolean {
+    if (this.halfClosed || this.outbox.closed) {
+      if (deliveries.length > 0)
         this.ctx.logger.debug(
-          { session: this.sessionId, claimed: live.length },
-          "jobs claimed as the stream ended were not sent; their leases will expire",
+          { session: this.sessionId, claimed: deliveries.length },
+          "jobs claimed as the worker half-closed were not sent; their leases will expire",
         );
-      return;
+      return false;
     }
-    const deliveries = live.map((message) => ({ shard, message }));
     recordDeliveries(this.call.values, this.queue, deliveries); // Telemetry: tracing
     for (const d of deliveries) {
       this.hold(d.shard, d.message.receipt);
       this.outbox.push({ event: { case: "job", value: claimedToProto(this.queue, d.shard, d.message) } });
     }
+    return true;
   }
 
   private stopClaims(): void {
