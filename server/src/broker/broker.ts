@@ -19,6 +19,11 @@ import type { BrokerIdentity } from "./leadership.ts";
 import { newMessageId } from "./message-ids.ts";
 import { expectKind } from "./operation-effects.ts";
 import { missingShardVerdict, queueNotFound } from "./queue-catalog.ts";
+import {
+  DEFAULT_SEGMENT_CACHE_BYTES,
+  SegmentBodyCache,
+  type SegmentBodyCacheStats,
+} from "./segment-body-cache.ts";
 import { type Delivery, ShardClaimer } from "./shard-claims.ts";
 import { type CommitOptions, ShardLeader } from "./shard-leader.ts";
 import type { ShardObserver } from "./shard-observer.ts";
@@ -48,6 +53,12 @@ export interface BrokerParams {
    * {@link NO_MANIFESTS}.
    */
   readonly documentExpected?: (queue: string, shard: number) => Promise<boolean>;
+  /**
+   * Bytes of sealed messages' bodies (payloads, headers, trace contexts) this
+   * broker keeps in memory, all shards together; the rest are read from their
+   * segments when needed (`segment-body-cache.ts`). Default 64 MiB.
+   */
+  readonly segmentCacheBytes?: number;
 }
 
 /**
@@ -103,6 +114,8 @@ export class Broker {
   readonly claims: ShardClaimer;
   private readonly params: BrokerParams;
   private readonly leaders = new Map<string, ShardLeader>();
+  /** Bodies of sealed messages in memory, all shards together (see {@link BrokerParams.segmentCacheBytes}). */
+  private readonly bodyCache: SegmentBodyCache;
   private readonly roundRobin = new Map<string, number>();
   private stopped = false;
 
@@ -110,6 +123,12 @@ export class Broker {
     this.params = params;
     this.identity = params.identity;
     this.claims = new ShardClaimer(this, params.clock);
+    this.bodyCache = new SegmentBodyCache(params.segmentCacheBytes ?? DEFAULT_SEGMENT_CACHE_BYTES);
+  }
+
+  /** Counters of the page cache of segment bodies (for metrics and tests). */
+  segmentCacheStats(): SegmentBodyCacheStats {
+    return this.bodyCache.stats();
   }
 
   /** Number of shards of `queue`. */
@@ -140,6 +159,7 @@ export class Broker {
         ...(this.params.observer ? { observer: this.params.observer } : {}),
         documentExpected: () =>
           this.params.documentExpected?.(queue, shard) ?? this.manifestSaysExpected(queue, shard),
+        bodyCache: this.bodyCache,
       });
       this.leaders.set(id, leader);
     }

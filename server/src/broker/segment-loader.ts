@@ -28,7 +28,7 @@ import type {
   SegmentRef,
   ShardDocument,
 } from "../model/shard-document-parser.ts";
-import type { DeadLetterRecord, DedupEntry, MessageRecord } from "../model/shard-records.ts";
+import type { DeadLetterRecord, DedupEntry, MessageMeta, MessageRecord } from "../model/shard-records.ts";
 import type { ObjectStore, StoredObject } from "../store/object-store.ts";
 import { isStoreError } from "../store/store-errors.ts";
 
@@ -36,6 +36,17 @@ const KIND_NAMES = { messages: "segment", dedup: "dedup segment", dead: "dead-le
 
 /** Segment reads in flight at once while loading a head. */
 const READ_PARALLELISM = 8;
+
+/**
+ * What a loader keeps of a message segment it read (default: the whole
+ * records). A leader keeps the meta and offers the bodies to its page cache,
+ * so a takeover does not hold every body of the shard at once.
+ */
+export type KeepMessages = (
+  name: string,
+  records: readonly MessageRecord[],
+  bytes: number,
+) => readonly MessageMeta[];
 
 /** Where the dedup segments a head references go, and the time that tells which are still live. */
 export interface DedupSegmentCache {
@@ -47,7 +58,8 @@ export interface DedupSegmentCache {
  * Loads into `cache` every segment `doc` (read at `headKey` with etag
  * `headEtag`) references and `cache` lacks, and into `dedup.cache` every
  * dedup segment it references that is live at `dedup.now`, and into
- * `dead` every dead-letter segment it references (when given). Resolves
+ * `dead` every dead-letter segment it references (when given); of each
+ * message segment, `cache` gets what `keep` returns. Resolves
  * `"moved"` when a segment was gone because the head changed meanwhile.
  * Rejects with `data_loss` for a missing or corrupt segment of the current
  * head, `unavailable` when the store fails.
@@ -57,9 +69,10 @@ export async function loadSegments(
   headKey: string,
   headEtag: string,
   doc: ShardDocument,
-  cache: Map<string, readonly MessageRecord[]>,
+  cache: Map<string, readonly MessageMeta[]>,
   dedup?: DedupSegmentCache,
   dead?: Map<string, readonly DeadLetterRecord[]>,
+  keep: KeepMessages = (_name, records) => records,
 ): Promise<"ok" | "moved"> {
   const where = { queue: doc.queue, shard: doc.shard };
   type Wanted =
@@ -101,7 +114,11 @@ export async function loadSegments(
       }
       const body = (stored as StoredObject).body;
       const expect = { queue: doc.queue, shard: doc.shard };
-      if (w.kind === "messages") cache.set(ref.name, parseSegmentDocument(body, { ...expect, ref: w.ref }));
+      if (w.kind === "messages")
+        cache.set(
+          ref.name,
+          keep(ref.name, parseSegmentDocument(body, { ...expect, ref: w.ref }), body.byteLength),
+        );
       else if (w.kind === "dedup")
         dedup?.cache.set(ref.name, parseDedupSegmentDocument(body, { ...expect, ref: w.ref }));
       else
@@ -112,6 +129,31 @@ export async function loadSegments(
     }
   }
   return "ok";
+}
+
+/** A message segment read on demand by a leader: its records, or what is wrong with the object. */
+export type SegmentRead =
+  | { readonly records: readonly MessageRecord[]; readonly bytes: number }
+  | { readonly problem: "is missing" | "fails its checksum" };
+
+/**
+ * Reads the message segment `ref` of queue `queue` shard `shard`, checked
+ * against its size and SHA-256 (the leader's page-in of bodies: see
+ * `segment-pager.ts`). Rejects with `unavailable` when the store fails, and
+ * `data_loss` when the object parses wrong.
+ */
+export async function readMessageSegment(
+  store: ObjectStore,
+  queue: string,
+  shard: number,
+  ref: Pick<SegmentRef, "name" | "first" | "last" | "count" | "bytes" | "sha256">,
+): Promise<SegmentRead> {
+  const where = { queue, shard };
+  const stored = await read(store, segmentPrefix(queue, shard) + ref.name, where);
+  if (stored === undefined) return { problem: "is missing" };
+  if (stored.body.byteLength !== ref.bytes || sha256Hex(stored.body) !== ref.sha256)
+    return { problem: "fails its checksum" };
+  return { records: parseSegmentDocument(stored.body, { queue, shard, ref }), bytes: stored.body.byteLength };
 }
 
 async function read(

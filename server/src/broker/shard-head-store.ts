@@ -52,16 +52,24 @@ import {
   segmentPrefix,
   sha256Hex,
 } from "../model/segment-codec.ts";
-import { sealCandidates, sealSegment } from "../model/segment-mechanics.ts";
+import { requireBody, sealCandidates, sealSegment } from "../model/segment-mechanics.ts";
 import { parseShardDocument, type SegmentRef, type ShardDocument } from "../model/shard-document-parser.ts";
-import type { DeadLetterRecord, DedupEntry, MessageRecord } from "../model/shard-records.ts";
+import {
+  type DeadLetterRecord,
+  type DedupEntry,
+  type MessageMeta,
+  type MessageRecord,
+  metaOf,
+} from "../model/shard-records.ts";
 import { type BrokerRecord, checkDocumentPlace, ShardState } from "../model/shard-state.ts";
 import type { ObjectStore, PutCondition, StoredObject } from "../store/object-store.ts";
 import { isStoreError } from "../store/store-errors.ts";
 import type { Clock } from "../util/clock.ts";
 import type { Random } from "../util/random.ts";
 import { type BrokerIdentity, heldByOther, isOwnRecord, needsRenewal, takeoverRecord } from "./leadership.ts";
+import { SegmentBodyCache } from "./segment-body-cache.ts";
 import { loadSegments } from "./segment-loader.ts";
+import { SegmentPager } from "./segment-pager.ts";
 import { shardKey } from "./shard-key.ts";
 import type { ShardObserver } from "./shard-observer.ts";
 import { resolveWrites, type WriteAttempt } from "./write-resolution.ts";
@@ -102,6 +110,8 @@ export interface ShardHeadStoreParams {
   /** Config of the head when this broker creates it. */
   readonly initialConfig?: Partial<QueueConfig> | undefined;
   readonly observer?: ShardObserver | undefined;
+  /** The broker's page cache of segment bodies (default: a cache of this shard's own, of the default size). */
+  readonly bodyCache?: SegmentBodyCache | undefined;
   /**
    * Asked when the head does not exist: true when it should (the queue's
    * manifest says the shard was created), which refuses the shard instead of
@@ -161,14 +171,17 @@ export class ShardHeadStore {
   private seenAt = Number.NEGATIVE_INFINITY;
   private writeCounter = 0;
   private segmentCounter = 0;
-  /** Contents of the segments the committed head references (and of ones just sealed), by name. */
-  private readonly segments = new Map<string, readonly MessageRecord[]>();
+  /** The meta of the messages of the segments the committed head references (and of ones just sealed), by name. */
+  private readonly segments = new Map<string, readonly MessageMeta[]>();
   /** Entries of the live dedup segments the committed head references (and of ones just sealed), by name. */
   private readonly dedupSegments = new Map<string, readonly DedupEntry[]>();
   /** Dead letters of the dead-letter segments the committed head references (and of ones just sealed), by name. */
   private readonly deadLetterSegments = new Map<string, readonly DeadLetterRecord[]>();
   /** Segment deletions in progress (garbage collection never delays a commit). */
   private readonly collecting = new Set<Promise<void>>();
+
+  /** Pages the bodies of this shard's sealed messages in and out (see `segment-pager.ts`). */
+  readonly pager: SegmentPager;
 
   constructor(params: ShardHeadStoreParams) {
     this.store = params.store;
@@ -182,6 +195,13 @@ export class ShardHeadStore {
     this.initialConfig = params.initialConfig;
     this.observer = params.observer;
     this.documentExpected = params.documentExpected;
+    this.pager = new SegmentPager({
+      store: params.store,
+      queue: params.queue,
+      shard: params.shard,
+      cache: params.bodyCache ?? new SegmentBodyCache(),
+      headMoved: async () => (await this.store.get(this.key))?.etag !== this.etag,
+    });
   }
 
   /** Current mode. */
@@ -205,10 +225,12 @@ export class ShardHeadStore {
    * `apply` may run several times (once per attempt, each time on a fresh
    * copy); it must not have effects outside the state it is given.
    * `release` writes `lease_until = 0` so that another broker takes over at once.
+   * `prepare`, when given, runs before each `apply` on the state it will get
+   * (e.g. to page in bodies the batch needs); it must not change the state.
    */
   async commit<T>(
     apply: (working: ShardState, now: number) => AppliedChange<T>,
-    options: { release: boolean },
+    options: { release: boolean; prepare?: (state: ShardState, now: number) => Promise<void> },
   ): Promise<HeadCommitResult<T>> {
     const attempts = new Map<string, WriteAttempt<T>>();
     let conflicts = 0;
@@ -219,6 +241,8 @@ export class ShardHeadStore {
         if (problem) return { kind: "failed", error: problem };
       }
       justReloaded = false;
+      if (options.prepare !== undefined && this.committed !== undefined)
+        await options.prepare(this.committed, this.now());
       const now = this.now();
       const existing = this.committed;
       if (existing && heldByOther(existing.broker, this.identity, now)) {
@@ -228,9 +252,7 @@ export class ShardHeadStore {
       }
 
       const creating = existing === undefined;
-      const working =
-        existing ??
-        ShardState.create({ queue: this.queue, shard: this.shard, config: this.initialConfig ?? {}, now });
+      const working = existing ?? this.created(now);
       const previousRecord = working.broker;
       const takingOver = creating || !isOwnRecord(previousRecord, this.identity);
       const applied = apply(working, now);
@@ -363,6 +385,18 @@ export class ShardHeadStore {
     }
   }
 
+  /** A new shard's state (its bodies looked up in this shard's pager, like every state here). */
+  private created(now: number): ShardState {
+    const state = ShardState.create({
+      queue: this.queue,
+      shard: this.shard,
+      config: this.initialConfig ?? {},
+      now,
+    });
+    state.bodies = this.pager.lookup;
+    return state;
+  }
+
   /**
    * The time in whole milliseconds: the model (and the head) take integer
    * ms, while a clock may return fractions (e.g. a manual clock after a
@@ -441,6 +475,7 @@ export class ShardHeadStore {
         this.segments,
         dedup,
         this.deadLetterSegments,
+        this.keepMeta,
       );
       if (loaded === "moved") return this.reload(); // the head changed while its segments were read
       this.committed = ShardState.fromDocument(doc, {
@@ -450,6 +485,7 @@ export class ShardHeadStore {
         deadLetterSegments: this.lookupDead,
         now,
       });
+      this.committed.bodies = this.pager.lookup;
       this.pruneSegments(doc);
     } catch (error) {
       if (isCasqError(error, "unavailable")) {
@@ -487,6 +523,17 @@ export class ShardHeadStore {
   }
 
   /**
+   * Refuses the shard when paging found a segment its head references
+   * missing or corrupt (`data_loss`); other errors change nothing. The next
+   * commit re-reads the head, and is refused while the segment stays bad.
+   */
+  refuseIfLost(error: unknown): void {
+    if (!isCasqError(error, "data_loss") || this.headMode !== "leading") return;
+    this.segments.clear(); // so that the next load reads (and checks) every segment again
+    this.refuse(error);
+  }
+
+  /**
    * Refuses the shard: every commit gets `refusal` until a reload finds a
    * head it can use. Observers hear of it once per distinct reason, not on
    * every request that meets the refused shard again.
@@ -510,8 +557,18 @@ export class ShardHeadStore {
     return refusal;
   }
 
-  /** The cached contents of a segment the head references. */
-  private readonly lookup = (ref: SegmentRef): readonly MessageRecord[] | undefined =>
+  /** Of a message segment read at load: the meta stays, the bodies go to the page cache (room permitting). */
+  private readonly keepMeta = (
+    name: string,
+    records: readonly MessageRecord[],
+    bytes: number,
+  ): readonly MessageMeta[] => {
+    this.pager.offer(name, records, bytes);
+    return records.map(metaOf);
+  };
+
+  /** The meta of a segment's messages the head references. */
+  private readonly lookup = (ref: SegmentRef): readonly MessageMeta[] | undefined =>
     this.segments.get(ref.name);
 
   /** The cached entries of a dedup segment the head references (undefined: expired when loaded). */
@@ -529,6 +586,7 @@ export class ShardHeadStore {
         dedupSegments: this.lookupDedup,
         deadLetterSegments: this.lookupDead,
       });
+      this.committed.bodies = this.pager.lookup;
     } else {
       this.committed = undefined;
       this.headMode = "unloaded";
@@ -551,7 +609,7 @@ export class ShardHeadStore {
     for (;;) {
       const candidates = sealCandidates(working, this.options.tailBytes);
       if (candidates.length === 0) break;
-      const records = candidates.map((m) => m.msg);
+      const records = candidates.map((m) => requireBody(m.msg)); // the tail holds whole records
       const name = segmentName(records[0]?.offset ?? 0, epoch, this.uniquePart());
       const bytes = encodeSegment(this.queue, this.shard, records);
       try {
@@ -559,13 +617,14 @@ export class ShardHeadStore {
       } catch {
         break; // not sealed this time: the messages stay in the head
       }
-      sealSegment(working, candidates, {
+      const seg = sealSegment(working, candidates, {
         name,
         bytes: bytes.byteLength,
         sha256: sha256Hex(bytes),
         createdAt: now,
       });
-      this.segments.set(name, records);
+      this.segments.set(name, seg.records);
+      this.pager.offer(name, records, bytes.byteLength);
       written.push(name);
     }
     await this.sealDedup(working, now, epoch, written);
@@ -641,7 +700,11 @@ export class ShardHeadStore {
     ] as const) {
       if (list.length === cache.size) continue;
       const keep = new Set(list.map((ref) => ref.name));
-      for (const name of cache.keys()) if (!keep.has(name)) cache.delete(name);
+      for (const name of cache.keys())
+        if (!keep.has(name)) {
+          cache.delete(name);
+          this.pager.forget(name);
+        }
     }
   }
 
@@ -654,6 +717,7 @@ export class ShardHeadStore {
     if (names.length === 0) return;
     const prefix = segmentPrefix(this.queue, this.shard);
     for (const name of names) {
+      this.pager.forget(name);
       this.segments.delete(name);
       this.dedupSegments.delete(name);
       this.deadLetterSegments.delete(name);

@@ -29,6 +29,7 @@ import { CasqError } from "../errors.ts";
 import { applyOperation } from "../model/apply-operation.ts";
 import type { ClaimedMessage, ExpireResult, Operation, OperationResult } from "../model/operations.ts";
 import type { QueueConfig } from "../model/queue-config.ts";
+import { claimFront, segmentAfter, segmentsNeededBy } from "../model/segment-residency.ts";
 import type { BrokerRecord, ShardState } from "../model/shard-state.ts";
 import { hasRunnable, nextHousekeepingAt, nextWakeAt } from "../model/shard-stats.ts";
 import type { ObjectStore } from "../store/object-store.ts";
@@ -36,6 +37,7 @@ import type { Clock } from "../util/clock.ts";
 import type { Random } from "../util/random.ts";
 import type { BrokerIdentity } from "./leadership.ts";
 import { operationChangesState } from "./operation-effects.ts";
+import type { SegmentBodyCache } from "./segment-body-cache.ts";
 import { asCasqError, ShardHeadStore } from "./shard-head-store.ts";
 import { shardKey } from "./shard-key.ts";
 import type { CommitInfo, ShardObserver } from "./shard-observer.ts";
@@ -63,6 +65,9 @@ export interface CommitOptions {
 }
 
 /** Defaults for {@link CommitOptions}. */
+/** Lease expiries due this soon after a batch starts have their bodies paged in with it (ms). */
+const PAGE_IN_SLACK_MS = 1000;
+
 export const DEFAULT_COMMIT_OPTIONS: CommitOptions = {
   leaseMs: 10_000,
   maxBatch: 1000,
@@ -95,6 +100,8 @@ export interface ShardLeaderParams {
    * creating it empty. Default: a missing document is a new shard.
    */
   readonly documentExpected?: () => Promise<boolean>;
+  /** The broker's page cache of segment bodies, shared by its shards (default: one of this shard's own). */
+  readonly bodyCache?: SegmentBodyCache;
 }
 
 // Telemetry: tracing — an optional hook the shard leader calls so that a tracer can
@@ -217,6 +224,7 @@ export class ShardLeader {
       initialConfig: params.initialConfig,
       observer: params.observer,
       documentExpected: params.documentExpected,
+      bodyCache: params.bodyCache,
     });
     this.tracing = (params.observer as ShardObserverWithTracing | undefined)?.commitTracing; // Telemetry: tracing
   }
@@ -421,21 +429,79 @@ export class ShardLeader {
         if (fills.length > 0) changed = true;
         return { value: { now, outcomes, expire, standing: fills.map((fill) => fill.applied) }, changed };
       },
-      { release },
+      { release, prepare: (state, now) => this.pageInFor(batch, state, now) },
     );
+    this.head.pager.unpin();
     if (result.kind === "failed") {
       for (const fill of fills) fill.claim.credit.available += fill.messages.length;
       return this.failBatch(batch, result.error);
     }
     const applied = result.value;
     for (const fill of fills) this.standing.delete(fill.claim);
+    const unfilled = await this.fillClaimedBodies(applied, fills);
     this.settle(batch, applied.outcomes);
-    for (const fill of fills) fill.claim.deliver(fill.messages);
+    for (const fill of fills)
+      if (unfilled === undefined) fill.claim.deliver(fill.messages);
+      else fill.claim.credit.available += fill.messages.length; // nothing sent: the leases run out
+    this.readAhead();
     this.observer?.onCommit?.(
       result.kind === "written"
         ? this.commitInfo(batch, started, result.casAttempts, "ok", result.bytes, applied)
         : this.commitInfo(batch, started, 0, "no_write", 0, applied),
     );
+  }
+
+  /**
+   * Pages in (and pins), before a batch applies, the bodies its nacks and the
+   * lease expiries due by then may dead-letter (a dead letter is a whole copy).
+   * A failure is left to the operations: a nack then answers `unavailable`
+   * (retry) and an expiry waits for a later sweep.
+   */
+  private async pageInFor(batch: readonly BatchItem[], state: ShardState, now: number): Promise<void> {
+    if (state.segments.size === 0) return;
+    const ops: Operation[] = [];
+    for (const item of batch) if (item.kind === "op") ops.push(item.op);
+    const wanted = segmentsNeededBy(state, ops, now, PAGE_IN_SLACK_MS);
+    if (wanted.length === 0) return;
+    // Pinned until the commit is done (cached ones too), so that no page-in or
+    // read-ahead meanwhile evicts one the batch needs.
+    await this.head.pager.pageIn(wanted, { pin: true }).catch((error) => this.head.refuseIfLost(error));
+  }
+
+  /**
+   * Fills in the bodies of the messages this commit claimed from paged-out
+   * segments. If that fails (the store, or a lost segment), the claims that
+   * rode in the commit fail with the error instead (their leases run out
+   * and the messages are delivered again); returns that error.
+   */
+  private async fillClaimedBodies(applied: AppliedBatch, fills: readonly StandingFill[]): Promise<unknown> {
+    const state = this.head.state;
+    if (state === undefined) return undefined;
+    const lists: ClaimedMessage[][] = [];
+    for (const outcome of applied.outcomes)
+      if (outcome.ok && outcome.result.kind === "claim")
+        lists.push(outcome.result.messages as ClaimedMessage[]);
+    for (const fill of fills) lists.push(fill.messages as ClaimedMessage[]);
+    if (!lists.some((list) => list.some((c) => c.bodyIn !== undefined))) return undefined;
+    try {
+      for (const list of lists) await this.head.pager.fillClaims(list, state.segments);
+      return undefined;
+    } catch (error) {
+      this.head.refuseIfLost(error);
+      const failure = asCasqError(error, this.queue, this.shard);
+      applied.outcomes.forEach((outcome, i) => {
+        if (outcome.ok && outcome.result.kind === "claim")
+          applied.outcomes[i] = { ok: false, error: failure };
+      });
+      return failure;
+    }
+  }
+
+  /** Starts paging in, in the background, the segments the next claims will read. */
+  private readAhead(): void {
+    const state = this.head.state;
+    if (state === undefined || state.segments.size === 0 || this.head.mode !== "leading") return;
+    this.head.pager.readAhead(claimFront(state, this.now()), (seg) => segmentAfter(state, seg));
   }
 
   /** Applies the standing claims that something is runnable for, within their shared credit. */

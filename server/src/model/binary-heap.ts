@@ -75,6 +75,26 @@ export class BinaryHeap<T> {
     this.#items.length = 0;
   }
 
+  /**
+   * The entries for which `within` holds, in no particular order, where
+   * `within` is monotone in the heap's order (it holds for an entry's
+   * parent whenever it holds for the entry, e.g. "deadline <= t" in a heap
+   * of deadlines): O(k) for k such entries.
+   */
+  leading(within: (item: T) => boolean): T[] {
+    const items = this.#items;
+    const out: T[] = [];
+    const stack = items.length > 0 ? [0] : [];
+    for (let i = stack.pop(); i !== undefined; i = stack.pop()) {
+      const item = items[i] as T;
+      if (!within(item)) continue;
+      out.push(item);
+      if (2 * i + 1 < items.length) stack.push(2 * i + 1);
+      if (2 * i + 2 < items.length) stack.push(2 * i + 2);
+    }
+    return out;
+  }
+
   /** All entries in no particular order (for tests and diagnostics). */
   toArray(): T[] {
     return [...this.#items];

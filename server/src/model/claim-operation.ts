@@ -12,13 +12,21 @@
  * subscriptions see it independently (fan-out). An empty claim changes
  * nothing. `max` above the queue's `maxBatch` is capped to it.
  *
+ * A sealed message whose body is paged out is claimed all the same: the
+ * claim names its segment (`bodyIn`) and the broker fills the body in
+ * before answering, so claim order never depends on what is in memory.
+ *
  * Cost: O(k log n) for k claimed messages (plus stale index entries skipped,
  * each at most once).
  */
 import { checkId, checkInteger, checkLeaseTtl } from "./input-validation.ts";
 import type { ClaimedMessage, ClaimOperation, ClaimResult } from "./operations.ts";
+import { bodyOf } from "./segment-mechanics.ts";
 import { leaseMessage, maxAttemptsOf, peekRunnable, requireSubscription } from "./shard-mechanics.ts";
 import type { ShardState } from "./shard-state.ts";
+
+const NO_PAYLOAD = new Uint8Array(0);
+const NO_HEADERS: Readonly<Record<string, string>> = Object.freeze(Object.create(null));
 
 /** Applies a claim (see module header). */
 export function applyClaim(state: ShardState, op: ClaimOperation, now: number): ClaimResult {
@@ -37,22 +45,24 @@ export function applyClaim(state: ShardState, op: ClaimOperation, now: number): 
     const { m } = next;
     const d = leaseMessage(state, sub, m, op.workerId, ttl, now);
     const msg = m.msg;
+    const whole = bodyOf(state, m);
     messages.push({
       id: msg.id,
       offset: msg.offset,
-      payload: msg.payload,
-      headers: msg.headers,
+      payload: whole?.payload ?? NO_PAYLOAD,
+      headers: whole?.headers ?? NO_HEADERS,
       key: msg.key,
       priority: msg.priority,
       runAt: msg.runAt,
       dedupId: msg.dedupId,
       enqueuedAt: msg.enqueuedAt,
-      traceContext: msg.traceContext,
+      traceContext: whole?.traceContext,
       subscription: sub.name,
       receipt: { offset: msg.offset, attempt: d.attempt },
       attempt: d.attempt,
       maxAttempts: d.base + maxAttemptsOf(state, msg),
       leaseDeadline: now + ttl,
+      bodyIn: whole === undefined ? m.segment?.name : undefined,
     });
   }
   return { kind: "claim", messages, changed: messages.length > 0 };

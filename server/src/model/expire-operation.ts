@@ -6,7 +6,9 @@
  *    attempt: if the message has attempts left it becomes claimable again
  *    right away (no backoff: the worker probably died, the lease wait was the
  *    delay) and its next claim gets attempt + 1; if not, it is dead-lettered
- *    with the reason "lease expired".
+ *    with the reason "lease expired". A dead letter is a whole copy, so
+ *    when the message is sealed and its body is paged out the expiry waits
+ *    for a later sweep (the broker pages due bodies in ahead of a batch).
  * 2. Dedup ids whose window passed are forgotten, and a dedup segment whose
  *    entries all expired is retired (`dedup-segments.ts`).
  * 3. Messages every subscription has settled are dropped once
@@ -20,7 +22,9 @@
 
 import { forgetDedup, retireExpiredDedupSegments } from "./dedup-segments.ts";
 import type { ExpireOperation, ExpireResult } from "./operations.ts";
+import { bodyOf } from "./segment-mechanics.ts";
 import { deadLetter, dropMessage, maxAttemptsOf, schedule } from "./shard-mechanics.ts";
+import type { LeaseEntry } from "./shard-records.ts";
 import type { ShardState } from "./shard-state.ts";
 
 /** Applies an expire sweep (see module header). */
@@ -28,6 +32,9 @@ export function applyExpire(state: ShardState, _op: ExpireOperation, now: number
   let leasesExpired = 0;
   let redelivered = 0;
   let deadLettered = 0;
+  // Expiries that would dead-letter a sealed message whose body is paged out
+  // wait for the next sweep (the broker pages it in meanwhile).
+  const deferred: LeaseEntry[] = [];
   for (;;) {
     const e = state.leaseIndex.peek();
     if (e === undefined || e.deadline > now) break;
@@ -40,13 +47,19 @@ export function applyExpire(state: ShardState, _op: ExpireOperation, now: number
     }
     const m = state.messages.get(e.offset);
     if (m === undefined) continue; // cannot happen: delivery records go with the message
-    leasesExpired += 1;
     const max = maxAttemptsOf(state, m.msg);
-    if (d.attempt - d.base >= max) {
+    const whole = d.attempt - d.base >= max ? bodyOf(state, m) : undefined;
+    if (d.attempt - d.base >= max && whole === undefined) {
+      deferred.push(e);
+      continue;
+    }
+    leasesExpired += 1;
+    if (whole !== undefined) {
       deadLetter(
         state,
         e.sub,
         m,
+        whole,
         `lease expired on attempt ${d.attempt} (worker ${lease.worker} neither acked nor heartbeated within ${lease.ttlMs} ms); no attempts left (max_attempts ${max})`,
         now,
       );
@@ -59,6 +72,8 @@ export function applyExpire(state: ShardState, _op: ExpireOperation, now: number
       redelivered += 1;
     }
   }
+
+  for (const e of deferred) state.leaseIndex.push(e);
 
   let dedupPruned = 0;
   let headDedupChanged = false;

@@ -24,6 +24,7 @@ import {
   messageJson,
   subscriptionCountersJson,
 } from "./record-encoder.ts";
+import { requireBody } from "./segment-mechanics.ts";
 import type { ShardData } from "./shard-data.ts";
 import { compactAckState } from "./shard-mechanics.ts";
 import type {
@@ -121,7 +122,7 @@ export function encodeHead(state: ShardData): Uint8Array {
   }
   parts.push(`],"messages":[`);
   state.sortedTail().forEach((m, i) => {
-    parts.push((i > 0 ? "," : "") + messageJson(m.msg, m.targets));
+    parts.push((i > 0 ? "," : "") + messageJson(requireBody(m.msg), m.targets)); // the tail holds whole records
   });
   parts.push("]}");
   return encoder.encode(parts.join(""));

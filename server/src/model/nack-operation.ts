@@ -29,6 +29,7 @@ import { CasqError } from "../errors.ts";
 import { backoffDelayMs } from "./backoff.ts";
 import { checkInteger, checkReceipts, MAX_DELAY_MS } from "./input-validation.ts";
 import type { NackItemResult, NackOperation, NackResult } from "./operations.ts";
+import { bodyNotPagedIn, bodyOf, requireBody } from "./segment-mechanics.ts";
 import {
   currentDelivery,
   deadLetter,
@@ -37,6 +38,7 @@ import {
   runnableAt,
   schedule,
 } from "./shard-mechanics.ts";
+import type { MessageRecord } from "./shard-records.ts";
 import type { ShardState } from "./shard-state.ts";
 
 /** Longest stored failure reason, in characters; longer ones are cut. */
@@ -65,6 +67,21 @@ export function applyNack(state: ShardState, op: NackOperation, now: number): Na
     );
   }
   const reason = op.reason === undefined ? undefined : truncateReason(op.reason);
+
+  // A dead letter is a whole copy: a sealed message's body must be in memory
+  // before anything changes (the broker pages it in ahead of the batch).
+  const bodies = new Map<number, MessageRecord>();
+  if (op.release !== true)
+    for (const r of op.receipts) {
+      const current = currentDelivery(state, sub, r.offset, r.attempt);
+      if (current === undefined) continue;
+      const { m, d } = current;
+      if (d.lease === undefined && op.deadLetter !== true) continue;
+      if (op.deadLetter !== true && d.attempt - d.base < maxAttemptsOf(state, m.msg)) continue;
+      const whole = bodyOf(state, m);
+      if (whole === undefined) throw bodyNotPagedIn(state, r.offset);
+      bodies.set(r.offset, whole);
+    }
 
   const results: NackItemResult[] = [];
   let changed = false;
@@ -102,7 +119,7 @@ export function applyNack(state: ShardState, op: NackOperation, now: number): Na
         (op.deadLetter === true
           ? `dead-lettered by the worker on attempt ${d.attempt}`
           : `nacked on attempt ${d.attempt}; no attempts left (max_attempts ${max})`);
-      deadLetter(state, sub, m, why, now);
+      deadLetter(state, sub, m, bodies.get(r.offset) ?? requireBody(m.msg), why, now);
       results.push({ receipt, outcome: "dead_lettered" });
       continue;
     }

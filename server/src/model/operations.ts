@@ -197,6 +197,13 @@ export interface ClaimedMessage extends Omit<MessageView, "maxAttempts"> {
   readonly maxAttempts: number;
   /** The lease runs out at this time unless heartbeated. */
   readonly leaseDeadline: number;
+  /**
+   * Set when the message is sealed and its body was paged out as the claim
+   * was applied: the segment to page it in from. `payload` is then empty,
+   * `headers` and `traceContext` too, until the broker fills them
+   * (`fillClaimedBodies`); no claim leaves the broker with this set.
+   */
+  readonly bodyIn: string | undefined;
 }
 
 /** Per-message outcome of an enqueue. */

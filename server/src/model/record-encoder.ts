@@ -46,6 +46,15 @@ function messageFragments(m: MessageRecord): { head: string; tail: string } {
   return f;
 }
 
+/**
+ * Drops the cached JSON of `m` (it was sealed into a segment: the head will
+ * not encode it again, and keeping ~1.5 KB of strings per sealed message
+ * would cost more memory than its body).
+ */
+export function forgetEncoding(m: MessageRecord): void {
+  fragments.delete(m);
+}
+
 /** The canonical JSON of a message (`targets` only on a redriven one). */
 export function messageJson(m: MessageRecord, targets: readonly string[] | undefined): string {
   const f = messageFragments(m);

@@ -29,7 +29,7 @@ import { checkId, checkInteger } from "./input-validation.ts";
 import type { RedriveOperation, RedriveResult } from "./operations.ts";
 import { retainInTail, unsealToTail } from "./segment-mechanics.ts";
 import { addDelivery, isSettled, removeDelivery, requireSubscription, schedule } from "./shard-mechanics.ts";
-import type { DeadLetter, RetainedMessage } from "./shard-records.ts";
+import type { DeadLetter, MessageRecord, RetainedMessage } from "./shard-records.ts";
 import type { ShardState } from "./shard-state.ts";
 
 /** Applies a redrive (see module header). */
@@ -85,7 +85,7 @@ export function applyRedrive(state: ShardState, op: RedriveOperation, now: numbe
       state.settledSlots += state.subs.size - 1;
       state.messagesSorted = false;
     } else {
-      retarget(state, m, sub.name);
+      retarget(state, m, sub.name, dl.message);
     }
     removeDelivery(state, sub, offset); // none expected: a dead letter is settled
     const d = { attempt: dl.attempts, base: dl.attempts, availableAt: undefined, lease: undefined };
@@ -106,8 +106,8 @@ export function applyRedrive(state: ShardState, op: RedriveOperation, now: numbe
 }
 
 /** Makes a retained message, settled for `name`, pending again for `name` only (plus whoever still owes it). */
-function retarget(state: ShardState, m: RetainedMessage, name: string): void {
-  unsealToTail(state, m); // `targets` changes, so the message must live in the head
+function retarget(state: ShardState, m: RetainedMessage, name: string, whole: MessageRecord): void {
+  unsealToTail(state, m, whole); // `targets` changes, so the message must live in the head
   if (m.targets === undefined) {
     const targets: string[] = [];
     for (const sub of state.subs.values()) if (!isSettled(m, sub)) targets.push(sub.name);

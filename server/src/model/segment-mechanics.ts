@@ -15,11 +15,59 @@
  *   index, and its object is deleted by the broker once the head without it
  *   has landed (`retiredSegments`).
  *
+ * - Once sealed, a retained message keeps only its meta in memory
+ *   ({@link sealSegment}); its body stays in the segment object, and the
+ *   broker pages segments' bodies in and out of a bounded cache. Whoever
+ *   needs a body asks {@link bodyOf}; the broker pages in, before applying
+ *   a batch, the bodies its nacks and lease expiries may dead-letter, and
+ *   fills the bodies of claimed messages after the commit.
+ *
  * Costs: O(1) per message moved (plus O(k log k) to sort k candidates).
  */
-import { SEGMENT_ENTRY_BYTES } from "./approx-size.ts";
+import { CasqError } from "../errors.ts";
+import { messageBytes, SEGMENT_ENTRY_BYTES } from "./approx-size.ts";
+import { forgetEncoding } from "./record-encoder.ts";
 import type { ShardData } from "./shard-data.ts";
-import type { MessageRecord, RetainedMessage, SegmentState } from "./shard-records.ts";
+import {
+  hasBody,
+  type MessageMeta,
+  type MessageRecord,
+  metaOf,
+  type RetainedMessage,
+  type SegmentState,
+} from "./shard-records.ts";
+
+/** The whole record of a retained message: its own, or its sealed body when paged in (undefined: paged out). */
+export function bodyOf(state: ShardData, m: RetainedMessage): MessageRecord | undefined {
+  const msg = m.msg;
+  if (hasBody(msg)) return msg;
+  return m.segment === undefined ? undefined : state.bodies(m.segment.name, msg.offset);
+}
+
+/**
+ * `m` as a whole record; an internal error when its body is not in memory
+ * (a broker bug: whatever reads a body must have it paged in first).
+ */
+export function requireBody(m: MessageMeta): MessageRecord {
+  if (hasBody(m)) return m;
+  throw new CasqError(
+    "internal",
+    `the body of message ${m.offset} is not in memory (it should have been paged in from its segment first)`,
+  );
+}
+
+/**
+ * A retryable refusal of an operation that needs the body of a sealed
+ * message which is paged out; nothing has been changed. The broker pages
+ * bodies in before a batch, so this happens only when it could not.
+ */
+export function bodyNotPagedIn(state: ShardData, offset: number): CasqError {
+  return new CasqError(
+    "unavailable",
+    `shard ${state.queue}/${state.shard}: the contents of message ${offset} are not in memory yet (being read from its segment); retry`,
+    { queue: state.queue, shard: state.shard },
+  );
+}
 
 /** Adds a retained message to the shard, its contents in the tail. */
 export function retainInTail(state: ShardData, m: RetainedMessage): void {
@@ -47,10 +95,15 @@ export function removeContents(state: ShardData, m: RetainedMessage): void {
   }
 }
 
-/** Moves a sealed message back into the tail (a redrive is about to give it `targets`). */
-export function unsealToTail(state: ShardData, m: RetainedMessage): void {
+/**
+ * Moves a sealed message back into the tail (a redrive is about to give it
+ * `targets`), with `whole`, its whole record (e.g. from its dead letter).
+ */
+export function unsealToTail(state: ShardData, m: RetainedMessage, whole: MessageRecord): void {
   if (m.segment === undefined) return;
   removeContents(state, m);
+  m.msg = whole;
+  m.bytes = messageBytes(whole);
   state.tail.set(m.msg.offset, m);
   state.tailSorted = false;
   state.tailBytes += m.bytes;
@@ -98,19 +151,23 @@ export interface SealedObject {
 /**
  * Records that `messages` (from {@link sealCandidates}, ascending offsets)
  * now live in the segment object described by `object`, which the broker
- * has already written. Returns the new segment.
+ * has already written. Each keeps only its meta from now on (the whole
+ * records are the caller's to page, or drop). Returns the new segment.
  */
 export function sealSegment(
   state: ShardData,
   messages: readonly RetainedMessage[],
   object: SealedObject,
 ): SegmentState {
-  const records = messages.map((m) => m.msg);
+  const records = messages.map((m) => metaOf(m.msg));
   const seg = newSegmentState(object, records, new Set());
-  for (const m of messages) {
+  for (const [i, m] of messages.entries()) {
     state.tail.delete(m.msg.offset);
     state.tailBytes -= m.bytes;
     state.bytes -= m.bytes;
+    if (hasBody(m.msg)) forgetEncoding(m.msg);
+    m.msg = records[i] as MessageMeta;
+    m.bytes = 0;
     m.segment = seg;
   }
   addSegment(state, seg);
@@ -126,7 +183,7 @@ export function addSegment(state: ShardData, seg: SegmentState): void {
 /** A segment record over `records` (ascending offsets, at least one). */
 export function newSegmentState(
   object: SealedObject,
-  records: readonly MessageRecord[],
+  records: readonly MessageMeta[],
   gone: Set<number>,
 ): SegmentState {
   let minPriority = Number.POSITIVE_INFINITY;
@@ -141,8 +198,8 @@ export function newSegmentState(
   }
   return {
     name: object.name,
-    first: (records[0] as MessageRecord).offset,
-    last: (records[records.length - 1] as MessageRecord).offset,
+    first: (records[0] as MessageMeta).offset,
+    last: (records[records.length - 1] as MessageMeta).offset,
     count: records.length,
     bytes: object.bytes,
     sha256: object.sha256,

@@ -23,7 +23,11 @@ const json = JSON.stringify;
  */
 export function parseSegmentDocument(
   bytes: Uint8Array,
-  expect: { readonly queue: string; readonly shard: number; readonly ref: SegmentRef },
+  expect: {
+    readonly queue: string;
+    readonly shard: number;
+    readonly ref: Pick<SegmentRef, "name" | "first" | "last" | "count">;
+  },
 ): MessageRecord[] {
   const where = `segment ${expect.ref.name} of queue ${expect.queue} shard ${expect.shard}`;
   try {

@@ -18,11 +18,18 @@ import type {
   DedupSegmentState,
   DelayedEntry,
   LeaseEntry,
+  MessageRecord,
   RetainedMessage,
   SegmentState,
   ShardCounters,
   SubscriptionState,
 } from "./shard-records.ts";
+
+/**
+ * The whole record of a sealed message, when the broker holds its segment's
+ * bodies in memory (undefined: paged out). See `segment-bodies.ts`.
+ */
+export type BodyLookup = (segment: string, offset: number) => MessageRecord | undefined;
 
 /** One queue shard's state and indexes (see `ShardState` for each member). */
 export interface ShardData {
@@ -58,6 +65,7 @@ export interface ShardData {
   /** Bytes of the dead letters kept in the head, all subscriptions together. */
   headDeadBytes: number;
   settledSlots: number;
+  bodies: BodyLookup;
   /** Subscription names, sorted. */
   subscriptionNames(): string[];
   /** The tail's messages in ascending offset order. */

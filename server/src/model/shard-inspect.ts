@@ -6,6 +6,7 @@
 
 import type { MessageView } from "./operations.ts";
 import { isSettled, messageView, requireSubscription, runnableAt } from "./shard-mechanics.ts";
+import type { MessageMeta } from "./shard-records.ts";
 import type { ShardState } from "./shard-state.ts";
 
 /** One dead letter as shown to operators. */
@@ -59,9 +60,9 @@ export type MessageStatus =
   | { readonly state: "dead_lettered"; readonly attempts: number; readonly reason: string }
   | { readonly state: "settled" };
 
-/** A retained message with its status per subscription. */
+/** A retained message (its meta: the body may be paged out) with its status per subscription. */
 export interface MessageInspection {
-  readonly message: MessageView;
+  readonly message: MessageMeta;
   readonly subscriptions: Readonly<Record<string, MessageStatus>>;
 }
 
@@ -94,5 +95,5 @@ export function inspectMessage(
       subscriptions[name] = { state: "pending", runnableAt: runnableAt(m, d), attempts: d?.attempt ?? 0 };
     }
   }
-  return { message: messageView(m.msg), subscriptions };
+  return { message: m.msg, subscriptions };
 }

@@ -28,6 +28,7 @@ import type { ShardData } from "./shard-data.ts";
 import {
   type DelayedEntry,
   type Delivery,
+  type MessageMeta,
   type MessageRecord,
   type ReadyEntry,
   type RetainedMessage,
@@ -104,7 +105,7 @@ export function runnableAt(m: RetainedMessage, d: Delivery | undefined): number 
 }
 
 /** The max-attempts budget of a message (its override or the queue's). */
-export function maxAttemptsOf(state: ShardData, m: MessageRecord): number {
+export function maxAttemptsOf(state: ShardData, m: MessageMeta): number {
   return m.maxAttempts ?? state.config.maxAttempts;
 }
 
@@ -310,17 +311,21 @@ export function evictDeadLetters(state: ShardData, sub: SubscriptionState): numb
   return evicted;
 }
 
-/** Moves an unsettled message to the subscription's dead letters (a full copy), settling it there. */
+/**
+ * Moves an unsettled message to the subscription's dead letters (a full
+ * copy: `whole` is its whole record, see `bodyOf`), settling it there.
+ */
 export function deadLetter(
   state: ShardData,
   sub: SubscriptionState,
   m: RetainedMessage,
+  whole: MessageRecord,
   reason: string,
   now: number,
 ): void {
   const offset = m.msg.offset;
   const attempts = sub.deliveries.get(offset)?.attempt ?? 0;
-  addHeadDeadLetter(state, sub, { message: m.msg, reason, attempts, deadAt: now });
+  addHeadDeadLetter(state, sub, { message: whole, reason, attempts, deadAt: now });
   sub.counters.deadLettered += 1;
   state.counters.deadLettered += 1;
   settle(state, m, sub, now);

@@ -22,13 +22,14 @@ export interface BrokerRecord {
   readonly leaseUntil: number;
 }
 
-/** The immutable content of a message. */
-export interface MessageRecord {
+/**
+ * What the leader needs of a message to order, lease and settle it: every
+ * immutable field except its body. A sealed message whose segment is paged
+ * out is held as just this (see {@link MessageBody}).
+ */
+export interface MessageMeta {
   readonly id: string;
   readonly offset: number;
-  readonly payload: Uint8Array;
-  /** Null-prototype object, keys sorted. */
-  readonly headers: Readonly<Record<string, string>>;
   readonly key: string | undefined;
   readonly priority: number;
   /** >= enqueuedAt. */
@@ -36,12 +37,51 @@ export interface MessageRecord {
   readonly maxAttempts: number | undefined;
   readonly dedupId: string | undefined;
   readonly enqueuedAt: number;
+}
+
+/**
+ * The bulky part of a message: what workers receive and nothing in the
+ * broker's decisions reads. A sealed message's body lives in its segment
+ * object and is paged in (`segment-bodies.ts`) when a claim, a dead letter
+ * or a read needs it.
+ */
+export interface MessageBody {
+  readonly payload: Uint8Array;
+  /** Null-prototype object, keys sorted. */
+  readonly headers: Readonly<Record<string, string>>;
   readonly traceContext: Readonly<Record<string, string>> | undefined;
+}
+
+/** The immutable content of a message: its meta and its body. */
+export interface MessageRecord extends MessageMeta, MessageBody {}
+
+/** True when `m` carries its body (a whole record, not meta only). */
+export function hasBody(m: MessageMeta): m is MessageRecord {
+  return (m as Partial<MessageRecord>).payload !== undefined;
+}
+
+/** The meta of `m`, without its body (a new object; `m` itself when it has none). */
+export function metaOf(m: MessageMeta): MessageMeta {
+  if (!hasBody(m)) return m;
+  return {
+    id: m.id,
+    offset: m.offset,
+    key: m.key,
+    priority: m.priority,
+    runAt: m.runAt,
+    maxAttempts: m.maxAttempts,
+    dedupId: m.dedupId,
+    enqueuedAt: m.enqueuedAt,
+  };
 }
 
 /** A message still in the shard. */
 export interface RetainedMessage {
-  readonly msg: MessageRecord;
+  /**
+   * Its contents: a whole record while it lives in the head's tail; meta
+   * only once sealed (the body is in its segment, see `segment-bodies.ts`).
+   */
+  msg: MessageMeta;
   /**
    * Undefined for an ordinary message (every subscription decides by its ack
    * state). After a redrive: exactly the subscriptions that still owe work on
@@ -50,8 +90,8 @@ export interface RetainedMessage {
   targets: string[] | undefined;
   /** Index: number of subscriptions that have not settled it. 0 = may leave the shard once retention passed. */
   pending: number;
-  /** Index: estimated encoded size. */
-  readonly bytes: number;
+  /** Index: estimated encoded size (of the whole record; 0 while sealed and not known). */
+  bytes: number;
   /** The sealed segment holding its contents (format v2), or undefined while it lives in the head's tail. */
   segment: SegmentState | undefined;
 }
@@ -59,8 +99,9 @@ export interface RetainedMessage {
 /**
  * A sealed segment of the shard (format v2): an immutable object in the
  * store holding `count` messages between `first` and `last`, indexed by the
- * head. Its messages are in memory too (`records`, shared with the retained
- * messages) while the shard is loaded.
+ * head. The meta of its messages is in memory (`records`, shared with the
+ * retained messages) while the shard is loaded; their bodies are paged in
+ * and out by the broker (`segment-bodies.ts`).
  */
 export interface SegmentState {
   /** Object name under the shard's `seg/` prefix, e.g. `00000000000000000000-3-17.json`. */
@@ -79,8 +120,8 @@ export interface SegmentState {
   readonly runAt: readonly [number, number];
   /** Offsets of its messages no longer in it: dropped from the shard, or moved back to the head's tail by a redrive. */
   readonly gone: Set<number>;
-  /** The segment's messages, by offset order (immutable; shared with the retained messages). */
-  readonly records: readonly MessageRecord[];
+  /** The meta of the segment's messages, by offset order (immutable; shared with the retained messages). */
+  readonly records: readonly MessageMeta[];
   /** Index: cached JSON of the head's index entry; undefined after `gone` changed. */
   json: string | undefined;
 }

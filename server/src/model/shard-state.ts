@@ -37,7 +37,7 @@ import {
   type QueueConfigPatch,
 } from "./queue-config.ts";
 import { addSegment, newSegmentState } from "./segment-mechanics.ts";
-import type { ShardData } from "./shard-data.ts";
+import type { BodyLookup, ShardData } from "./shard-data.ts";
 import {
   type DeadLetterSegmentRef,
   type DedupSegmentRef,
@@ -63,6 +63,7 @@ import {
   type DedupSegmentState,
   type DelayedEntry,
   type LeaseEntry,
+  type MessageMeta,
   type MessageRecord,
   type RetainedMessage,
   type SegmentState,
@@ -74,10 +75,16 @@ import { encodeShardV1 } from "./v1-document-encoder.ts";
 
 export type { BrokerRecord } from "./shard-records.ts";
 
-/** Gives a v2 decode the contents of a segment the head references (undefined: not available). */
-export type SegmentLookup = (ref: SegmentRef) => readonly MessageRecord[] | undefined;
+/**
+ * Gives a v2 decode the messages of a segment the head references
+ * (undefined: not available): whole records, or just their meta when the
+ * caller pages bodies in on demand.
+ */
+export type SegmentLookup = (ref: SegmentRef) => readonly MessageMeta[] | undefined;
 
 const NO_SEGMENTS: SegmentLookup = () => undefined;
+
+const NO_BODIES: BodyLookup = () => undefined;
 
 /** Gives a v2 decode the entries of a dedup segment the head references (undefined: not loaded). */
 export type DedupSegmentLookup = (ref: DedupSegmentRef) => readonly DedupEntry[] | undefined;
@@ -227,6 +234,12 @@ export class ShardState implements ShardData {
   bytes = DOCUMENT_BASE_BYTES;
   /** @internal Sum over retained messages of (subscriptions - pending): see `SETTLED_SLOT_BYTES`. */
   settledSlots = 0;
+  /**
+   * Where operations find the body of a sealed message whose retained copy
+   * is meta only: the broker's page cache of segment bodies (set by the
+   * broker; by default nothing is paged in).
+   */
+  bodies: BodyLookup = NO_BODIES;
 
   /** @internal Use {@link ShardState.create} or {@link ShardState.decode}. */
   constructor(init: { queue: string; shard: number; createdAt: number; config: QueueConfig }) {
@@ -293,12 +306,14 @@ export class ShardState implements ShardData {
     state.next = doc.nextOffset;
     Object.assign(state.counters, doc.counters);
 
-    const retain = (msg: MessageRecord, targets: string[] | undefined, segment: SegmentState | undefined) => {
+    const retain = (msg: MessageMeta, targets: string[] | undefined, segment: SegmentState | undefined) => {
       const offset = msg.offset;
       if (offset >= state.next) fail(`message offset ${offset} is not below next_offset ${state.next}`);
       if (state.messages.has(offset)) fail(`offset ${offset} is held twice`);
       if (state.ids.has(msg.id)) fail(`message id ${JSON.stringify(msg.id)} appears twice`);
-      const m: RetainedMessage = { msg, targets, pending: 0, bytes: messageBytes(msg), segment };
+      // A sealed message's size counts only if it moves back to the tail (which recomputes it).
+      const bytes = segment === undefined ? messageBytes(msg as MessageRecord) : 0;
+      const m: RetainedMessage = { msg, targets, pending: 0, bytes, segment };
       state.messages.set(offset, m);
       state.ids.set(msg.id, offset);
       if (segment === undefined) {
@@ -314,7 +329,7 @@ export class ShardState implements ShardData {
       const records = segments(ref);
       if (records === undefined) fail(`segment ${ref.name} is referenced by the head but was not loaded`);
       const gone = new Set(ref.gone);
-      const seg = newSegmentState(ref, records as readonly MessageRecord[], gone);
+      const seg = newSegmentState(ref, records as readonly MessageMeta[], gone);
       if (seg.first !== ref.first || seg.last !== ref.last || seg.count !== ref.count)
         fail(`segment ${ref.name} does not hold what the head says`);
       let found = 0;
@@ -493,11 +508,13 @@ export class ShardState implements ShardData {
 
   /** A deep, independent copy (decode of the encoding); for tests and simulation. */
   clone(): ShardState {
-    return ShardState.decode(this.encode(), {
+    const copy = ShardState.decode(this.encode(), {
       segments: (ref) => this.segments.get(ref.name)?.records,
       dedupSegments: (ref) => this.dedupSegments.get(ref.name)?.entries,
       deadLetterSegments: (ref, subscription) => this.deadLetterSegmentRecords(subscription, ref.name),
     });
+    copy.bodies = this.bodies;
+    return copy;
   }
 
   /** The dead letters a dead-letter segment of `subscription` holds, gone ones included (undefined: no such segment). */
@@ -505,8 +522,8 @@ export class ShardState implements ShardData {
     return this.subs.get(subscription)?.deadSegments.get(name)?.records;
   }
 
-  /** The contents of every segment the head indexes, by name (shared, immutable). */
-  segmentRecords(): Map<string, readonly MessageRecord[]> {
+  /** The messages (meta, or whole records where held) of every segment the head indexes, by name (shared, immutable). */
+  segmentRecords(): Map<string, readonly MessageMeta[]> {
     return new Map([...this.segments.values()].map((seg) => [seg.name, seg.records]));
   }
 

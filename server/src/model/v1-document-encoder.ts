@@ -16,6 +16,7 @@ import {
   messageJson,
   subscriptionCountersJson,
 } from "./record-encoder.ts";
+import { bodyOf, requireBody } from "./segment-mechanics.ts";
 import type { ShardData } from "./shard-data.ts";
 import { isSettled } from "./shard-mechanics.ts";
 import type { SubscriptionState } from "./shard-records.ts";
@@ -71,7 +72,7 @@ export function encodeShardV1(state: ShardData): Uint8Array {
   });
   parts.push(`],"dedup":${dedupJson(state)}`, `,"messages":[`);
   ordered.forEach((m, i) => {
-    parts.push((i > 0 ? "," : "") + messageJson(m.msg, m.targets));
+    parts.push((i > 0 ? "," : "") + messageJson(requireBody(bodyOf(state, m) ?? m.msg), m.targets));
   });
   parts.push("]}");
   return encoder.encode(parts.join(""));

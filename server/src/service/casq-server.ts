@@ -121,6 +121,8 @@ export interface CasqServerOptions {
   readonly autoCreateQueues?: boolean;
   /** Tuning of every shard's commit loop. */
   readonly commit?: Partial<CommitOptions>;
+  /** Memory for sealed messages' bodies, all shards together (default 64 MiB). */
+  readonly segmentCacheBytes?: number;
   /** Clock of the engine. Default: the system clock. */
   readonly clock?: Clock;
   /** Randomness of the engine (ids, jitter). Default: Math.random. */
@@ -300,6 +302,7 @@ export async function startCasqServer(options: CasqServerOptions): Promise<Runni
       tracing,
     ),
     ...(options.commit ? { commit: options.commit } : {}),
+    ...(options.segmentCacheBytes !== undefined && { segmentCacheBytes: options.segmentCacheBytes }),
   });
   // Telemetry: queue state, buffers, leadership and workers are sampled at scrape time.
   metrics?.setRefresher(createBrokerRefresher(metrics, { broker, work, now: () => clock.now() }));

@@ -39,6 +39,7 @@ interface ServeOptions {
   autoCreateQueues: boolean;
   shutdownTimeout: number;
   leaderLease: number;
+  segmentCacheMib: number;
   headerTimeout: number;
   requestTimeout: number;
   idleTimeout: number;
@@ -52,6 +53,16 @@ function leaderLeaseMs(value: string): number {
   if (ms < 1000 || ms > 300_000)
     throw new InvalidArgumentError(`--leader-lease must be between 1s and 5m (got ${value}).`);
   return ms;
+}
+
+/** Parses `--segment-cache-mib`: a whole number of MiB from 1 to 1,048,576 (1 TiB). */
+function segmentCacheMib(value: string): number {
+  const mib = Number(value);
+  if (!/^[0-9]+$/.test(value) || mib < 1 || mib > 1_048_576)
+    throw new InvalidArgumentError(
+      `--segment-cache-mib must be a whole number from 1 to 1048576 (got ${value}).`,
+    );
+  return mib;
 }
 
 /** Registers `casq serve`. */
@@ -123,6 +134,15 @@ export function registerServe(program: Command): void {
         .env("CASQ_LEADER_LEASE")
         .default(10_000, "10s")
         .argParser(leaderLeaseMs),
+    )
+    .addOption(
+      new Option(
+        "--segment-cache-mib <n>",
+        "memory for the bodies of sealed messages (payloads, headers), all shards together; the rest are read from their segments when claimed",
+      )
+        .env("CASQ_SEGMENT_CACHE_MIB")
+        .default(64)
+        .argParser(segmentCacheMib),
     )
     .addOption(
       new Option(
@@ -287,6 +307,7 @@ async function serve(options: ServeOptions): Promise<void> {
       ...(options.authTokens !== undefined && { authTokensFile: options.authTokens }),
       autoCreateQueues: options.autoCreateQueues,
       commit: { leaseMs: options.leaderLease },
+      segmentCacheBytes: options.segmentCacheMib * 1024 * 1024,
       connectionTimeouts: {
         headersMs: options.headerTimeout,
         requestMs: options.requestTimeout,

@@ -1,0 +1,73 @@
+/**
+ * Which sealed segments the broker should have paged in, and when
+ * (read-only questions about a shard; see `broker/segment-pager.ts`).
+ *
+ * - {@link segmentsNeededBy}: before a batch, the segments whose bodies its
+ *   nacks and the lease expiries due by then may dead-letter (a dead letter
+ *   is a whole copy, so these bodies must be in memory as the batch applies).
+ * - {@link claimFront}: after a commit, the segments holding the next
+ *   message in each subscription's claim order, where read-ahead starts.
+ * - {@link segmentAfter}: the next segment in offset order, to read ahead.
+ *
+ * Costs: O(receipts + leases due), O(subscriptions) and O(gap) respectively.
+ */
+import type { Operation } from "./operations.ts";
+import { peekRunnable } from "./shard-mechanics.ts";
+import type { SegmentState } from "./shard-records.ts";
+import type { ShardState } from "./shard-state.ts";
+
+/**
+ * The segments of sealed messages that `ops`, applied at `now` or up to
+ * `slackMs` later, could dead-letter (nacks' receipts, leases due by
+ * `now + slackMs`).
+ */
+export function segmentsNeededBy(
+  state: ShardState,
+  ops: readonly Operation[],
+  now: number,
+  slackMs: number,
+): SegmentState[] {
+  const out = new Set<SegmentState>();
+  const want = (offset: number) => {
+    const seg = state.messages.get(offset)?.segment;
+    if (seg !== undefined) out.add(seg);
+  };
+  for (const op of ops) {
+    if (op.kind !== "nack" || op.release === true || !Array.isArray(op.receipts)) continue;
+    for (const r of op.receipts) if (typeof r?.offset === "number") want(r.offset);
+  }
+  for (const e of state.leaseIndex.leading((entry) => entry.deadline <= now + slackMs)) want(e.offset);
+  return [...out];
+}
+
+/**
+ * The segments holding the message each subscription would claim next
+ * (those whose next message is sealed), without duplicates. May tidy the
+ * runnable indexes, like `hasRunnable`.
+ */
+export function claimFront(state: ShardState, now: number): SegmentState[] {
+  const out = new Set<SegmentState>();
+  for (const sub of state.subs.values()) {
+    const next = peekRunnable(state, sub, now);
+    const seg = next?.m.segment;
+    if (seg !== undefined) out.add(seg);
+  }
+  return [...out];
+}
+
+/** How far past a segment's last offset {@link segmentAfter} looks for the next one. */
+const SEGMENT_GAP_LIMIT = 4096;
+
+/**
+ * The sealed segment of the first retained message after `seg` (within a
+ * bounded gap of dropped offsets), or undefined.
+ */
+export function segmentAfter(state: ShardState, seg: SegmentState): SegmentState | undefined {
+  const end = Math.min(state.next, seg.last + 1 + SEGMENT_GAP_LIMIT);
+  for (let offset = seg.last + 1; offset < end; offset++) {
+    const m = state.messages.get(offset);
+    if (m === undefined) continue;
+    return m.segment;
+  }
+  return undefined;
+}
