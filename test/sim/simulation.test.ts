@@ -67,4 +67,74 @@ describe("seeded simulation (brokers, workers, faulty store, auditor)", () => {
     const other = await runSimulation(seed + 1);
     expect(other.traceHash).not.toBe(a.traceHash);
   });
+
+  it("is deterministic with SDK workers too (their clock, timers, jitter and connections are the run's)", async () => {
+    const seed = single ?? 7;
+    const a = await runSimulation(seed, { sdkWorkers: "beside" });
+    const b = await runSimulation(seed, { sdkWorkers: "beside" });
+    expect(a.audit.ok.claim ?? 0).toBeGreaterThan(0);
+    expect(b.traceEvents).toBe(a.traceEvents);
+    expect(b.traceHash).toBe(a.traceHash);
+    expect(b.virtualMs).toBe(a.virtualMs);
+  });
+
+  it("reads no wall clock and no Math.random, and starts no real timer (SDK workers included)", async () => {
+    const calls = await wallClockCalls(() => runSimulation(single ?? 8, { sdkWorkers: "beside" }));
+    expect(calls).toEqual([]);
+  });
 });
+
+/**
+ * Runs `run` with `Date.now`, `Math.random`, `setTimeout` and `setInterval`
+ * watched, and returns every call made by casq code (the server, the SDK or
+ * the simulation; not vitest, not libraries called for other reasons), each
+ * with the first casq stack frame that made it.
+ */
+async function wallClockCalls(run: () => Promise<unknown>): Promise<string[]> {
+  const calls: string[] = [];
+  const record = (what: string) => {
+    // The first frame outside node_modules, this file and the run's driver (which times the run).
+    const first = (new Error().stack ?? "")
+      .split("\n")
+      .slice(1)
+      .find(
+        (f) =>
+          /\/(server|sdk|test)\//.test(f) &&
+          !f.includes("node_modules") &&
+          !/simulation\.test\.ts|run-simulation\.ts/.test(f),
+      );
+    if (first !== undefined && /\/(server\/src|sdk\/ts\/src|test\/sim)\//.test(first))
+      calls.push(`${what} ${first.trim()}`);
+  };
+  const saved = {
+    now: Date.now,
+    random: Math.random,
+    setTimeout: globalThis.setTimeout,
+    setInterval: globalThis.setInterval,
+  };
+  Date.now = () => {
+    record("Date.now");
+    return saved.now();
+  };
+  Math.random = () => {
+    record("Math.random");
+    return saved.random();
+  };
+  globalThis.setTimeout = ((...args: Parameters<typeof setTimeout>) => {
+    record("setTimeout");
+    return saved.setTimeout(...args);
+  }) as typeof setTimeout;
+  globalThis.setInterval = ((...args: Parameters<typeof setInterval>) => {
+    record("setInterval");
+    return saved.setInterval(...args);
+  }) as typeof setInterval;
+  try {
+    await run();
+  } finally {
+    Date.now = saved.now;
+    Math.random = saved.random;
+    globalThis.setTimeout = saved.setTimeout;
+    globalThis.setInterval = saved.setInterval;
+  }
+  return calls;
+}
