@@ -26,6 +26,17 @@ const first = Number(process.env.CASQ_SIM_FIRST_SEED ?? 1);
 const verbose = process.env.CASQ_SIM_VERBOSE === "1" || single !== undefined;
 const seeds = single !== undefined ? [single] : Array.from({ length: count }, (_, i) => first + i);
 
+/**
+ * Seeds that once found a bug, run on every test run (a later change of the
+ * simulation may send them elsewhere; they still cost little).
+ */
+const REGRESSIONS = [
+  // Work stream: a shard this broker believed it led (behind a partition) moved to another
+  // broker while the stream's served set stayed the same; no routing was sent, so the SDK
+  // workers never opened a stream to the new leader and the drain never finished.
+  700175,
+];
+
 describe("seeded simulation (brokers, workers, faulty store, auditor)", () => {
   const results: SimResult[] = [];
   const started = performance.now();
@@ -56,6 +67,15 @@ describe("seeded simulation (brokers, workers, faulty store, auditor)", () => {
       );
     }
   });
+
+  it.each(single === undefined ? REGRESSIONS : [])(
+    "regression seed %i keeps every invariant",
+    async (seed) => {
+      const result = await runSimulation(seed);
+      if (result.violations.length > 0) console.error(failureReport(result));
+      expect(result.violations).toEqual([]);
+    },
+  );
 
   it("is deterministic: one seed, run twice, gives the same trace", async () => {
     const seed = single ?? 7;
