@@ -138,6 +138,11 @@ export class Streams {
             // leader's lease runs out. Wait here rather than bounce between the two.
             this.pool.prefer(address);
             await this.pause(++this.failures);
+            // Once: a leader that comes back (a restarted process at the same
+            // address) keeps its shards, and this broker then redirects there
+            // for ever. The next redirect is followed; a leader still dead fails
+            // again and lands here again, each time after a longer pause.
+            this.failed.delete(error.leaderAddress);
             continue;
           }
           const same = error.leaderAddress === address;
