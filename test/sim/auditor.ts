@@ -36,7 +36,12 @@
 
 import type { Delivery, EnqueueInput, EnqueueOutcome } from "../../server/src/broker/broker.ts";
 import { isCasqError } from "../../server/src/errors.ts";
-import type { AckItemResult, NackItemResult, Receipt } from "../../server/src/model/operations.ts";
+import type {
+  AckItemResult,
+  ClaimedMessage,
+  NackItemResult,
+  Receipt,
+} from "../../server/src/model/operations.ts";
 import { CommittedHistory, type SentRequests } from "./committed-history.ts";
 import { statusOf } from "./shard-view.ts";
 import type { Trace } from "./trace.ts";
@@ -46,6 +51,12 @@ export interface Violation {
   readonly atMs: number;
   readonly invariant: string;
   readonly detail: string;
+}
+
+/** What the auditor reads of a delivery a worker was handed (a broker's {@link Delivery}, or one read off the wire). */
+export interface ReportedDelivery {
+  readonly shard: number;
+  readonly message: Pick<ClaimedMessage, "id" | "receipt" | "leaseDeadline">;
 }
 
 /** A delivery as a worker was told about it. */
@@ -84,7 +95,8 @@ export class Auditor implements SentRequests {
   readonly history: CommittedHistory;
   private readonly found: Violation[] = [];
   private readonly acksSent = new Set<string>();
-  private readonly nacksSent = new Set<string>();
+  /** When a nack for each delivery was first sent. */
+  private readonly nacksSent = new Map<string, number>();
   private readonly enqueued = new Map<string, { shard: number; offset: number }>();
   private readonly deliveries = new Map<string, DeliveryRecord[]>();
   private readonly confirmedAcks = new Map<string, ConfirmedAck>();
@@ -148,7 +160,8 @@ export class Auditor implements SentRequests {
 
   /** Records that a worker sent a nack for a delivery (before it reaches any broker). */
   markNackSent(shard: number, subscription: string, receipt: Receipt): void {
-    this.nacksSent.add(receiptKey(shard, subscription, receipt.offset, receipt.attempt));
+    const key = receiptKey(shard, subscription, receipt.offset, receipt.attempt);
+    if (!this.nacksSent.has(key)) this.nacksSent.set(key, this.now());
     this.releaseSent(shard, subscription, receipt.offset, receipt.attempt);
   }
 
@@ -160,6 +173,11 @@ export class Auditor implements SentRequests {
   /** {@link SentRequests}: a nack for this delivery was sent. */
   nackSent(shard: number, subscription: string, offset: number, attempt: number): boolean {
     return this.nacksSent.has(receiptKey(shard, subscription, offset, attempt));
+  }
+
+  /** {@link SentRequests}: when a nack for this delivery was first sent. */
+  nackSentAt(shard: number, subscription: string, offset: number, attempt: number): number | undefined {
+    return this.nacksSent.get(receiptKey(shard, subscription, offset, attempt));
   }
 
   private releaseSent(shard: number, subscription: string, offset: number, attempt: number): void {
@@ -203,7 +221,7 @@ export class Auditor implements SentRequests {
   }
 
   /** A claim returned deliveries to a worker. */
-  claimAcknowledged(worker: string, subscription: string, deliveries: readonly Delivery[]): void {
+  claimAcknowledged(worker: string, subscription: string, deliveries: readonly ReportedDelivery[]): void {
     bump(this.counters.ok, "claim");
     const now = this.now();
     for (const { shard, message } of deliveries) {
@@ -366,7 +384,11 @@ export class Auditor implements SentRequests {
       for (let i = 1; i < ordered.length; i++) {
         const before = ordered[i - 1] as DeliveryRecord;
         const after = ordered[i] as DeliveryRecord;
-        const heldUntil = Math.min(before.deadline, before.releaseSentAt ?? Number.POSITIVE_INFINITY);
+        // Lease times are whole ms (the claim's start is the floor of when it was applied).
+        const heldUntil = Math.min(
+          before.deadline,
+          before.releaseSentAt === undefined ? Number.POSITIVE_INFINITY : Math.floor(before.releaseSentAt),
+        );
         if (after.claimedAt < heldUntil)
           this.violation(
             "one-holder",

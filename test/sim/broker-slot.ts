@@ -14,7 +14,10 @@
  *   that hands the leadership leases back.
  * - **Clients** reach the process through {@link BrokerSlot.invoke}: a few ms
  *   of network each way; refused while the process is down or stopping; an
- *   answer still on the wire when the process dies is lost.
+ *   answer still on the wire when the process dies is lost. SDK clients reach
+ *   the process's real service handlers ({@link BrokerSlot.services}, see
+ *   `broker-services.ts`) through `sim-connections.ts`, with the same rules.
+ *   A graceful stop first drains the process's Work streams, as the server does.
  */
 import { Broker, NO_MANIFESTS } from "../../server/src/broker/broker.ts";
 import { CasqError } from "../../server/src/errors.ts";
@@ -22,6 +25,7 @@ import type { ObjectStore } from "../../server/src/store/object-store.ts";
 import { RetryingStore } from "../../server/src/store/retrying-store.ts";
 import { FaultInjectingStore, type FaultRule } from "../../server/testing/fault-injecting-store.ts";
 import type { ManualClock } from "../../server/testing/manual-clock.ts";
+import { BrokerServices } from "./broker-services.ts";
 import { KillSwitchStore } from "./kill-switch-store.ts";
 import type { LinkFaultRates, SimConfig } from "./sim-config.ts";
 import type { SimRandom } from "./sim-random.ts";
@@ -45,6 +49,7 @@ export class BrokerSlot {
   readonly stats: SlotStats = { crashes: 0, restarts: 0, gracefulStops: 0, partitions: 0, storms: 0 };
 
   private broker: Broker | undefined;
+  private rpc: BrokerServices | undefined;
   private killSwitch: KillSwitchStore | undefined;
   private incarnation = 0;
   /** Bumped whenever client connections are cut. */
@@ -81,6 +86,25 @@ export class BrokerSlot {
     return this.state === "up";
   }
 
+  /** The running process's service handlers; undefined while it is down or stopping (connections are refused). */
+  get services(): BrokerServices | undefined {
+    return this.state === "up" ? this.rpc : undefined;
+  }
+
+  /** Bumped whenever client connections are cut (a crash, the end of a graceful stop). */
+  get connection(): number {
+    return this.connectionEpoch;
+  }
+
+  /** Calls `cut` when client connections are cut next; returns the function that unregisters it. */
+  onCut(cut: () => void): () => void {
+    const listener = () => cut();
+    this.cuts.add(listener);
+    return () => {
+      this.cuts.delete(listener);
+    };
+  }
+
   /** True while a graceful stop is in progress. */
   get isStopping(): boolean {
     return this.state === "stopping";
@@ -110,6 +134,7 @@ export class BrokerSlot {
       initialConfig: this.config.queueConfig,
       documentExpected: NO_MANIFESTS,
     });
+    this.rpc = new BrokerServices(this.broker, this.killSwitch, this.clock);
     this.state = "up";
     this.trace.add(`start ${this.name}-${this.incarnation}`);
   }
@@ -122,6 +147,7 @@ export class BrokerSlot {
     this.killSwitch?.kill();
     const zombie = this.broker;
     this.broker = undefined;
+    this.rpc = undefined;
     this.killSwitch = undefined;
     this.state = "down";
     this.cutConnections("connection reset: the broker process died");
@@ -137,14 +163,21 @@ export class BrokerSlot {
     const incarnation = this.incarnation;
     this.trace.add(`stop ${this.name}-${incarnation}`);
     this.state = "stopping";
+    const rpc = this.rpc;
+    const broker = this.broker;
     try {
-      await this.broker.stop({ release: true });
+      // As the server's close: Work streams drain first, then the broker hands its leases back.
+      if (rpc !== undefined && rpc.work.openStreams > 0)
+        await rpc.drain(this.random.int(300, 3_000), this.clock.now());
+      if (this.incarnation !== incarnation || this.state !== "stopping") return;
+      await broker.stop({ release: true });
     } catch (error) {
       this.trace.add(`stop ${this.name}-${incarnation} failed: ${String(error)}`);
     }
     if (this.incarnation !== incarnation || this.state !== "stopping") return;
     this.killSwitch?.kill();
     this.broker = undefined;
+    this.rpc = undefined;
     this.killSwitch = undefined;
     this.state = "down";
     this.cutConnections("connection closed: the broker stopped");

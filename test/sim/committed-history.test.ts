@@ -28,11 +28,13 @@ interface DocJson {
 function harness() {
   const violations: string[] = [];
   const acks = new Set<string>();
-  const nacks = new Set<string>();
+  /** Nacks sent, with when they were sent. */
+  const nacks = new Map<string, number>();
   const history = new CommittedHistory(
     {
       ackSent: (_shard, sub, offset, attempt) => acks.has(`${sub}/${offset}#${attempt}`),
       nackSent: (_shard, sub, offset, attempt) => nacks.has(`${sub}/${offset}#${attempt}`),
+      nackSentAt: (_shard, sub, offset, attempt) => nacks.get(`${sub}/${offset}#${attempt}`),
     },
     (invariant) => violations.push(invariant),
   );
@@ -136,10 +138,31 @@ describe("CommittedHistory (the simulation's transition checks)", () => {
     without.commit(released, T + 110);
     expect(without.violations).toContain("leases");
     const withNack = harness();
-    withNack.nacks.add("default/0#1");
+    withNack.nacks.set("default/0#1", T + 100);
     withNack.commit(state, T + 20);
     withNack.commit(released, T + 110);
     expect(withNack.violations).toEqual([]);
+  });
+
+  it("accepts a release and the next claim in one commit, but not a claim before the release was sent", () => {
+    const state = claimedShard();
+    const next = state.clone();
+    applyOperation(
+      next,
+      { kind: "nack", subscription: "default", receipts: [{ offset: 0, attempt: 1 }], release: true },
+      T + 100,
+    );
+    applyOperation(next, { kind: "claim", subscription: "default", workerId: "w2", max: 1 }, T + 100);
+    const released = harness();
+    released.nacks.set("default/0#1", T + 99.5);
+    released.commit(state, T + 20);
+    released.commit(next, T + 110);
+    expect(released.violations).toEqual([]);
+    const early = harness();
+    early.nacks.set("default/0#1", T + 300);
+    early.commit(state, T + 20);
+    early.commit(next, T + 310);
+    expect(early.violations).toContain("one-holder");
   });
 
   it("flags a claim that passes over a runnable message of higher priority", () => {
@@ -204,8 +227,9 @@ describe("CommittedHistory (the simulation's transition checks)", () => {
 
   it("flags a write that does not follow the previous etag, and a document that does not load", () => {
     const violations: string[] = [];
-    const history = new CommittedHistory({ ackSent: () => false, nackSent: () => false }, (invariant) =>
-      violations.push(invariant),
+    const history = new CommittedHistory(
+      { ackSent: () => false, nackSent: () => false, nackSentAt: () => undefined },
+      (invariant) => violations.push(invariant),
     );
     const state = claimedShard();
     history.record("queues/jobs/0.json", state.encode(), '"e1"', { ifAbsent: true }, T);

@@ -54,6 +54,8 @@ export interface SentRequests {
   ackSent(shard: number, subscription: string, offset: number, attempt: number): boolean;
   /** A nack (retry or dead-letter) for this delivery was sent by some worker. */
   nackSent(shard: number, subscription: string, offset: number, attempt: number): boolean;
+  /** When a nack for this delivery was first sent, if one was. */
+  nackSentAt(shard: number, subscription: string, offset: number, attempt: number): number | undefined;
 }
 
 /** Where a message id lives. */
@@ -343,7 +345,13 @@ export class CommittedHistory {
           "receipts-unique",
           `${what}: delivered again with attempt ${delivery?.attempt} (previous delivery had attempt ${attemptBefore}; a receipt must never be reused)`,
         );
-      if (lease !== undefined && next.claimedAt < lease.deadline)
+      // A nack ends the lease when it is applied: a release (claimable at once) and the
+      // next claim may land in one commit. The new lease may not start before the nack was sent
+      // (lease times are whole ms).
+      const nackAt = this.sent.nackSentAt(view.shard, name, offset, attemptBefore);
+      const endedAt =
+        nackAt === undefined ? lease?.deadline : Math.min(lease?.deadline ?? 0, Math.floor(nackAt));
+      if (lease !== undefined && endedAt !== undefined && next.claimedAt < endedAt)
         fail(
           "one-holder",
           `${what}: leased to ${next.worker} at ${next.claimedAt} while ${lease.worker}'s lease ran until ${lease.deadline}`,

@@ -19,8 +19,14 @@
  *    long-poll, heartbeat (sometimes too late), ack, nack for retry or to the
  *    dead letters, and crash mid-job (`worker.ts`). Clients follow redirects
  *    and retry `unavailable`, a bounded number of times, never assuming an
- *    unanswered call happened (`sim-client.ts`). The nemesis crashes brokers
- *    (a new process with a new identity restarts later), stops them
+ *    unanswered call happened (`sim-client.ts`). In some seeds
+ *    (`sdkWorkers`) workers are also, or only, the real TypeScript SDK
+ *    `Worker` (`sdk-worker.ts`): it runs against each broker's real
+ *    QueueService handlers, the Work stream included (`broker-services.ts`),
+ *    over connect's in-memory transport with simulated refused and reset
+ *    connections and virtual deadlines (`sim-connections.ts`), and the
+ *    auditor hears what crossed its wire (`sdk-wire-audit.ts`). The nemesis
+ *    crashes brokers (a new process with a new identity restarts later), stops them
  *    gracefully, partitions one from the store until a rival takes its
  *    leases, and raises fault storms (`nemesis.ts`).
  * 3. **Drain**. Faults off, every machine healthy, producers stop, workers ack
@@ -33,8 +39,9 @@
  *    never overlapped.
  *
  * Determinism: nothing reads the wall clock or `Math.random`, no real timer
- * runs; the event loop is only ever turned by the ManualClock's
- * `setImmediate`-based settling. The trace (`trace.ts`) hashes every event,
+ * runs (the SDK takes the ManualClock, a seeded jitter source and the
+ * simulated transports through its internal options); the event loop is
+ * only ever turned by the ManualClock's `setImmediate`-based settling. The trace (`trace.ts`) hashes every event,
  * and running a seed twice must give the same hash.
  *
  * Replay a failing seed (it is printed with the violations):

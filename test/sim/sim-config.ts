@@ -60,7 +60,16 @@ export interface SimConfig {
   readonly queueConfig: Partial<QueueConfig> & { readonly leaseTtlMs: number; readonly maxAttempts: number };
   /** ManualClock settle turns after each timer (see `run-simulation.ts`). */
   readonly settleTurns: number;
+  /**
+   * Workers that are the real TypeScript SDK `Worker` over the brokers' real
+   * service handlers (`sdk-worker.ts`): none, some beside the direct worker
+   * actors, or only SDK workers.
+   */
+  readonly sdkWorkers: SdkWorkerMode;
 }
+
+/** Whether a run has SDK workers (see {@link SimConfig.sdkWorkers}). */
+export type SdkWorkerMode = "off" | "beside" | "instead";
 
 /** Optional overrides, e.g. for a focused test. */
 export type SimConfigOverrides = Partial<Omit<SimConfig, "seed">>;
@@ -106,6 +115,8 @@ export function drawConfig(seed: number, random: SimRandom, overrides: SimConfig
       retentionMs: random.chance(0.2) ? random.int(1_000, 10_000) : 0,
     },
     settleTurns: 3,
+    // Drawn last, so that the draws above (and so the worlds of runs without SDK workers) stay as they were.
+    sdkWorkers: random.weighted<SdkWorkerMode>({ off: 70, beside: 15, instead: 15 }),
   };
   return { ...config, ...overrides };
 }

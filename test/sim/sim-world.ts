@@ -8,12 +8,16 @@
  * (faults off, every machine healthy, producers stopped, workers ack
  * everything) -> `done` (actors stop).
  */
+
+import { encodeManifest, manifestKey } from "../../server/src/broker/queue-catalog.ts";
+import { DEFAULT_QUEUE_CONFIG } from "../../server/src/model/queue-config.ts";
 import { ManualClock } from "../../server/testing/manual-clock.ts";
 import { Auditor } from "./auditor.ts";
 import { BrokerSlot } from "./broker-slot.ts";
 import { Nemesis } from "./nemesis.ts";
 import { ObservedStore } from "./observed-store.ts";
 import { Producer } from "./producer.ts";
+import { SdkWorker } from "./sdk-worker.ts";
 import { SimClient } from "./sim-client.ts";
 import { drawConfig, type SimConfig, type SimConfigOverrides } from "./sim-config.ts";
 import { SimRandom } from "./sim-random.ts";
@@ -42,6 +46,7 @@ export class SimWorld implements SimContext {
   readonly slots: BrokerSlot[];
   phase: SimPhase = "setup";
   private readonly random: SimRandom;
+  private readonly truth: ObservedStore;
 
   constructor(seed: number, overrides: SimConfigOverrides = {}) {
     const root = new SimRandom(seed);
@@ -61,6 +66,7 @@ export class SimWorld implements SimContext {
     const truth = new ObservedStore((key, body, etag, condition) =>
       this.auditor.history.record(key, body, etag, condition, this.clock.now()),
     );
+    this.truth = truth;
     this.slots = Array.from(
       { length: this.config.brokers },
       (_, i) =>
@@ -77,6 +83,18 @@ export class SimWorld implements SimContext {
 
   /** Starts the brokers and creates the extra subscriptions on every shard, with faults off. */
   async setup(): Promise<void> {
+    // The service handlers SDK workers call look the queue up in its manifest (the engine does not).
+    if (this.config.sdkWorkers !== "off")
+      await this.truth.preload(
+        manifestKey(this.config.queue),
+        encodeManifest({
+          queue: this.config.queue,
+          shardCount: this.config.shards,
+          createdAt: this.clock.now(),
+          state: "ready",
+          config: { ...DEFAULT_QUEUE_CONFIG, ...this.config.queueConfig },
+        }),
+      );
     for (const slot of this.slots) slot.start();
     const client = this.client();
     for (const name of this.config.subscriptions) {
@@ -98,8 +116,16 @@ export class SimWorld implements SimContext {
     for (let i = 0; i < config.producers; i++)
       void new Producer(`p${i}`, this, this.random.fork(), this.client()).run();
     for (const sub of config.subscriptions)
-      for (let i = 0; i < config.workersPerSubscription; i++)
-        void new Worker(`${sub}-w${i}`, sub, this, this.random.fork(), this.client()).run();
+      for (let i = 0; i < config.workersPerSubscription; i++) {
+        // Forked either way, so that the other actors' streams do not depend on the mode.
+        const random = this.random.fork();
+        if (config.sdkWorkers !== "instead")
+          void new Worker(`${sub}-w${i}`, sub, this, random, this.client()).run();
+      }
+    if (config.sdkWorkers !== "off")
+      for (const sub of config.subscriptions)
+        for (let i = 0; i < (config.sdkWorkers === "instead" ? config.workersPerSubscription : 1); i++)
+          void new SdkWorker(`${sub}-sdk${i}`, sub, this, this.random.fork()).run();
     void new Nemesis(this, this.random.fork()).run();
   }
 

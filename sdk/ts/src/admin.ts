@@ -77,7 +77,9 @@ export class Admin {
         fn(this.pool.client(AdminService, address), { timeoutMs, ...(signal ? { signal } : {}) }, uncertain),
       {
         ...(options.signal ? { signal: options.signal } : {}),
-        ...(options.timeoutMs === undefined ? {} : { deadline: Date.now() + options.timeoutMs }),
+        ...(options.timeoutMs === undefined
+          ? {}
+          : { deadline: this.pool.options.clock.now() + options.timeoutMs }),
         idempotent,
       },
     );

@@ -2,6 +2,10 @@
  * Options shared by {@link Producer}, {@link Worker} and {@link Admin}: where
  * the brokers are, how to authenticate, and how patiently to retry.
  */
+import type { Transport } from "@connectrpc/connect";
+import type { RandomSource } from "./backoff.ts";
+import { mathRandom } from "./backoff.ts";
+import { type SdkClock, systemClock } from "./clock.ts";
 
 /** TLS settings: PEM contents (strings or buffers) of a CA to trust and an optional client certificate (mutual TLS). */
 export interface TlsOptions {
@@ -51,6 +55,30 @@ export interface ClientOptions {
   readonly keepaliveMs?: number;
   /** How long a keepalive PING may go unanswered before the connection is closed, in ms. Default 10 000. */
   readonly keepaliveTimeoutMs?: number;
+  /**
+   * Where the client reads the time and waits (backoffs, deadlines, heartbeat
+   * and request timers). Default: the system clock.
+   *
+   * @internal For tests and casq's seeded simulation, which run clients on a
+   * fake clock; not part of the supported API.
+   */
+  readonly clock?: SdkClock;
+  /**
+   * Where retry jitter comes from. Default: `Math.random()`.
+   *
+   * @internal For tests and casq's seeded simulation; not part of the supported API.
+   */
+  readonly random?: RandomSource;
+  /**
+   * Builds the transport to one broker address instead of gRPC over HTTP/2.
+   * The transport is used as is: no token or trace-context interceptors are
+   * added, and `tls` and keepalive options do not apply.
+   *
+   * @internal For tests and casq's seeded simulation, which connect clients
+   * to brokers in the same process (connect's in-memory router transport);
+   * not part of the supported API.
+   */
+  readonly transportFactory?: (address: string) => Transport;
 }
 
 /** {@link ClientOptions} with defaults applied. */
@@ -66,6 +94,12 @@ export interface ResolvedClientOptions {
   /** 0: no keepalive PINGs. */
   readonly keepaliveMs: number;
   readonly keepaliveTimeoutMs: number;
+  /** @internal See {@link ClientOptions.clock}. */
+  readonly clock: SdkClock;
+  /** @internal See {@link ClientOptions.random}. */
+  readonly random: RandomSource;
+  /** @internal See {@link ClientOptions.transportFactory}. */
+  readonly transportFactory: ((address: string) => Transport) | undefined;
 }
 
 function nonNegative(name: string, value: number): number {
@@ -89,5 +123,8 @@ export function resolveClientOptions(options: ClientOptions): ResolvedClientOpti
     backoffMaxMs: options.backoffMaxMs ?? 5_000,
     keepaliveMs: nonNegative("keepaliveMs", options.keepaliveMs ?? 10_000),
     keepaliveTimeoutMs: nonNegative("keepaliveTimeoutMs", options.keepaliveTimeoutMs ?? 10_000),
+    clock: options.clock ?? systemClock,
+    random: options.random ?? mathRandom,
+    transportFactory: options.transportFactory,
   };
 }

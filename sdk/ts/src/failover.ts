@@ -23,6 +23,7 @@
 import { Code } from "@connectrpc/connect";
 import { backoffDelay, type RandomSource } from "./backoff.ts";
 import type { ResolvedClientOptions } from "./client-options.ts";
+import { type SdkClock, systemClock } from "./clock.ts";
 import { CasqError, isRetryable, RedirectError, toCasqError } from "./errors.ts";
 import type { BrokerPool } from "./transport.ts";
 
@@ -135,23 +136,17 @@ export function retryDelayMs(
   return Math.round(backoffDelay(attempt, backoff, random));
 }
 
-/** Resolves after `ms`, or rejects with a CANCELLED CasqError when `signal` aborts. */
-export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
-  return new Promise((resolve, reject) => {
-    if (signal?.aborted) {
-      reject(new CasqError(Code.Canceled, "casq: call aborted", { cause: signal.reason }));
-      return;
-    }
-    const onAbort = () => {
-      clearTimeout(timer);
-      reject(new CasqError(Code.Canceled, "casq: call aborted", { cause: signal?.reason }));
-    };
-    const timer = setTimeout(() => {
-      signal?.removeEventListener("abort", onAbort);
-      resolve();
-    }, ms);
-    signal?.addEventListener("abort", onAbort, { once: true });
-  });
+/**
+ * Resolves after `ms` on `clock` (default: the system clock), or rejects with
+ * a CANCELLED CasqError when `signal` aborts.
+ */
+export async function sleep(ms: number, signal?: AbortSignal, clock: SdkClock = systemClock): Promise<void> {
+  if (signal?.aborted) throw new CasqError(Code.Canceled, "casq: call aborted", { cause: signal.reason });
+  try {
+    await clock.sleep(ms, signal);
+  } catch {
+    throw new CasqError(Code.Canceled, "casq: call aborted", { cause: signal?.reason });
+  }
 }
 
 /**
@@ -171,9 +166,9 @@ export async function callWithFailover<T>(
   attempt: (ctx: AttemptContext) => Promise<T>,
   options: FailoverCallOptions = {},
 ): Promise<T> {
-  const { timeoutMs, retryTimeoutMs } = pool.options;
+  const { timeoutMs, retryTimeoutMs, clock } = pool.options;
   const maxAttempts = options.maxAttempts ?? pool.options.maxAttempts;
-  const giveUpAt = Date.now() + retryTimeoutMs;
+  const giveUpAt = clock.now() + retryTimeoutMs;
   let address = options.address ?? pool.preferred();
   let failures = 0;
   // An earlier attempt may have been applied.
@@ -182,19 +177,19 @@ export async function callWithFailover<T>(
   const failed = new Set<string>();
   /** Sleeps the next backoff delay; rethrows `error` when that would pass the deadline. */
   const backOff = async (error: CasqError): Promise<void> => {
-    const delay = retryDelayMs(++failures, pool.options);
-    const end = Date.now() + delay;
+    const delay = retryDelayMs(++failures, pool.options, pool.options.random);
+    const end = clock.now() + delay;
     if (end >= giveUpAt || (options.deadline !== undefined && end >= options.deadline)) throw error;
     if (error instanceof RedirectError && failed.has(error.leaderAddress))
       options.onLeaderWait?.(error, delay);
-    await sleep(delay, options.signal);
+    await sleep(delay, options.signal, clock);
   };
   // Brokers this call reached by following a redirect, and the broker that redirected there.
   const redirectedFrom = new Map<string, string>();
   for (let n = 1; ; n++) {
     if (options.signal?.aborted)
       throw new CasqError(Code.Canceled, "casq: call aborted", { cause: options.signal.reason });
-    const left = options.deadline === undefined ? Number.POSITIVE_INFINITY : options.deadline - Date.now();
+    const left = options.deadline === undefined ? Number.POSITIVE_INFINITY : options.deadline - clock.now();
     if (left <= 0) throw new CasqError(Code.DeadlineExceeded, "casq: deadline exceeded");
     // When the caller's deadline is the nearer one, a timeout of this attempt is the caller's.
     const callerBound = left <= timeoutMs;

@@ -238,7 +238,8 @@ export class Producer {
     // The deadline is fixed once, so that every part of a split batch counts against it.
     const ctx: SendContext = {
       signal: options.signal,
-      deadline: options.timeoutMs === undefined ? undefined : Date.now() + options.timeoutMs,
+      deadline:
+        options.timeoutMs === undefined ? undefined : this.pool.options.clock.now() + options.timeoutMs,
     };
     const encoded = messages.map((m) => toNewMessage(m, this.defaultDedupIds));
     return this.send(queue, encoded, ctx, undefined, 0);

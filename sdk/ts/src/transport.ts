@@ -137,7 +137,7 @@ export class BrokerPool {
   transport(address: string): Transport {
     let t = this.transports.get(address);
     if (!t) {
-      t = createBrokerTransport(address, this.options);
+      t = this.options.transportFactory?.(address) ?? createBrokerTransport(address, this.options);
       this.transports.set(address, t);
     }
     return t;

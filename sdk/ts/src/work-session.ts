@@ -6,6 +6,7 @@
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { WorkRequestSchema, WorkResponse, WorkRouting } from "@casq/api/casq/v1/work_pb.ts";
 import { AsyncQueue } from "./async-queue.ts";
+import { type SdkClock, startTimer, systemClock } from "./clock.ts";
 import { fromRpcStatus, UnavailableError } from "./errors.ts";
 
 /** A request on the stream, as built by the SDK. */
@@ -30,7 +31,7 @@ export class Session {
   readonly abort = new AbortController();
   private readonly pending = new Map<
     bigint,
-    { resolve: (r: WorkResponse) => void; reject: (e: unknown) => void; timer: NodeJS.Timeout }
+    { resolve: (r: WorkResponse) => void; reject: (e: unknown) => void; cancelTimer: () => void }
   >();
   /** Why the SDK broke the stream (an unanswered request), if it did. */
   brokenBy: StreamClosedError | undefined;
@@ -48,9 +49,11 @@ export class Session {
   /** Settles when the stream has ended: resolves on a clean end, rejects with what broke it. */
   ended: Promise<void> = Promise.resolve();
 
+  /** A stream to `address`; a request unanswered after `requestTimeoutMs` on `clock` breaks it. */
   constructor(
     readonly address: string,
     private readonly requestTimeoutMs: number,
+    private readonly clock: SdkClock = systemClock,
   ) {}
 
   get usable(): boolean {
@@ -64,9 +67,10 @@ export class Session {
   request(command: Command): Promise<WorkResponse> {
     const requestId = ++this.nextId;
     return new Promise((resolve, reject) => {
-      const timer = setTimeout(() => this.timedOut(), this.requestTimeoutMs);
-      timer.unref();
-      this.pending.set(requestId, { resolve, reject, timer });
+      const cancelTimer = startTimer(this.clock, this.requestTimeoutMs, () => this.timedOut(), {
+        unref: true,
+      });
+      this.pending.set(requestId, { resolve, reject, cancelTimer });
       this.requests.push({ requestId, command });
     });
   }
@@ -85,7 +89,7 @@ export class Session {
   reply(response: WorkResponse): void {
     const waiter = this.pending.get(response.requestId);
     if (!waiter) return;
-    clearTimeout(waiter.timer);
+    waiter.cancelTimer();
     this.pending.delete(response.requestId);
     if (response.event.case === "requestFailed") waiter.reject(fromRpcStatus(response.event.value.status));
     else waiter.resolve(response);
@@ -95,7 +99,7 @@ export class Session {
     this.closed = true;
     this.requests.end();
     for (const waiter of this.pending.values()) {
-      clearTimeout(waiter.timer);
+      waiter.cancelTimer();
       waiter.reject(error);
     }
     this.pending.clear();

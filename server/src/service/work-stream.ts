@@ -38,8 +38,9 @@
  *    stream is reset, since its last messages can never be delivered.
  */
 import { randomUUID } from "node:crypto";
-import type { MessageInitShape } from "@bufbuild/protobuf";
+import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import type { QueueService } from "@casq/api/casq/v1/queue_service_pb.ts";
+import { ShardLeaderSchema } from "@casq/api/casq/v1/shard_pb.ts";
 import type { WorkOpen, WorkRequest, WorkResponseSchema } from "@casq/api/casq/v1/work_pb.ts";
 import { AsyncQueue } from "@casq/sdk/async-queue.ts";
 import { backoffCap } from "@casq/sdk/backoff.ts";
@@ -113,6 +114,10 @@ class WorkSession implements WorkSessionHandle {
   /** Jobs sent and not yet settled by this worker, per shard, by receipt text. */
   private readonly held = new Map<number, Map<string, Receipt>>();
   private served: number[] = [];
+  /** The redirects of the latest claim pass: who leads the shards this stream does not serve. */
+  private redirects = new Map<number, CasqError>();
+  /** The leader address each shard had in the routing last sent (absent: none named). */
+  private readonly toldLeaders = new Map<number, string>();
   private readonly lastLeaseCheck = new Map<number, number>();
   /**
    * Credit not yet used: shared with this stream's standing claims, which
@@ -215,6 +220,7 @@ class WorkSession implements WorkSessionHandle {
       open.credits,
     );
     session.served = pass.served;
+    session.redirects = pass.redirected;
     const effectiveTtl = leaseTtlMs ?? queueLeaseTtlMs ?? 60_000;
     session.outbox.push({
       requestId,
@@ -550,10 +556,24 @@ class WorkSession implements WorkSessionHandle {
 
   // ------------------------------------------------------------ routing
 
+  /**
+   * Sends `routing` when the served shards changed, or when a redirect names
+   * a leader for a shard that the routing last sent did not: the worker opens
+   * streams by that routing, and a shard whose leader moved while this
+   * stream's served set stayed the same would otherwise never be worked on
+   * (e.g. a shard this broker still believed it led, behind a partition,
+   * then lost to another broker).
+   */
   private updateRouting(pass: ClaimPass): void {
     if (this.claimAbort.signal.aborted) return;
     const served = [...pass.served].sort((a, b) => a - b);
-    if (served.length === this.served.length && served.every((s, i) => s === this.served[i])) return;
+    this.redirects = pass.redirected;
+    const sameServed = served.length === this.served.length && served.every((s, i) => s === this.served[i]);
+    const moved = [...pass.redirected].some(([shard, redirect]) => {
+      const address = redirect.details.leaderAddress;
+      return address !== undefined && address !== this.toldLeaders.get(shard);
+    });
+    if (sameServed && !moved) return;
     this.served = served;
     this.routing().then(
       (routing) => this.outbox.push({ event: { case: "routing", value: routing } }),
@@ -561,15 +581,30 @@ class WorkSession implements WorkSessionHandle {
     );
   }
 
+  /**
+   * The routing to send: the served shards and every shard's leader, from the
+   * directory, except where the latest redirect names another leader (the
+   * redirect comes from the shard's leader object, which learned it by CAS;
+   * the directory may still hold what it read before).
+   */
   private async routing() {
     const routes = await this.ctx.directory.routes(this.queue, this.shardCount);
-    return {
-      servingShards: [...this.served],
-      shards: routes.map((r) => ({
-        shard: r.shard,
-        ...(r.live && r.record ? { leader: leaderToProto(r.record) } : {}),
-      })),
-    };
+    const shards = routes.map((r) => {
+      const redirect = this.redirects.get(r.shard)?.details;
+      const recorded = r.live && r.record ? leaderToProto(r.record) : undefined;
+      const leader =
+        redirect?.leaderAddress !== undefined && redirect.leaderAddress !== recorded?.address
+          ? create(ShardLeaderSchema, {
+              brokerId: redirect.leaderId ?? "",
+              address: redirect.leaderAddress,
+              epoch: BigInt(redirect.epoch ?? 0),
+            })
+          : recorded;
+      if (leader === undefined) this.toldLeaders.delete(r.shard);
+      else this.toldLeaders.set(r.shard, leader.address);
+      return { shard: r.shard, ...(leader ? { leader } : {}) };
+    });
+    return { servingShards: [...this.served], shards };
   }
 
   // ------------------------------------------------------------ leases

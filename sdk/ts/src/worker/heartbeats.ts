@@ -7,6 +7,7 @@
 
 import { HeartbeatOutcome, type HeartbeatResult } from "@casq/api/casq/v1/message_pb.ts";
 import { QueueService } from "@casq/api/casq/v1/queue_service_pb.ts";
+import { startInterval } from "../clock.ts";
 import { isRetryable, RedirectError, toCasqError } from "../errors.ts";
 import { callWithFailover } from "../failover.ts";
 import type { BrokerPool } from "../transport.ts";
@@ -30,7 +31,7 @@ export interface HeartbeatsOptions {
 
 /** The heartbeat timer of one run. */
 export class Heartbeats {
-  private timer: NodeJS.Timeout | undefined;
+  private stopTimer: (() => void) | undefined;
   private ms = 0;
   private readonly pool: BrokerPool;
   private readonly queue: string;
@@ -53,17 +54,16 @@ export class Heartbeats {
 
   /** Heartbeats every `ms` from now (a no-op when already at that interval). */
   start(ms: number): void {
-    if (this.ms === ms && this.timer) return;
+    if (this.ms === ms && this.stopTimer) return;
     this.clear();
     this.ms = ms;
-    this.timer = setInterval(() => void this.heartbeat(), ms);
-    this.timer.unref();
+    this.stopTimer = startInterval(this.pool.options.clock, ms, () => void this.heartbeat(), { unref: true });
   }
 
   /** Stops the timer (a heartbeat under way still finishes). */
   clear(): void {
-    if (this.timer) clearInterval(this.timer);
-    this.timer = undefined;
+    this.stopTimer?.();
+    this.stopTimer = undefined;
   }
 
   /** Heartbeats every running job, each on the stream that delivered it (or by unary call). */

@@ -16,6 +16,7 @@
 import type { ClaimedMessage } from "@casq/api/casq/v1/message_pb.ts";
 import { Code } from "@connectrpc/connect";
 import type { Tracer } from "@opentelemetry/api";
+import { startTimer } from "../clock.ts";
 import { CasqError } from "../errors.ts";
 import { sleep } from "../failover.ts";
 import { type Job, jobFromClaim } from "../job.ts";
@@ -56,6 +57,7 @@ export class Run {
   private readonly executor: Executor;
   private readonly heartbeats: Heartbeats;
   private readonly streams: Streams;
+  private readonly pool: BrokerPool;
   /** Settles when the run is over: resolves when stopped, rejects with the error that ended it. */
   done: Promise<void>;
 
@@ -69,6 +71,7 @@ export class Run {
     options: RunOptions,
     logger: WorkerLogger | null,
   ) {
+    this.pool = pool;
     const subscription = options.subscription ?? "";
     const concurrency = Math.max(1, Math.floor(options.concurrency ?? 1));
     const prefetch = Math.min(1000, Math.max(concurrency, Math.floor(options.prefetch ?? concurrency)));
@@ -179,15 +182,16 @@ export class Run {
     this.streams.clearReconcile();
     // Jobs received but not started go back at once.
     for (const held of this.executor.takeWaiting()) this.settler.release(held);
+    const clock = this.pool.options.clock;
     if (this.executor.running > 0) {
-      let timer: NodeJS.Timeout | undefined;
+      let cancelTimer = () => {};
       await Promise.race([
         new Promise<void>((resolve) => this.idleWaiters.push(resolve)),
         new Promise<void>((resolve) => {
-          timer = setTimeout(resolve, timeoutMs);
+          cancelTimer = startTimer(clock, timeoutMs, resolve);
         }),
       ]);
-      clearTimeout(timer);
+      cancelTimer();
     }
     for (const held of this.held.values()) {
       if (held.started && !held.settled) {
@@ -196,7 +200,7 @@ export class Run {
       }
     }
     // Let acks of finished jobs land, then half-close every stream and wait briefly for the brokers' OK.
-    await Promise.race([this.settler.settled(), sleep(5_000).catch(() => {})]);
+    await Promise.race([this.settler.settled(), sleep(5_000, undefined, clock).catch(() => {})]);
     this.heartbeats.clear();
     await this.streams.close();
   }

@@ -25,6 +25,7 @@ import type { ClaimedMessage } from "@casq/api/casq/v1/message_pb.ts";
 import { QueueService } from "@casq/api/casq/v1/queue_service_pb.ts";
 import type { WorkResponse } from "@casq/api/casq/v1/work_pb.ts";
 import { Code } from "@connectrpc/connect";
+import { startTimer } from "../clock.ts";
 import { isRetryable, RedirectError, toCasqError } from "../errors.ts";
 import { retryDelayMs, sleep } from "../failover.ts";
 import type { BrokerPool } from "../transport.ts";
@@ -88,7 +89,7 @@ export class Streams {
   private readonly secondaryRetry = new Map<string, { failures: number; notBefore: number }>();
   /** Leaders named by redirects of secondary streams, still to be tried. */
   private readonly redirectHints = new Set<string>();
-  private reconcileTimer: NodeJS.Timeout | undefined;
+  private cancelReconcile: (() => void) | undefined;
   private reconcileAt = 0;
   private readonly pool: BrokerPool;
   private readonly queue: string;
@@ -127,7 +128,7 @@ export class Streams {
         await session.ended;
         if (this.stopping()) break;
         address = this.pool.rotate(address);
-        await sleep(retryDelayMs(++this.failures, this.pool.options), this.stopSignal);
+        await this.pause(++this.failures, false);
       } catch (thrown) {
         if (this.stopping()) break;
         const error = toCasqError(thrown);
@@ -137,6 +138,11 @@ export class Streams {
             // leader's lease runs out. Wait here rather than bounce between the two.
             this.pool.prefer(address);
             await this.pause(++this.failures);
+            // Once: a leader that comes back (a restarted process at the same
+            // address) keeps its shards, and this broker then redirects there
+            // for ever. The next redirect is followed; a leader still dead fails
+            // again and lands here again, each time after a longer pause.
+            this.failed.delete(error.leaderAddress);
             continue;
           }
           const same = error.leaderAddress === address;
@@ -170,7 +176,7 @@ export class Streams {
   /** Opens a Work stream to `address`; {@link sessionEnded} runs when it ends. */
   private startSession(address: string): Session {
     // Stream requests get the deadline of a unary attempt.
-    const session = new Session(address, this.pool.options.timeoutMs);
+    const session = new Session(address, this.pool.options.timeoutMs, this.pool.options.clock);
     // Jobs of streams that ended give their credit to this one, so the worker
     // holds no more than before the other stream ended.
     const adopted = this.events.adoptCredits(session, this.prefetch);
@@ -221,7 +227,7 @@ export class Streams {
     retry.failures++;
     // Back off before this broker is tried again: the routing that sent us
     // there may be stale, and a routing event that corrects it may never come.
-    retry.notBefore = Date.now() + retryDelayMs(retry.failures, this.pool.options);
+    retry.notBefore = this.now() + this.delayMs(retry.failures);
     this.secondaryRetry.set(session.address, retry);
     if (error instanceof RedirectError) {
       // That broker leads none of the queue's shards any more; the one it
@@ -250,7 +256,7 @@ export class Streams {
     for (const session of this.sessions)
       for (const route of session.routing?.shards ?? [])
         if (!served.has(route.shard) && route.leader?.address) wanted.add(route.leader.address);
-    const now = Date.now();
+    const now = this.now();
     let wakeAt = Number.POSITIVE_INFINITY;
     for (const address of wanted) {
       if (this.sessionAt(address, true)) {
@@ -269,25 +275,26 @@ export class Streams {
   }
 
   private scheduleReconcile(ms: number): void {
-    const at = Date.now() + Math.max(0, ms);
+    const at = this.now() + Math.max(0, ms);
     // An earlier look is enough: it schedules the next one itself.
-    if (this.reconcileTimer && this.reconcileAt <= at) return;
+    if (this.cancelReconcile && this.reconcileAt <= at) return;
     this.clearReconcile();
     this.reconcileAt = at;
-    this.reconcileTimer = setTimeout(
+    this.cancelReconcile = startTimer(
+      this.pool.options.clock,
+      Math.max(0, ms),
       () => {
-        this.reconcileTimer = undefined;
+        this.cancelReconcile = undefined;
         this.reconcile();
       },
-      Math.max(0, ms),
+      { unref: true },
     );
-    this.reconcileTimer.unref();
   }
 
   /** Cancels a reconcile scheduled for later. */
   clearReconcile(): void {
-    if (this.reconcileTimer) clearTimeout(this.reconcileTimer);
-    this.reconcileTimer = undefined;
+    this.cancelReconcile?.();
+    this.cancelReconcile = undefined;
   }
 
   private primaryOpened(): void {
@@ -295,12 +302,26 @@ export class Streams {
     this.failed.clear();
   }
 
-  private async pause(failures: number): Promise<void> {
+  /**
+   * Waits the backoff delay after `failures` failures (ends early when the run
+   * stops); `quiet: false` rethrows that abort, as the reconnect loop expects.
+   */
+  private async pause(failures: number, quiet = true): Promise<void> {
     try {
-      await sleep(retryDelayMs(failures, this.pool.options), this.stopSignal);
-    } catch {
+      await sleep(this.delayMs(failures), this.stopSignal, this.pool.options.clock);
+    } catch (error) {
       // stopped while waiting
+      if (!quiet) throw error;
     }
+  }
+
+  /** The client's backoff delay after `failures` failures, with its jitter source. */
+  private delayMs(failures: number): number {
+    return retryDelayMs(failures, this.pool.options, this.pool.options.random);
+  }
+
+  private now(): number {
+    return this.pool.options.clock.now();
   }
 
   private onResponse(session: Session, response: WorkResponse): void {
@@ -344,11 +365,11 @@ export class Streams {
   async close(): Promise<void> {
     const open = [...this.sessions].filter((s) => !s.closed);
     for (const session of open) session.requests.end();
-    const timer = setTimeout(() => {
+    const cancel = startTimer(this.pool.options.clock, 2_000, () => {
       for (const session of open) session.abort.abort();
-    }, 2_000);
+    });
     await Promise.allSettled(open.map((s) => s.ended));
-    clearTimeout(timer);
+    cancel();
   }
 
   /** Settles when every stream open or opening now has ended. */

@@ -1,0 +1,68 @@
+/**
+ * The RPC face of one simulated broker process: casq.v1.QueueService built
+ * the way `casq-server.ts` builds it (`createQueueService` over a
+ * {@link ServiceContext}: the broker, a queue catalog and a shard directory
+ * over the process's store, a Work-stream registry), behind the server's
+ * error interceptor (engine errors become gRPC statuses in the one place
+ * they do in production), served by connect's in-memory router transport:
+ * the SDK's clients reach it with no socket, and every call takes the same
+ * path through connect's protocol code as over HTTP/2 (requests and
+ * responses are serialized, statuses travel as trailers).
+ *
+ * What the server adds around it and the simulation leaves out: the HTTP
+ * listener, auth, telemetry and the malformed-request log. A graceful stop
+ * drains the Work streams as the server's close does (`draining`, requests
+ * answered for a grace period, then UNAVAILABLE).
+ */
+import { QueueService } from "@casq/api/casq/v1/queue_service_pb.ts";
+import { createRouterTransport, type Transport } from "@connectrpc/connect";
+import { pino } from "pino";
+import type { Broker } from "../../server/src/broker/broker.ts";
+import { QueueCatalog } from "../../server/src/broker/queue-catalog.ts";
+import { createErrorInterceptor } from "../../server/src/service/grpc-errors.ts";
+import { createQueueService } from "../../server/src/service/queue-service.ts";
+import type { ServiceContext } from "../../server/src/service/service-context.ts";
+import { ShardDirectory } from "../../server/src/service/shard-directory.ts";
+import { WorkRegistry } from "../../server/src/service/work-registry.ts";
+import type { ObjectStore } from "../../server/src/store/object-store.ts";
+import type { Clock } from "../../server/src/util/clock.ts";
+
+/** The service handlers of one broker process, as an in-memory transport (see module header). */
+export class BrokerServices {
+  /** The process's open Work streams. */
+  readonly work = new WorkRegistry();
+  /** Calls into the handlers (not yet subject to the slot's network: see `sim-connections.ts`). */
+  readonly transport: Transport;
+
+  constructor(broker: Broker, store: ObjectStore, clock: Clock) {
+    // Silent, and without timestamps: nothing in a run reads the wall clock.
+    const logger = pino({ level: "silent", timestamp: false });
+    const ctx: ServiceContext = {
+      broker,
+      catalog: new QueueCatalog({ store, clock }),
+      store,
+      clock,
+      directory: new ShardDirectory({ broker, store, clock }),
+      claimer: broker.claims,
+      logger,
+      autoCreateQueues: false,
+      work: this.work,
+    };
+    this.transport = createRouterTransport(
+      (router) => {
+        router.service(QueueService, createQueueService(ctx));
+      },
+      { router: { interceptors: [createErrorInterceptor(logger)] } },
+    );
+  }
+
+  /**
+   * Graceful stop of the Work streams, as the server's close does: no more
+   * jobs, `draining`, the workers' requests answered for up to `graceMs`,
+   * then every stream still open ends with UNAVAILABLE.
+   */
+  async drain(graceMs: number, now: number): Promise<void> {
+    await this.work.drainAll(graceMs, now);
+    this.work.abortAll("broker shutting down: reconnect to another broker");
+  }
+}
