@@ -7,7 +7,7 @@
  * - `CASQ_SIM_SEED=S`: run only seed S (prints its summary; with
  *   `CASQ_SIM_TRACE=1` also its whole trace) — the replay command a failure
  *   prints.
- * - `CASQ_SIM_SEEDS=N`: run seeds `CASQ_SIM_FIRST_SEED .. +N-1` (default 160
+ * - `CASQ_SIM_SEEDS=N`: run seeds `CASQ_SIM_FIRST_SEED .. +N-1` (default 200
  *   seeds from 1).
  * - `CASQ_SIM_VERBOSE=1`: print one summary line per seed.
  */
@@ -22,8 +22,8 @@ import {
 import type { SimConfigOverrides } from "./sim-config.ts";
 
 const single = process.env.CASQ_SIM_SEED === undefined ? undefined : Number(process.env.CASQ_SIM_SEED);
-// 160 (was 200 before SDK-worker seeds, which cost about twice as much): about the same time in CI.
-const count = Number(process.env.CASQ_SIM_SEEDS ?? 160);
+// At least 200 in CI (SDK-worker seeds cost about twice as much as the others).
+const count = Number(process.env.CASQ_SIM_SEEDS ?? 200);
 const first = Number(process.env.CASQ_SIM_FIRST_SEED ?? 1);
 const verbose = process.env.CASQ_SIM_VERBOSE === "1" || single !== undefined;
 const seeds = single !== undefined ? [single] : Array.from({ length: count }, (_, i) => first + i);
