@@ -133,6 +133,7 @@ export class BrokerSlot {
       shardsFor: () => this.config.shards,
       initialConfig: this.config.queueConfig,
       documentExpected: NO_MANIFESTS,
+      segmentCacheBytes: this.config.segmentCacheBytes,
     });
     this.rpc = new BrokerServices(this.broker, this.killSwitch, this.clock);
     this.state = "up";

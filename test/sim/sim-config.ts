@@ -66,6 +66,12 @@ export interface SimConfig {
    * actors, or only SDK workers.
    */
   readonly sdkWorkers: SdkWorkerMode;
+  /**
+   * Each broker's page cache of segment bodies (bytes): often a few KiB, so
+   * sealed messages' bodies are evicted while claims, nacks and expiries run
+   * and must be read back from their segments through the faulty link.
+   */
+  readonly segmentCacheBytes: number;
 }
 
 /** Whether a run has SDK workers (see {@link SimConfig.sdkWorkers}). */
@@ -117,6 +123,7 @@ export function drawConfig(seed: number, random: SimRandom, overrides: SimConfig
     settleTurns: 3,
     // Drawn last, so that the draws above (and so the worlds of runs without SDK workers) stay as they were.
     sdkWorkers: random.weighted<SdkWorkerMode>({ off: 70, beside: 15, instead: 15 }),
+    segmentCacheBytes: random.chance(0.5) ? random.int(1, 8_192) : 64 * 1024 * 1024,
   };
   return { ...config, ...overrides };
 }
