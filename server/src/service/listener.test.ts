@@ -1,12 +1,10 @@
-import { execFileSync } from "node:child_process";
-import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { readFileSync } from "node:fs";
 import http2 from "node:http2";
 import net from "node:net";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import tls from "node:tls";
 import { pino } from "pino";
 import { beforeAll, describe, expect, it } from "vitest";
+import { makeSelfSignedCert } from "../../testing/self-signed-cert.ts";
 import { chooseAlpn, type Http2Side, type RunningListener, startListener } from "./listener.ts";
 
 /** An HTTP/2 side that answers every stream with `HTTP/2` and counts the connections it was given. */
@@ -139,34 +137,10 @@ describe("ALPN choice", () => {
 });
 
 describe("TLS listener", () => {
-  const dir = mkdtempSync(join(tmpdir(), "casq-listener-"));
-  const certFile = join(dir, "cert.pem");
-  const keyFile = join(dir, "key.pem");
+  let certFile = "";
+  let keyFile = "";
   beforeAll(() => {
-    writeFileSync(join(dir, "ext"), "subjectAltName=IP:127.0.0.1\n");
-    execFileSync(
-      "openssl",
-      [
-        "req",
-        "-x509",
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:prime256v1",
-        "-nodes",
-        "-days",
-        "1",
-        "-subj",
-        "/CN=127.0.0.1",
-        "-addext",
-        "subjectAltName=IP:127.0.0.1",
-        "-keyout",
-        keyFile,
-        "-out",
-        certFile,
-      ],
-      { stdio: "pipe" },
-    );
+    ({ certFile, keyFile } = makeSelfSignedCert());
   }, 30_000);
 
   /** Connects with `offer` as ALPN and resolves with the protocol the server chose. */
