@@ -36,19 +36,22 @@ import {
   Code,
   ConnectError,
   type ContextValues,
-  createHandlerContext,
+  createContextValues,
   createServiceImplSpec,
   type Interceptor,
   type MethodImplSpec,
   type ServiceImpl,
 } from "@connectrpc/connect";
-import {
-  createMethodSerializationLookup,
-  invokeUnaryImplementation,
-  transformInvokeImplementation,
-} from "@connectrpc/connect/protocol";
+import { createMethodSerializationLookup, transformInvokeImplementation } from "@connectrpc/connect/protocol";
 import { setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
 import * as grpc from "@grpc/grpc-js";
+import {
+  CallSignals,
+  type CancellableCall,
+  createGrpcCallContext,
+  type GrpcCallContext,
+} from "./grpc-js-call-context.ts";
+import { invokeUnary, type UnaryImplSpec } from "./unary-invocation.ts";
 
 /** Options of {@link registerConnectService}. */
 export interface GrpcJsAdapterOptions {
@@ -81,10 +84,16 @@ export type GrpcJsCall =
   | grpc.ServerWritableStream<Buffer, unknown>
   | grpc.ServerDuplexStream<Buffer, unknown>;
 
-/** The context of one call, abortable by the adapter. */
-type CallContext = ReturnType<typeof createHandlerContext>;
+type CallContext = GrpcCallContext;
 
 type Serialization = ReturnType<ReturnType<typeof createMethodSerializationLookup>["getI"]>;
+
+/**
+ * The reason a call's context is aborted with once the call is over. One
+ * object made once: an abort without a reason builds a DOMException with a
+ * stack trace for every call (a tenth of connect-node's CPU per call).
+ */
+const CALL_ENDED = new ConnectError("the call has ended", Code.Canceled);
 
 /** grpc-js passes request bytes through untouched: they are parsed per call (see the module header). */
 const passBytes = (bytes: Buffer): Buffer => bytes;
@@ -101,6 +110,8 @@ export function registerConnectService<S extends DescService>(
   options: GrpcJsAdapterOptions,
 ): void {
   const spec = createServiceImplSpec(service, impl);
+  // The calls in flight of this service, aborted when the server shuts down.
+  const signals = new CallSignals(options.shutdownSignal);
   for (const method of service.methods) {
     const methodSpec = spec.methods[method.localName];
     if (methodSpec === undefined) continue;
@@ -108,7 +119,7 @@ export function registerConnectService<S extends DescService>(
       readMaxBytes: options.readMaxBytes,
       writeMaxBytes: 0xffffffff,
     });
-    const call = new MethodCalls(service, method, methodSpec, io.getI(true), io.getO(true), options);
+    const call = new MethodCalls(service, method, methodSpec, io.getI(true), io.getO(true), options, signals);
     const serialize = (message: unknown): Buffer => {
       const bytes = call.output.serialize(message as never);
       return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
@@ -158,35 +169,32 @@ class MethodCalls {
     private readonly input: Serialization,
     readonly output: Serialization,
     private readonly options: GrpcJsAdapterOptions,
+    private readonly signals: CallSignals,
   ) {
     this.interceptors = [...options.interceptors];
   }
 
   unary(call: grpc.ServerUnaryCall<Buffer, unknown>, callback: grpc.sendUnaryData<unknown>): void {
     const context = this.context(call);
-    const stopWatching = watchCancel(call, context);
     let request: unknown;
     try {
       request = this.input.parse(call.request);
     } catch (error) {
       const cause = ConnectError.from(error);
       const mapped = this.options.malformedRequest?.(this.method, cause) ?? cause;
-      stopWatching();
-      context.abort();
-      callback(statusOf(mapped, context.responseTrailer));
+      context.abort(CALL_ENDED);
+      callback(statusOf(mapped, context.responseTrailerIfAny()));
       return;
     }
-    invokeUnaryImplementation(this.spec as never, context, request as never, this.interceptors).then(
+    invokeUnary(this.spec as UnaryImplSpec, context, request, this.interceptors).then(
       (message) => {
-        stopWatching();
-        sendHeader(call, context.responseHeader);
-        callback(null, message, metadataOf(context.responseTrailer));
-        context.abort();
+        sendHeader(call, context);
+        callback(null, message, metadataOf(context.responseTrailerIfAny()));
+        context.abort(CALL_ENDED);
       },
       (error: unknown) => {
-        stopWatching();
-        callback(statusOf(error, context.responseTrailer));
-        context.abort();
+        callback(statusOf(error, context.responseTrailerIfAny()));
+        context.abort(CALL_ENDED);
       },
     );
   }
@@ -211,7 +219,6 @@ class MethodCalls {
     callback: grpc.sendUnaryData<unknown>,
   ): void {
     const context = this.context(call);
-    const stopWatching = watchCancel(call, context);
     const output = transformInvokeImplementation(
       this.spec as never,
       context,
@@ -223,15 +230,13 @@ class MethodCalls {
       return message;
     })().then(
       (message) => {
-        stopWatching();
-        sendHeader(call, context.responseHeader);
-        callback(null, message, metadataOf(context.responseTrailer));
-        context.abort();
+        sendHeader(call, context);
+        callback(null, message, metadataOf(context.responseTrailerIfAny()));
+        context.abort(CALL_ENDED);
       },
       (error: unknown) => {
-        stopWatching();
-        callback(statusOf(error, context.responseTrailer));
-        context.abort();
+        callback(statusOf(error, context.responseTrailerIfAny()));
+        context.abort(CALL_ENDED);
       },
     );
   }
@@ -244,12 +249,17 @@ class MethodCalls {
   ): Promise<void> {
     let wake: (() => void) | undefined;
     let cancelled = false;
-    const stopWatching = watchCancel(call, context, () => {
+    // The handler's stream ends through the context's signal; this loop stops writing.
+    const onCancel = () => {
       cancelled = true;
       wake?.();
-    });
+    };
+    const events = call as NodeJS.EventEmitter;
+    events.once("cancelled", onCancel);
     const onDrain = () => wake?.();
     call.on("drain", onDrain);
+    // Read the signal now, so that it is aborted when the call is cancelled.
+    void context.signal;
     const output = transformInvokeImplementation(
       this.spec as never,
       context,
@@ -261,7 +271,7 @@ class MethodCalls {
         const next = await output.next();
         if (next.done || cancelled) break;
         if (!headerSent) {
-          sendHeader(call, context.responseHeader);
+          sendHeader(call, context);
           headerSent = true;
         }
         if (!call.write(next.value)) {
@@ -276,56 +286,30 @@ class MethodCalls {
         await output.return?.();
         return;
       }
-      if (!headerSent) sendHeader(call, context.responseHeader);
-      call.end(metadataOf(context.responseTrailer) ?? new grpc.Metadata());
+      if (!headerSent) sendHeader(call, context);
+      call.end(metadataOf(context.responseTrailerIfAny()) ?? new grpc.Metadata());
     } catch (error) {
-      if (!cancelled) call.emit("error", statusOf(error, context.responseTrailer));
+      if (!cancelled) call.emit("error", statusOf(error, context.responseTrailerIfAny()));
     } finally {
-      stopWatching();
+      events.removeListener("cancelled", onCancel);
       call.removeListener("drain", onDrain);
-      context.abort();
+      context.abort(CALL_ENDED);
     }
   }
 
   private context(call: GrpcJsCall): CallContext {
     const deadline = call.getDeadline();
-    const at = deadline instanceof Date ? deadline.getTime() : deadline;
-    return createHandlerContext({
+    return createGrpcCallContext({
       service: this.service,
       method: this.method,
-      protocolName: "grpc",
-      requestMethod: "POST",
       url: call.getPath(),
-      ...(Number.isFinite(at) ? { timeoutMs: at - Date.now() } : {}),
-      ...(this.options.shutdownSignal ? { shutdownSignal: this.options.shutdownSignal } : {}),
-      requestHeader: call.metadata.toHttp2Headers() as Record<string, string>,
-      ...(this.options.contextValues ? { contextValues: this.options.contextValues(call) } : {}),
+      requestHeader: () => call.metadata.toHttp2Headers() as Record<string, string | string[]>,
+      deadline: deadline instanceof Date ? deadline.getTime() : deadline,
+      values: this.options.contextValues?.(call) ?? createContextValues(),
+      signals: this.signals,
+      call: call as CancellableCall,
     });
   }
-}
-
-/**
- * Aborts `context` when grpc-js reports the call cancelled (by the client,
- * or by grpc-js itself when the deadline passed); returns the function that
- * stops watching.
- */
-function watchCancel(call: GrpcJsCall, context: CallContext, also?: () => void): () => void {
-  const onCancel = () => {
-    const deadlinePassed = (context.timeoutMs() ?? 1) <= 0;
-    context.abort(
-      deadlinePassed
-        ? new ConnectError("the call's deadline passed", Code.DeadlineExceeded)
-        : new ConnectError("the client cancelled the call", Code.Canceled),
-    );
-    also?.();
-  };
-  if (call.cancelled) {
-    onCancel();
-    return () => {};
-  }
-  const events = call as NodeJS.EventEmitter;
-  events.once("cancelled", onCancel);
-  return () => events.removeListener("cancelled", onCancel);
 }
 
 /** Request messages buffered before the call is paused (grpc-js stops reading the HTTP/2 stream). */
@@ -403,8 +387,8 @@ function readRequests(
 }
 
 /** Sends the response headers a handler set, if any (grpc-js sends empty ones by itself). */
-function sendHeader(call: GrpcJsCall, header: Headers): void {
-  const metadata = metadataOf(header);
+function sendHeader(call: GrpcJsCall, context: CallContext): void {
+  const metadata = metadataOf(context.responseHeaderIfAny());
   if (metadata) call.sendMetadata(metadata);
 }
 
@@ -412,7 +396,8 @@ function sendHeader(call: GrpcJsCall, header: Headers): void {
 const RESERVED = new Set(["grpc-status", "grpc-message", "content-type", "te"]);
 
 /** `headers` as gRPC metadata (binary `-bin` values decoded from base64); undefined when empty. */
-function metadataOf(headers: Headers): grpc.Metadata | undefined {
+function metadataOf(headers: Headers | undefined): grpc.Metadata | undefined {
+  if (headers === undefined) return undefined;
   let metadata: grpc.Metadata | undefined;
   headers.forEach((value, key) => {
     if (RESERVED.has(key)) return;
@@ -429,7 +414,7 @@ function metadataOf(headers: Headers): grpc.Metadata | undefined {
  * the error's metadata and the trailers set so far, and its details as a
  * `google.rpc.Status` in `grpc-status-details-bin`.
  */
-function statusOf(error: unknown, trailer: Headers): GrpcStatus {
+function statusOf(error: unknown, trailer: Headers | undefined): GrpcStatus {
   const connectError =
     error instanceof ConnectError
       ? error
