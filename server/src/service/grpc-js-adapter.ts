@@ -15,13 +15,14 @@
  *   a request stream while the handler reads it (an INTERNAL error the
  *   interceptors see).
  * - **Context**: a Connect `HandlerContext` with the request metadata as
- *   headers, the call's deadline, the server's shutdown signal and a fresh set
- *   of context values; it is aborted when the client cancels, when the
- *   deadline passes, and when the call is done.
+ *   headers, the call's deadline, a fresh set of context values, and a signal
+ *   aborted when the client cancels, the deadline passes, the server shuts
+ *   down, or the call is done (grpc-js-call-context.ts: its costly parts are
+ *   made on first use).
  * - **Interceptors**: the server's Connect interceptors run around every
- *   call, through connect's own invocation of an implementation, so auth,
- *   call tracking, metrics, tracing and error mapping are the same code for
- *   both stacks.
+ *   call (unary calls through unary-invocation.ts, streams through connect's
+ *   own invocation), so auth, call tracking, metrics, tracing and error
+ *   mapping are the same code for both stacks.
  * - **Answers**: response headers and trailers the handler (or an
  *   interceptor) set go out as gRPC metadata; an error becomes the gRPC
  *   status with its metadata (e.g. the leader-redirect trailer) and its
