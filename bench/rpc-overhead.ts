@@ -10,16 +10,15 @@
  *   npm run bench:rpc -- --serve-args "--metrics-listen 127.0.0.1:0"
  *
  * Servers, each started once and warmed up:
- * - **casq**: `casq serve --store memory:` (no other flags: no auth, metrics or tracing);
+ * - **casq**: `casq serve --store memory:` (no other flags: no auth, metrics or
+ *   tracing); its gRPC clients are served by @grpc/grpc-js through casq's
+ *   adapter, with casq's interceptors;
  * - **grpc-js**: bench/rpc/plain-grpc-js-server.ts, the same methods on a bare
  *   @grpc/grpc-js server (Check answers SERVING; Enqueue decodes the request
  *   and answers without queue work): the yardstick;
  * - **connect**: bench/rpc/plain-connect-server.ts, the same methods through
- *   @connectrpc/connect-node on a bare HTTP/2 server: the protocol library's
- *   floor, to tell casq's own cost from the library's;
- * - **casq-grpc-js** (only when asked for with --servers): casq's engine and
- *   handlers served by @grpc/grpc-js (bench/rpc/casq-on-grpc-js-server.ts),
- *   what the alternative stack would cost.
+ *   @connectrpc/connect-node on a bare HTTP/2 server: what casq cost per call
+ *   when connect-node served its gRPC clients too.
  *
  * Cases: `grpc.health.v1.Health/Check` (the trivial unary call, for
  * --duration seconds per run) and `casq.v1.QueueService/Enqueue` with one
@@ -66,7 +65,7 @@ const { values } = parseArgs({
 });
 if (values.help) {
   console.log(`usage: npm run bench:rpc -- [--json] [--runs N] [--duration SECONDS] [--enqueue-calls N] [--concurrency N]
-                              [--connections N] [--cases health,enqueue] [--servers casq,grpc-js,connect,casq-grpc-js]
+                              [--connections N] [--cases health,enqueue] [--servers casq,grpc-js,connect]
                               [--cpu-prof DIR] [--serve-args "ARGS"]`);
   process.exit(0);
 }
@@ -77,7 +76,7 @@ const concurrency = Number(values.concurrency);
 const connections = Number(values.connections);
 const progress = (line: string) => process.stderr.write(`${line}\n`);
 
-type ServerName = "casq" | "grpc-js" | "connect" | "casq-grpc-js";
+type ServerName = "casq" | "grpc-js" | "connect";
 type CaseName = "health" | "enqueue";
 /** What ghz sends: for `seconds`, or `calls` calls in all. */
 type Load = { readonly seconds: number } | { readonly calls: number };
@@ -178,18 +177,7 @@ async function startServer(name: ServerName): Promise<Server> {
           "127.0.0.1:0",
           ...values["serve-args"].split(" ").filter((a) => a !== ""),
         ]
-      : [
-          ...prof,
-          "--import",
-          "tsx",
-          join(
-            ROOT,
-            "bench",
-            "rpc",
-            name === "casq-grpc-js" ? "casq-on-grpc-js-server.ts" : `plain-${name}-server.ts`,
-          ),
-          "127.0.0.1:0",
-        ];
+      : [...prof, "--import", "tsx", join(ROOT, "bench", "rpc", `plain-${name}-server.ts`), "127.0.0.1:0"];
   const child = spawn(process.execPath, args, { stdio: ["ignore", "pipe", "inherit"], cwd: ROOT });
   return { name, child, address: await waitForAddress(child, name) };
 }

@@ -1,6 +1,9 @@
 /**
  * The casq server: one broker behind one port that speaks gRPC, gRPC-Web and
- * Connect (`casq serve` wraps {@link startCasqServer}).
+ * Connect (`casq serve` wraps {@link startCasqServer}). gRPC clients (HTTP/2)
+ * are served by @grpc/grpc-js, Connect and gRPC-Web clients (HTTP/1.1) by
+ * @connectrpc/connect-node; both run the same service implementations and
+ * interceptors (listener.ts, grpc-js-adapter.ts).
  *
  * Startup, in order: open the store (wrapped to retry transient failures),
  * bind the port (so the advertised address is known before any shard
@@ -28,6 +31,7 @@
 
 import { randomUUID } from "node:crypto";
 import { setMaxListeners } from "node:events";
+import type net from "node:net";
 import { hostname } from "node:os";
 import { AdminService, file_casq_v1_admin_service } from "@casq/api/casq/v1/admin_service_pb.ts";
 import { file_casq_v1_errors } from "@casq/api/casq/v1/errors_pb.ts";
@@ -43,6 +47,7 @@ import {
 } from "@casq/api/grpc/reflection/v1alpha/reflection_pb.ts";
 import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
+import * as grpc from "@grpc/grpc-js";
 import { trace as otelTrace, type TracerProvider } from "@opentelemetry/api";
 import { type Logger, pino } from "pino";
 import { Broker } from "../broker/broker.ts";
@@ -70,12 +75,15 @@ import { createAdminService } from "./admin-service.ts";
 import { createAuthInterceptor, loadTokenFile } from "./auth.ts";
 import { CallTracker } from "./call-tracker.ts";
 import { createErrorInterceptor } from "./grpc-errors.ts";
+import { registerConnectService } from "./grpc-js-adapter.ts";
 import { createHealthService, HealthMonitor } from "./health-service.ts";
 import { loggingShardObserver } from "./lifecycle-log.ts";
 import {
   type ConnectionTimeouts,
   callContextValues,
-  type DualHandler,
+  DEFAULT_CONNECTION_TIMEOUTS,
+  type Http1Handler,
+  type Http2Side,
   type RunningListener,
   startListener,
   type TlsFiles,
@@ -83,6 +91,7 @@ import {
 import {
   MalformedRequestLog,
   malformedRequestInterceptor,
+  malformedUnaryRequest,
   withMalformedRequestStatus,
 } from "./malformed-requests.ts";
 import { createQueueService } from "./queue-service.ts";
@@ -241,10 +250,34 @@ export async function startCasqServer(options: CasqServerOptions): Promise<Runni
   setMaxListeners(0, shutdown.signal);
 
   // The port is bound first: the broker's advertised address goes into the shard
-  // documents it writes. Until the handler is ready, requests get 503.
-  let handler: DualHandler = (_req, res) => {
+  // documents it writes. Until the handlers are ready, HTTP/1.1 requests get 503
+  // and HTTP/2 connections wait (grpc-js would answer UNIMPLEMENTED).
+  let handler: Http1Handler = (_req, res) => {
     res.writeHead(503, { "content-type": "text/plain" });
     res.end("casq server is starting\n");
+  };
+  const maxRequestBytes = options.maxRequestBytes ?? 64 * 1024 * 1024;
+  const grpcServer = new grpc.Server({
+    "grpc.max_receive_message_length": maxRequestBytes,
+    "grpc.max_send_message_length": -1,
+    // HTTP/2 connections with no call open for idleMs get GOAWAY (see listener.ts).
+    "grpc.max_connection_idle_ms": options.connectionTimeouts?.idleMs ?? DEFAULT_CONNECTION_TIMEOUTS.idleMs,
+    // Pings find dead peers of quiet connections (a Work stream with nothing to do).
+    "grpc.keepalive_time_ms": 60_000,
+    "grpc.keepalive_timeout_ms": 20_000,
+    // Channelz bookkeeping costs on every call and nothing reads it.
+    "grpc.enable_channelz": 0,
+  });
+  const injector = grpcServer.createConnectionInjector(grpc.ServerCredentials.createInsecure());
+  const waiting: net.Socket[] = [];
+  let grpcReady = false;
+  const http2: Http2Side = {
+    injectConnection: (socket) => (grpcReady ? injector.injectConnection(socket) : waiting.push(socket)),
+    drain: (graceMs) => injector.drain(graceMs),
+    destroy: () => {
+      for (const socket of waiting.splice(0)) socket.destroy();
+      injector.destroy();
+    },
   };
   // Telemetry: the metrics endpoint is bound first, so a bad metrics address fails the start.
   let metricsServer: RunningMetricsServer | undefined;
@@ -260,10 +293,12 @@ export async function startCasqServer(options: CasqServerOptions): Promise<Runni
       listen: options.listen,
       ...(options.tls ? { tls: options.tls } : {}),
       handler: (req, res) => handler(req, res),
+      http2,
       logger,
       ...(options.connectionTimeouts ? { timeouts: options.connectionTimeouts } : {}),
     });
   } catch (error) {
+    grpcServer.forceShutdown();
     await metricsServer?.close();
     await store.close().catch(() => {});
     throw error;
@@ -335,6 +370,34 @@ export async function startCasqServer(options: CasqServerOptions): Promise<Runni
   if (metrics) interceptors.push(rpcMetricsInterceptor(metrics)); // telemetry: RPC latency and codes
   if (tokens) interceptors.push(createAuthInterceptor(tokens, logger));
   interceptors.push(createErrorInterceptor(logger));
+  const running = listener;
+  const grpcOptions = {
+    interceptors,
+    shutdownSignal: shutdown.signal,
+    readMaxBytes: maxRequestBytes,
+    // A fresh set per call, with the means to end the call's connection (see listener.ts).
+    contextValues: (call: { getPeer(): string }) =>
+      callContextValues(running.http2CallStarted(call.getPeer())),
+    malformedRequest: (method: Parameters<typeof malformedUnaryRequest>[1], cause: ConnectError) =>
+      malformedUnaryRequest(malformed, method, cause),
+  };
+  registerConnectService(grpcServer, QueueService, createQueueService(ctx), grpcOptions);
+  registerConnectService(grpcServer, AdminService, createAdminService(ctx), grpcOptions);
+  registerConnectService(
+    grpcServer,
+    Health,
+    createHealthService(health, [QueueService.typeName, AdminService.typeName]),
+    grpcOptions,
+  );
+  registerConnectService(grpcServer, ServerReflectionV1, createReflectionServiceV1(index), grpcOptions);
+  registerConnectService(
+    grpcServer,
+    ServerReflectionV1alpha,
+    createReflectionServiceV1alpha(index),
+    grpcOptions,
+  );
+  grpcReady = true;
+  for (const socket of waiting.splice(0)) if (!socket.destroyed) injector.injectConnection(socket);
   handler = connectNodeAdapter({
     routes: (router) => {
       router.service(QueueService, createQueueService(ctx));
@@ -347,11 +410,11 @@ export async function startCasqServer(options: CasqServerOptions): Promise<Runni
       });
     },
     // A fresh set per request, shared by the handler and its wrapper (see malformed-requests.ts),
-    // with the means to reset the call's stream (see listener.ts).
-    contextValues: (req) => callContextValues(req),
+    // with the means to end the call's connection (see listener.ts).
+    contextValues: (req) => callContextValues(() => req.socket.destroy()),
     interceptors,
     shutdownSignal: shutdown.signal,
-    readMaxBytes: options.maxRequestBytes ?? 64 * 1024 * 1024,
+    readMaxBytes: maxRequestBytes,
     // Compressed requests are accepted, but answers go uncompressed: gzip of
     // every job and answer over 1 KiB (connect's default) was ~6 % of the
     // broker's CPU processing 1 KiB jobs, for bytes that cost nothing on the
@@ -415,6 +478,7 @@ export async function startCasqServer(options: CasqServerOptions): Promise<Runni
     // Calls are done by now: give HTTP/2 clients a moment to see GOAWAY, then cut what is left
     // (e.g. streams whose response ended but whose client never closed its side).
     await listener.closeConnections({ graceful, timeoutMs: graceful ? Math.min(500, left()) : 0 });
+    grpcServer.forceShutdown();
     await stopAccepting;
     await metricsServer?.close(); // telemetry
     await store.close().catch((error: unknown) => logger.warn({ err: error }, "closing the store failed"));

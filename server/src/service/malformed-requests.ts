@@ -17,9 +17,15 @@
  *   status to INVALID_ARGUMENT in the protocol's own form: the gRPC trailer,
  *   the gRPC-Web trailer frame, or the Connect JSON error (HTTP 400).
  *
+ * gRPC clients are served by @grpc/grpc-js (grpc-js-adapter.ts), which hands
+ * over raw bytes: a unary request that does not parse is answered with
+ * {@link malformedUnaryRequest} before any interceptor runs; a request stream
+ * fails while the handler reads it, as above.
+ *
  * INTERNAL errors of casq's own handlers always carry the mark and are never
  * rewritten: they are bugs, logged at error level by the error interceptor.
  */
+import type { DescMethod } from "@bufbuild/protobuf";
 import { Code, ConnectError, createContextKey, type Interceptor } from "@connectrpc/connect";
 import { createAsyncIterable, encodeEnvelope, type UniversalHandler } from "@connectrpc/connect/protocol";
 import { codeToHttpStatus, errorFromJsonBytes, errorToJsonBytes } from "@connectrpc/connect/protocol-connect";
@@ -69,6 +75,19 @@ function invalidBody(rpc: string, cause: ConnectError): ConnectError {
     undefined,
     cause,
   );
+}
+
+/**
+ * The INVALID_ARGUMENT error of a unary call to `method` whose request
+ * message did not parse (`cause`: the parse error); records it in `log`.
+ */
+export function malformedUnaryRequest(
+  log: MalformedRequestLog,
+  method: DescMethod,
+  cause: ConnectError,
+): ConnectError {
+  log.record(`${method.parent.typeName}/${method.name}`, cause.rawMessage);
+  return invalidBody(method.input.typeName, cause);
 }
 
 /**

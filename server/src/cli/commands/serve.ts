@@ -147,7 +147,7 @@ export function registerServe(program: Command): void {
     .addOption(
       new Option(
         "--header-timeout <duration>",
-        "a new connection must send its first request's headers (HTTP/1.1) or open its first stream (HTTP/2) within this",
+        "a new connection must send its first request's headers (HTTP/1.1) or start its first call (HTTP/2) within this",
       )
         .env("CASQ_HEADER_TIMEOUT")
         .default(30_000, "30s")
