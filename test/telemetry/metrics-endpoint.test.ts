@@ -53,6 +53,8 @@ describe("GET /metrics", () => {
       "casq_operations_total",
       "casq_pending_operations",
       "casq_document_bytes",
+      "casq_segment_cache_bytes",
+      "casq_segment_cache_evictions_total",
       "casq_rpc_requests_total",
       "casq_rpc_duration_seconds",
       "casq_queue_depth",

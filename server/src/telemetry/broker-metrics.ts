@@ -153,6 +153,8 @@ export interface LeaderView {
 /** What the refresher needs of the broker (a `Broker` satisfies it). */
 export interface BrokerView {
   openShards(): readonly LeaderView[];
+  /** The page cache of segment bodies (optional: a view without one reports nothing for it). */
+  segmentCacheStats?(): { readonly bytes: number; readonly evictions: number };
 }
 
 /** What the refresher needs of the Work stream registry (a `WorkRegistry` satisfies it). */
@@ -203,7 +205,17 @@ export function createBrokerRefresher(
   /** Last stats read per led shard (`queue/shard`), reused when a read times out. */
   const lastStats = new Map<string, ShardStats>();
 
+  /** Evictions already counted into the counter. */
+  let evictionsCounted = 0;
+
   return async () => {
+    const cache = options.broker.segmentCacheStats?.();
+    if (cache !== undefined) {
+      metrics.segmentCacheBytes.set(cache.bytes);
+      if (cache.evictions > evictionsCounted)
+        metrics.segmentCacheEvictions.inc(cache.evictions - evictionsCounted);
+      evictionsCounted = cache.evictions;
+    }
     const leaders = options.broker.openShards();
     const now = options.now();
     const leading = leaders.filter((l) => l.currentMode === "leading");

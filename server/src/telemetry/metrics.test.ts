@@ -106,6 +106,24 @@ describe("brokerMetricsObserver", () => {
 });
 
 describe("createBrokerRefresher", () => {
+  it("samples the page cache of segment bodies: its bytes, and evictions as a counter", async () => {
+    const metrics = freshMetrics();
+    let cache = { bytes: 1000, evictions: 2 };
+    metrics.setRefresher(
+      createBrokerRefresher(metrics, {
+        broker: { openShards: () => [], segmentCacheStats: () => cache },
+        now: () => Date.now(),
+      }),
+    );
+    await metrics.scrape();
+    expect(await value(metrics, "casq_segment_cache_bytes", {})).toBe(1000);
+    expect(await value(metrics, "casq_segment_cache_evictions_total", {})).toBe(2);
+    cache = { bytes: 500, evictions: 5 };
+    await metrics.scrape();
+    expect(await value(metrics, "casq_segment_cache_bytes", {})).toBe(500);
+    expect(await value(metrics, "casq_segment_cache_evictions_total", {})).toBe(5);
+  });
+
   it("samples queue state, pending ops and leadership of led shards at scrape time", async () => {
     const metrics = freshMetrics();
     const broker = makeBroker(new MemoryStore(), "a", { observer: brokerMetricsObserver(metrics) });

@@ -79,6 +79,10 @@ export class CasqMetrics {
   readonly pendingOperations: Gauge<"queue" | "shard">;
   /** Size of the last written document. */
   readonly documentBytes: Gauge<"queue" | "shard">;
+  /** Bytes of sealed messages' bodies held in the broker's page cache (sampled at scrape time). */
+  readonly segmentCacheBytes: Gauge;
+  /** Segments dropped from the page cache to stay within its budget. */
+  readonly segmentCacheEvictions: Counter;
 
   // --- RPCs ---
   /** Finished unary RPCs by method and gRPC code. */
@@ -209,6 +213,16 @@ export class CasqMetrics {
       name: `${p}document_bytes`,
       help: "Size in bytes of the last shard document this broker wrote",
       labelNames: qs,
+      registers,
+    });
+    this.segmentCacheBytes = new Gauge({
+      name: `${p}segment_cache_bytes`,
+      help: "Bytes of sealed messages' bodies in the broker's page cache, all shards (budget: --segment-cache-mib)",
+      registers,
+    });
+    this.segmentCacheEvictions = new Counter({
+      name: `${p}segment_cache_evictions_total`,
+      help: "Segments dropped from the page cache of sealed messages' bodies to stay within its budget",
       registers,
     });
 
