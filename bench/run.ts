@@ -107,7 +107,9 @@ async function loadPeer(name: (typeof PEERS)[number]): Promise<QueueSystem> {
 const clientCases = (values.clients ?? (quick ? "100" : "100,1000")).split(",").filter(Boolean).map(Number);
 // A case with no streams would wait for ever for its jobs to drain.
 if (clientCases.some((n) => !Number.isInteger(n) || n < 1)) {
-  console.error(`--clients takes stream counts of at least 1 (e.g. 100,1000), or "" to skip; got ${values.clients}`);
+  console.error(
+    `--clients takes stream counts of at least 1 (e.g. 100,1000), or "" to skip; got ${values.clients}`,
+  );
   process.exit(2);
 }
 const results: ShapeResult[] = [];
