@@ -46,12 +46,7 @@ export class SimWorld implements SimContext {
   readonly auditor: Auditor;
   readonly slots: BrokerSlot[];
   phase: SimPhase = "setup";
-  /**
-   * Producers still running: after the chaos a producer finishes its last
-   * call (an SDK call may retry for many seconds), and the drain is not over
-   * while a message may still land.
-   */
-  producing = 0;
+  private producersRunning = 0;
   private readonly random: SimRandom;
   private readonly truth: ObservedStore;
 
@@ -115,6 +110,15 @@ export class SimWorld implements SimContext {
     }
   }
 
+  /**
+   * Producers still running: after the chaos a producer finishes its last
+   * call (an SDK call may retry for many seconds), and the drain is not over
+   * while a message may still land.
+   */
+  get producing(): number {
+    return this.producersRunning;
+  }
+
   /** Turns faults on and starts every actor (not awaited: they run on the clock). */
   startChaos(): void {
     this.phase = "chaos";
@@ -129,9 +133,9 @@ export class SimWorld implements SimContext {
       const channel = sdk
         ? new SdkEnqueue(name, this, this.random.fork())
         : new DirectEnqueue(this, this.client());
-      this.producing += 1;
+      this.producersRunning += 1;
       void new Producer(name, this, random, channel).run().finally(() => {
-        this.producing -= 1;
+        this.producersRunning -= 1;
       });
     }
     for (const sub of config.subscriptions)
