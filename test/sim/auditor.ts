@@ -34,6 +34,7 @@
  * with the seed and the command that replays it.
  */
 
+import { CasqError as SdkCasqError, Code as SdkCode } from "../../sdk/ts/src/errors.ts";
 import type { Delivery, EnqueueInput, EnqueueOutcome } from "../../server/src/broker/broker.ts";
 import { isCasqError } from "../../server/src/errors.ts";
 import type {
@@ -143,11 +144,20 @@ export class Auditor implements SentRequests {
     bump(this.counters.sent, kind);
   }
 
-  /** A request failed after the client's retries: its outcome is unknown to the client. */
+  /**
+   * A request failed after the client's retries (the direct client's or the
+   * SDK's): its outcome is unknown to the client.
+   */
   requestFailed(kind: string, error: unknown): void {
-    const code = isCasqError(error) ? error.code : "non-casq";
+    // The SDK's errors carry a gRPC code; they are named like the engine's (`unavailable`, ...).
+    const code = isCasqError(error)
+      ? error.code
+      : error instanceof SdkCasqError
+        ? snakeCase(SdkCode[error.code])
+        : "non-casq";
     bump(this.counters.failed, `${kind}:${code}`);
-    this.trace.add(`fail ${kind} ${code} ${isCasqError(error) ? error.message : ""}`);
+    const message = isCasqError(error) || error instanceof SdkCasqError ? error.message : "";
+    this.trace.add(`fail ${kind} ${code} ${message}`);
     if (code === "internal" || code === "data_loss" || code === "non-casq")
       this.violation("no-internal-errors", `${kind} failed with ${code}: ${String(error)}`);
   }
@@ -417,6 +427,11 @@ export class Auditor implements SentRequests {
       finallyDead: this.finallyDead,
     };
   }
+}
+
+/** `DataLoss` -> `data_loss`. */
+function snakeCase(name: string): string {
+  return name.replace(/(?<=[a-z])(?=[A-Z])/g, "_").toLowerCase();
 }
 
 function bump(counter: Record<string, number>, key: string, by = 1): void {

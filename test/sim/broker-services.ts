@@ -9,13 +9,21 @@
  * path through connect's protocol code as over HTTP/2 (requests and
  * responses are serialized, statuses travel as trailers).
  *
+ * One thing the in-memory transport does not do as a real server does: over
+ * HTTP/2, connect-node's writer pulls a response stream on its own and ends
+ * it (`return()`) once the client is gone; in memory, a stream is pulled
+ * only as its client reads, so a Work session whose client was cut would
+ * stay parked at a `yield` for ever and never end (and a graceful stop,
+ * which waits for every stream to end, would never finish).
+ * {@link endStreamsOfGoneClients} ends such a stream as the server would.
+ *
  * What the server adds around it and the simulation leaves out: the HTTP
  * listener, auth, telemetry and the malformed-request log. A graceful stop
  * drains the Work streams as the server's close does (`draining`, requests
  * answered for a grace period, then UNAVAILABLE).
  */
 import { QueueService } from "@casq/api/casq/v1/queue_service_pb.ts";
-import { createRouterTransport, type Transport } from "@connectrpc/connect";
+import { createRouterTransport, type Interceptor, type Transport } from "@connectrpc/connect";
 import { pino } from "pino";
 import type { Broker } from "../../server/src/broker/broker.ts";
 import { QueueCatalog } from "../../server/src/broker/queue-catalog.ts";
@@ -52,7 +60,7 @@ export class BrokerServices {
       (router) => {
         router.service(QueueService, createQueueService(ctx));
       },
-      { router: { interceptors: [createErrorInterceptor(logger)] } },
+      { router: { interceptors: [endStreamsOfGoneClients, createErrorInterceptor(logger)] } },
     );
   }
 
@@ -66,3 +74,29 @@ export class BrokerServices {
     this.work.abortAll("broker shutting down: reconnect to another broker");
   }
 }
+
+/**
+ * Ends a response stream once its client is gone (the call's signal
+ * aborted: a reset connection, a cancel, a deadline), as connect-node does
+ * over HTTP/2 (see the module header): the handler's generator is returned,
+ * so its `finally` runs whether it waits for its next message or is parked
+ * at a `yield` nobody will pull.
+ */
+const endStreamsOfGoneClients: Interceptor = (next) => async (req) => {
+  const res = await next(req);
+  if (!res.stream) return res;
+  const iterator = res.message[Symbol.asyncIterator]();
+  const end = () => void iterator.return?.().catch(() => {});
+  if (req.signal.aborted) end();
+  else req.signal.addEventListener("abort", end, { once: true });
+  const message = {
+    [Symbol.asyncIterator]: () => ({
+      next: () => iterator.next(),
+      return: async (value?: unknown) => {
+        req.signal.removeEventListener("abort", end);
+        return (await iterator.return?.(value)) ?? { done: true as const, value: undefined };
+      },
+    }),
+  };
+  return { ...res, message } as typeof res;
+};

@@ -3,6 +3,12 @@
  * random intervals — some messages with dedup ids, keys, priorities, delays
  * or their own max attempts.
  *
+ * How a batch reaches the brokers is the producer's {@link EnqueueChannel}:
+ * the direct one below ({@link DirectEnqueue}: broker calls through
+ * `sim-client.ts`, one call per shard, like an SDK), or the real TypeScript
+ * SDK `Producer` (`sdk-producer.ts`), which gets whole batches and splits
+ * them itself when their shards have different leaders.
+ *
  * When a call gives up (outcome unknown), a batch whose messages all carry
  * dedup ids is resent with the same ids, which is safe: a message that did
  * land comes back as a duplicate naming the original. Other batches are
@@ -17,11 +23,46 @@
  * must come back as a duplicate, and the history checks that nothing new
  * was stored (`committed-history.ts`, invariant "dedup").
  */
-import type { EnqueueInput } from "../../server/src/broker/broker.ts";
+import type { EnqueueInput, EnqueueOutcome } from "../../server/src/broker/broker.ts";
 import { shardForKey } from "../../server/src/broker/shard-routing.ts";
 import type { SimClient } from "./sim-client.ts";
 import type { SimRandom } from "./sim-random.ts";
 import type { SimContext } from "./sim-world.ts";
+
+/** What an enqueue call that returned sent (ids a client added included) and was told. */
+export interface EnqueueAnswer {
+  readonly sent: readonly EnqueueInput[];
+  readonly outcomes: readonly EnqueueOutcome[];
+}
+
+/** How a producer's batches reach the brokers (see module header). */
+export interface EnqueueChannel {
+  /** True when the channel takes a batch whose messages go to several shards as it is. */
+  readonly splitsBatches: boolean;
+  /**
+   * One enqueue call, retried as the client does; its answer, or `undefined`
+   * when it gave up (the outcome is unknown: nothing is assumed).
+   */
+  enqueue(inputs: readonly EnqueueInput[]): Promise<EnqueueAnswer | undefined>;
+}
+
+/** The direct channel: `Broker.enqueue` through {@link SimClient}'s retries and redirects. */
+export class DirectEnqueue implements EnqueueChannel {
+  readonly splitsBatches = false;
+
+  constructor(
+    private readonly world: SimContext,
+    private readonly client: SimClient,
+  ) {}
+
+  async enqueue(inputs: readonly EnqueueInput[]): Promise<EnqueueAnswer | undefined> {
+    const { queue } = this.world.config;
+    const result = await this.client.call("enqueue", (broker, signal) =>
+      broker.enqueue(queue, [...inputs], signal),
+    );
+    return result.ok ? { sent: inputs, outcomes: result.value } : undefined;
+  }
+}
 
 /** One producer (see module header). */
 export class Producer {
@@ -33,7 +74,7 @@ export class Producer {
     private readonly name: string,
     private readonly world: SimContext,
     private readonly random: SimRandom,
-    private readonly client: SimClient,
+    private readonly channel: EnqueueChannel,
   ) {}
 
   /** Runs until the chaos phase ends. */
@@ -49,7 +90,8 @@ export class Producer {
       }
       const batch = Array.from({ length: this.random.int(1, 3) }, () => this.message());
       for (const m of batch) if (m.dedupId !== undefined) this.withDedup.push(m);
-      for (const inputs of this.splitByShard(batch)) await this.send(inputs);
+      if (this.channel.splitsBatches) await this.send(batch);
+      else for (const inputs of this.splitByShard(batch)) await this.send(inputs);
     }
   }
 
@@ -69,14 +111,12 @@ export class Producer {
   }
 
   private async send(inputs: EnqueueInput[]): Promise<void> {
-    const { clock, config, auditor } = this.world;
+    const { clock, auditor } = this.world;
     const idempotent = inputs.every((m) => m.dedupId !== undefined);
     for (let tries = 1; ; tries++) {
-      const result = await this.client.call("enqueue", (broker, signal) =>
-        broker.enqueue(config.queue, inputs, signal),
-      );
-      if (result.ok) {
-        auditor.enqueueAcknowledged(inputs, result.value);
+      const answer = await this.channel.enqueue(inputs);
+      if (answer !== undefined) {
+        auditor.enqueueAcknowledged(answer.sent, answer.outcomes);
         return;
       }
       if (tries >= 4 || (!idempotent && !this.random.chance(0.3))) return;

@@ -15,8 +15,7 @@
  *    `RetryingStore` on top. The queue has one to three shards and two
  *    subscriptions (`default` and `audit`, created first: fan-out).
  * 2. **Chaos** (a minute or so of virtual time). Producers enqueue with and
- *    without dedup ids, keys, priorities, delays (`producer.ts`). Workers
- *    long-poll, heartbeat (sometimes too late), ack, nack for retry or to the
+ *    without dedup ids, keys, priorities, delays (`producer.ts`). Workers long-poll, heartbeat (sometimes too late), ack, nack for retry or to the
  *    dead letters, and crash mid-job (`worker.ts`). Clients follow redirects
  *    and retry `unavailable`, a bounded number of times, never assuming an
  *    unanswered call happened (`sim-client.ts`). In some seeds
@@ -25,13 +24,16 @@
  *    QueueService handlers, the Work stream included (`broker-services.ts`),
  *    over connect's in-memory transport with simulated refused and reset
  *    connections and virtual deadlines (`sim-connections.ts`), and the
- *    auditor hears what crossed its wire (`sdk-wire-audit.ts`). The nemesis
+ *    auditor hears what crossed its wire (`sdk-wire-audit.ts`). In those
+ *    seeds producers are also, or only, the real SDK `Producer`
+ *    (`sdk-producer.ts`) over the same simulated connections; the auditor
+ *    counts an enqueue only when the SDK returned it. The nemesis
  *    crashes brokers (a new process with a new identity restarts later), stops them
  *    gracefully, partitions one from the store until a rival takes its
  *    leases, and raises fault storms (`nemesis.ts`).
- * 3. **Drain**. Faults off, every machine healthy, producers stop, workers ack
- *    everything, until no shard holds an unsettled message (or the drain
- *    limit says the run is stuck).
+ * 3. **Drain**. Faults off, every machine healthy, producers finish their
+ *    last call and stop, workers ack everything, until no shard holds an
+ *    unsettled message (or the drain limit says the run is stuck).
  * 4. **Verdict** (`auditor.ts`). Every acknowledged result was checked when it
  *    arrived and every committed version on arrival; the final audit checks
  *    that every acknowledged message reached every subscription and was
@@ -94,7 +96,7 @@ export async function runSimulation(seed: number, overrides: SimConfigOverrides 
   let drained = false;
   while (!drained && clock.now() - drainStart < config.maxDrainMs) {
     await world.advance(2_000);
-    drained = auditor.drained(config.shards);
+    drained = world.producing === 0 && auditor.drained(config.shards);
   }
   if (!drained)
     auditor.violation("drained", `messages still unsettled ${config.maxDrainMs} ms after the chaos ended`);

@@ -7,6 +7,10 @@
  * A call that gives up has an UNKNOWN outcome (the operation may or may not
  * have been committed); only a returned value is an acknowledgement. The
  * client never pretends otherwise, and neither do the actors built on it.
+ *
+ * Its users: the direct actors (the producers' `DirectEnqueue`, `worker.ts`)
+ * and the world's setup. Seeds whose workers and producers are all the SDK's
+ * (`sdkWorkers: "instead"`) use it only for the setup.
  */
 import type { Broker } from "../../server/src/broker/broker.ts";
 import { isCasqError } from "../../server/src/errors.ts";

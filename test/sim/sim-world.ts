@@ -16,7 +16,8 @@ import { Auditor } from "./auditor.ts";
 import { BrokerSlot } from "./broker-slot.ts";
 import { Nemesis } from "./nemesis.ts";
 import { ObservedStore } from "./observed-store.ts";
-import { Producer } from "./producer.ts";
+import { DirectEnqueue, Producer } from "./producer.ts";
+import { SdkEnqueue } from "./sdk-producer.ts";
 import { SdkWorker } from "./sdk-worker.ts";
 import { SimClient } from "./sim-client.ts";
 import { drawConfig, type SimConfig, type SimConfigOverrides } from "./sim-config.ts";
@@ -45,6 +46,7 @@ export class SimWorld implements SimContext {
   readonly auditor: Auditor;
   readonly slots: BrokerSlot[];
   phase: SimPhase = "setup";
+  private producersRunning = 0;
   private readonly random: SimRandom;
   private readonly truth: ObservedStore;
 
@@ -108,13 +110,34 @@ export class SimWorld implements SimContext {
     }
   }
 
+  /**
+   * Producers still running: after the chaos a producer finishes its last
+   * call (an SDK call may retry for many seconds), and the drain is not over
+   * while a message may still land.
+   */
+  get producing(): number {
+    return this.producersRunning;
+  }
+
   /** Turns faults on and starts every actor (not awaited: they run on the clock). */
   startChaos(): void {
     this.phase = "chaos";
     for (const slot of this.slots) slot.setFaults(this.config.faults);
     const config = this.config;
-    for (let i = 0; i < config.producers; i++)
-      void new Producer(`p${i}`, this, this.random.fork(), this.client()).run();
+    for (let i = 0; i < config.producers; i++) {
+      const name = `p${i}`;
+      const random = this.random.fork();
+      // With SDK workers, producers are the SDK's too (all of them, or the first one beside
+      // direct ones); either channel takes one fork, so the other actors' streams stay the same.
+      const sdk = config.sdkWorkers === "instead" || (config.sdkWorkers === "beside" && i === 0);
+      const channel = sdk
+        ? new SdkEnqueue(name, this, this.random.fork())
+        : new DirectEnqueue(this, this.client());
+      this.producersRunning += 1;
+      void new Producer(name, this, random, channel).run().finally(() => {
+        this.producersRunning -= 1;
+      });
+    }
     for (const sub of config.subscriptions)
       for (let i = 0; i < config.workersPerSubscription; i++) {
         // Forked either way, so that the other actors' streams do not depend on the mode.

@@ -40,6 +40,11 @@ const REGRESSIONS: { seed: number; overrides: SimConfigOverrides }[] = [
   // SDK worker: its leader crashed and restarted at the same address; the broker it waited
   // at redirected there for ever, and the worker, taking that leader for dead, never went back.
   { seed: 800062, overrides: { sdkWorkers: "instead" } },
+  // Simulated transport: a crashed SDK worker's Work stream was never ended at the broker (in
+  // memory, a response stream is pulled only as its client reads), so the broker's graceful stop
+  // waited for it for ever while still leading its shards, and the drain never finished. Since
+  // producers in SDK seeds are the SDK's this seed runs another world; broker-services.test.ts pins the bug.
+  { seed: 800069, overrides: { sdkWorkers: "instead" } },
 ];
 
 describe("seeded simulation (brokers, workers, faulty store, auditor)", () => {
