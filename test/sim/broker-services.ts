@@ -34,6 +34,7 @@ import { ShardDirectory } from "../../server/src/service/shard-directory.ts";
 import { WorkRegistry } from "../../server/src/service/work-registry.ts";
 import type { ObjectStore } from "../../server/src/store/object-store.ts";
 import type { Clock } from "../../server/src/util/clock.ts";
+import { seededRandom } from "../../server/src/util/random.ts";
 
 /** The service handlers of one broker process, as an in-memory transport (see module header). */
 export class BrokerServices {
@@ -50,6 +51,8 @@ export class BrokerServices {
       catalog: new QueueCatalog({ store, clock }),
       store,
       clock,
+      // Its own seeded stream (session ids only), so that no draw of the broker's changes.
+      random: seededRandom(0x5e551),
       directory: new ShardDirectory({ broker, store, clock }),
       claimer: broker.claims,
       logger,

@@ -346,6 +346,7 @@ export async function startCasqServer(options: CasqServerOptions): Promise<Runni
     catalog,
     store,
     clock,
+    random,
     directory: new ShardDirectory({ broker, store, clock }),
     claimer: broker.claims,
     logger,

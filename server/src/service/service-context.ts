@@ -9,6 +9,7 @@ import type { QueueCatalog } from "../broker/queue-catalog.ts";
 import type { ShardClaimer } from "../broker/shard-claims.ts";
 import type { ObjectStore } from "../store/object-store.ts";
 import type { Clock } from "../util/clock.ts";
+import type { Random } from "../util/random.ts";
 import type { ShardDirectory } from "./shard-directory.ts";
 import type { WorkRegistry } from "./work-registry.ts";
 
@@ -18,6 +19,8 @@ export interface ServiceContext {
   readonly catalog: QueueCatalog;
   readonly store: ObjectStore;
   readonly clock: Clock;
+  /** Randomness of the handlers (e.g. Work stream session ids): the engine's, so a simulation can seed it. */
+  readonly random: Random;
   readonly directory: ShardDirectory;
   readonly claimer: ShardClaimer;
   readonly logger: Logger;

@@ -37,7 +37,6 @@
  *    are handed back (a nack with release: no attempt is counted) and the
  *    stream is reset, since its last messages can never be delivered.
  */
-import { randomUUID } from "node:crypto";
 import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import type { QueueService } from "@casq/api/casq/v1/queue_service_pb.ts";
 import { ShardLeaderSchema } from "@casq/api/casq/v1/shard_pb.ts";
@@ -51,6 +50,7 @@ import type { ClaimedMessage, Receipt } from "../model/operations.ts";
 import { inspectMessage } from "../model/shard-inspect.ts";
 import type { ShardState } from "../model/shard-state.ts";
 import { recordDeliveries } from "../telemetry/tracing.ts";
+import type { Random } from "../util/random.ts";
 import { claimedToProto, leaderToProto, receiptText, toDuration } from "./conversions.ts";
 import { toRpcStatus } from "./grpc-errors.ts";
 import { ackReceipts, heartbeatReceipts, type LeaseTarget, nackReceipts } from "./lease-requests.ts";
@@ -109,7 +109,7 @@ function invalid(message: string): CasqError {
 
 /** One open Work stream (see the module header). */
 class WorkSession implements WorkSessionHandle {
-  readonly sessionId = randomUUID();
+  readonly sessionId: string;
   private readonly outbox = new AsyncQueue<WorkResponseInit>();
   /** Jobs sent and not yet settled by this worker, per shard, by receipt text. */
   private readonly held = new Map<number, Map<string, Receipt>>();
@@ -150,6 +150,7 @@ class WorkSession implements WorkSessionHandle {
     private readonly leaseTtlOverrideMs: number | undefined,
     credits: number,
   ) {
+    this.sessionId = sessionIdFrom(ctx.random);
     this.credit = { available: credits };
   }
 
@@ -695,6 +696,16 @@ function lostReason(state: ShardState, subscription: string, receipt: Receipt): 
   if (status.state === "pending") return "lease expired";
   if (status.state === "dead_lettered") return "dead-lettered";
   return "settled elsewhere (acked or purged)";
+}
+
+/** A 128-bit session id in hex, drawn from `random` (the engine's, so that a simulation can seed it). */
+function sessionIdFrom(random: Random): string {
+  let id = "";
+  for (let i = 0; i < 4; i++)
+    id += Math.floor(random.next() * 2 ** 32)
+      .toString(16)
+      .padStart(8, "0");
+  return id;
 }
 
 /** Resolves when `signal` aborts. */
