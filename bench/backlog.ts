@@ -3,37 +3,68 @@
  * 10k, 100k (and 1M) jobs of 1 KiB, on the file store and on the file store
  * with 100 ms of PUT latency (the fault-injecting wrapper).
  *
- * Per case, through the broker in this process (the same engine `casq serve`
- * runs; gRPC and the SDK are issue 12's benchmark): enqueue jobs/s from 64
- * concurrent callers, claim+ack jobs/s from 50 concurrent workers (claim 1,
- * ack it), the head's size, bytes written per commit, commit ms p50/p99,
- * PUTs and GETs per 1,000 jobs, and the process RSS.
- *
  *   npm run bench:backlog                        # a table
- *   npm run bench:backlog -- --json              # one JSON object
+ *   npm run bench:backlog -- --json              # one JSON object (progress on stderr)
  *   npm run bench:backlog -- --sizes 1000,100000 # chosen backlogs
  *   npm run bench:backlog -- --seconds 5 --latency 0,100
- *   npm run bench:backlog -- --dead-letters 100000 # the head-size case only (0: skip it)
+ *   npm run bench:backlog -- --dead-letters 100000 # the head-size case (0: skip it)
  *
- * The head-size case (`--dead-letters`, default 100,000; file store, no
- * latency) enqueues that many 1 KiB jobs with a dedup id on every one (all
- * within the dedup window), then dead-letters every one of them (claim 1000,
- * nack as dead letter), and reports the head's size after the enqueues and
- * after the dead-lettering, the largest head written on the way, and the
- * objects under `seg/`.
+ * Each case (one backlog size, one PUT latency) gets a `casq serve` process
+ * of its own on a fresh file-store directory (every write fsync'd), started
+ * as `npm run bench` starts it (`bench/systems/casq.ts`; with latency, the
+ * file store behind the fault-injecting wrapper, `slow-store-server.ts`), and
+ * a queue of one shard with the default config. The benchmark talks to it only
+ * through the TypeScript SDK over gRPC, with the SDK's default options (a
+ * default dedup id on every job):
+ *
+ * 1. Load: the standing backlog, in batches of 1,000 from 4 concurrent
+ *    `Producer.enqueueBatch` callers (with the case's PUT latency).
+ * 2. Enqueue: single-job `Producer.enqueue` from 64 concurrent callers for
+ *    `--seconds`.
+ * 3. Process: one SDK `Worker` at concurrency 50 (handler start counted, the
+ *    job acked when the empty handler returns) for `--seconds`, or until it
+ *    has handled as many jobs as the enqueue phase added, whichever comes
+ *    first: so the backlog never drops below its size in either phase.
+ *
+ * What is measured comes from the broker, not from this process: per phase
+ * (the difference of two scrapes of its Prometheus endpoint) PUTs and GETs
+ * per 1,000 jobs (`casq_store_operations_total`, every attempt), bytes
+ * written per commit (`casq_store_bytes_total` of PUTs, head and segments,
+ * over `casq_commits_total{outcome="ok"}`), commit ms p50/p99 (estimated from
+ * the buckets of `casq_commit_duration_seconds`, as PromQL's
+ * `histogram_quantile` does, so at bucket resolution; commits that wrote
+ * nothing are in it too) and operations per commit
+ * (`casq_commit_batch_operations`); the broker's CPU seconds from `/proc`;
+ * its resident memory now and at its peak (`/proc/<pid>/status` VmRSS and
+ * VmHWM) after the load, after enqueue and after processing; and the head's
+ * size, read from the store directory (`queues/<queue>/0.json`) after the
+ * load and at the end.
+ *
+ * The head-size case (`--dead-letters`, default 100,000) runs the broker in
+ * this process instead (see {@link runHeadCase}).
  *
  * Numbers are only comparable within one run on one machine.
  */
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
+import { Admin, Producer, Worker } from "../sdk/ts/src/index.ts";
 import { Broker, NO_MANIFESTS } from "../server/src/broker/broker.ts";
-import type { CommitInfo } from "../server/src/broker/shard-observer.ts";
 import { FileStore } from "../server/src/store/file-store.ts";
 import { systemClock } from "../server/src/util/clock.ts";
 import { seededRandom } from "../server/src/util/random.ts";
-import { FaultInjectingStore } from "../server/testing/fault-injecting-store.ts";
+import { cpuSecondsOf } from "./lib/process-cpu.ts";
+import { processMemory } from "./lib/process-memory.ts";
+import {
+  bucketDelta,
+  bucketsOf,
+  histogramQuantile,
+  type Sample,
+  scrape,
+  sumOf,
+} from "./lib/prometheus-text.ts";
+import { CasqSystem } from "./systems/casq.ts";
 
 const { values } = parseArgs({
   options: {
@@ -42,125 +73,236 @@ const { values } = parseArgs({
     latency: { type: "string", default: "0,100" },
     seconds: { type: "string", default: "5" },
     "dead-letters": { type: "string", default: "100000" },
+    help: { type: "boolean", short: "h", default: false },
   },
 });
+if (values.help) {
+  console.log(`usage: npm run bench:backlog -- [--json] [--sizes 1000,10000,100000,1000000] [--latency 0,100]
+                                 [--seconds 5] [--dead-letters 100000]
+For each backlog size and PUT latency (ms): a fresh casq serve on the file store, the backlog loaded
+through the TypeScript SDK, then enqueue jobs/s from 64 callers and claim+ack jobs/s from one SDK Worker
+at concurrency 50, --seconds each; per phase the broker's commit ms p50/p99, bytes per commit, PUTs and
+GETs per 1,000 jobs (from its metrics), its RSS now/peak and the head's bytes.
+--dead-letters N: the head-size case, N jobs with dedup ids all dead-lettered (0: skip it).
+A table on stdout (--json: one JSON object); progress on stderr.`);
+  process.exit(0);
+}
 const deadLetters = Number(values["dead-letters"]);
 const sizes = values.sizes.split(",").map(Number);
 const latencies = values.latency.split(",").map(Number);
 const seconds = Number(values.seconds);
+for (const [flag, ok] of [
+  ["--sizes", sizes.every((n) => Number.isInteger(n) && n >= 0)],
+  ["--latency", latencies.every((n) => Number.isFinite(n) && n >= 0)],
+  ["--seconds", Number.isFinite(seconds) && seconds > 0],
+  ["--dead-letters", Number.isInteger(deadLetters) && deadLetters >= 0],
+] as const) {
+  if (!ok) {
+    console.error(`bench:backlog: bad ${flag} (see --help)`);
+    process.exit(2);
+  }
+}
 const payload = new Uint8Array(1024).fill(97);
+const log = (line: string) => process.stderr.write(`${line}\n`);
 
+/** The queue of every case (each case has a broker of its own). */
+const QUEUE = "backlog";
+/** Jobs per load batch (the default max_batch) and concurrent load callers. */
+const LOAD_BATCH = 1000;
+const LOAD_CALLERS = 4;
+/** Concurrent single-job callers of the enqueue phase, and the Worker's concurrency. */
+const CALLERS = 64;
+const CONCURRENCY = 50;
+
+/** One measured phase, from the broker's metrics. */
 interface Phase {
+  jobs: number;
+  seconds: number;
   jobs_per_s: number;
+  commits: number;
+  ops_per_commit: number;
   commit_ms_p50: number;
   commit_ms_p99: number;
   bytes_per_commit: number;
   puts_per_1000_jobs: number;
   gets_per_1000_jobs: number;
+  broker_cpu_s: number;
+}
+
+/** The broker's resident memory at one point, MiB. */
+interface Memory {
+  rss_mib: number;
+  peak_mib: number;
 }
 
 interface Case {
   backlog: number;
   put_latency_ms: number;
+  load_seconds: number;
   enqueue: Phase;
   process: Phase;
+  head_bytes_after_load: number;
   head_bytes: number;
-  rss_mib: number;
+  broker_memory: { after_load: Memory; after_enqueue: Memory; after_process: Memory };
 }
 
-function percentile(sorted: number[], p: number): number {
-  if (sorted.length === 0) return 0;
-  return sorted[Math.min(sorted.length - 1, Math.floor((sorted.length * p) / 100))] as number;
+/** What one scrape of the broker says, plus its CPU time then. */
+interface Snapshot {
+  samples: Sample[];
+  cpuSeconds: number;
 }
 
 const round = (n: number) => Math.round(n * 10) / 10;
 
-async function runCase(backlog: number, latencyMs: number): Promise<Case> {
-  const dir = mkdtempSync(join(tmpdir(), "casq-bench-backlog-"));
-  const store = new FaultInjectingStore(new FileStore({ root: dir }), { random: seededRandom(1) });
-  const commits: CommitInfo[] = [];
-  const broker = new Broker({
-    store,
-    identity: { id: "bench", address: "127.0.0.1:0" },
-    clock: systemClock,
-    random: seededRandom(2),
-    initialConfig: { leaseTtlMs: 600_000, maxDocumentBytes: 4 * 1024 ** 3 },
-    observer: { onCommit: (info) => commits.push(info) },
-    documentExpected: NO_MANIFESTS,
-  });
-  const queue = "bench";
-  // The standing backlog, loaded without latency in batches of 1000.
-  for (let i = 0; i < backlog; i += 1000) {
-    await broker.enqueue(
-      queue,
-      Array.from({ length: Math.min(1000, backlog - i) }, () => ({ payload })),
-    );
-  }
-  store.setLatency({ put: latencyMs > 0 ? { kind: "fixed", ms: latencyMs } : { kind: "none" } });
+async function snapshot(casq: CasqSystem): Promise<Snapshot> {
+  const samples = await scrape(casq.metricsEndpoint);
+  return { samples, cpuSeconds: cpuSecondsOf(casq.serverPids()) };
+}
 
-  const measure = async (run: (until: number) => Promise<number>): Promise<Phase> => {
-    commits.length = 0;
-    const before = store.stats().calls;
-    const started = performance.now();
-    const jobs = await run(started + seconds * 1000);
-    const elapsed = (performance.now() - started) / 1000;
-    const after = store.stats().calls;
-    const written = commits.filter((c) => c.outcome === "ok");
-    const ms = written.map((c) => c.durationMs).sort((a, b) => a - b);
-    const bytes = written.reduce((t, c) => t + c.documentBytes, 0);
-    return {
-      jobs_per_s: round(jobs / elapsed),
-      commit_ms_p50: percentile(ms, 50),
-      commit_ms_p99: percentile(ms, 99),
-      bytes_per_commit: Math.round(written.length === 0 ? 0 : bytes / written.length),
-      puts_per_1000_jobs: round(((after.put - before.put) * 1000) / Math.max(1, jobs)),
-      gets_per_1000_jobs: round(((after.get - before.get) * 1000) / Math.max(1, jobs)),
-    };
-  };
-
-  const enqueue = await measure(async (until) => {
-    let done = 0;
-    await Promise.all(
-      Array.from({ length: 64 }, async () => {
-        while (performance.now() < until) {
-          await broker.enqueue(queue, [{ payload }]);
-          done += 1;
-        }
-      }),
-    );
-    return done;
-  });
-  const processing = await measure(async (until) => {
-    let done = 0;
-    await Promise.all(
-      Array.from({ length: 50 }, async (_, w) => {
-        while (performance.now() < until) {
-          const got = await broker.claim(queue, { subscription: "default", workerId: `w${w}`, max: 1 });
-          const job = got[0];
-          if (job === undefined) return;
-          await broker.ack(queue, "default", [{ shard: job.shard, ...job.message.receipt }]);
-          done += 1;
-        }
-      }),
-    );
-    return done;
-  });
-  const head = await store.get(`queues/${queue}/0.json`);
-  const rss = process.memoryUsage().rss;
-  await broker.stop({ release: false });
-  await store.close();
-  rmSync(dir, { recursive: true, force: true });
+/** A phase's numbers: `jobs` in `elapsed` seconds, between the scrapes `before` and `after`. */
+function phaseOf(jobs: number, elapsed: number, before: Snapshot, after: Snapshot): Phase {
+  const delta = (name: string, match: Record<string, string> = {}) =>
+    sumOf(after.samples, name, match) - sumOf(before.samples, name, match);
+  const shard = { queue: QUEUE, shard: "0" };
+  const commits = delta("casq_commits_total", { ...shard, outcome: "ok" });
+  const durations = bucketDelta(
+    bucketsOf(after.samples, "casq_commit_duration_seconds", shard),
+    bucketsOf(before.samples, "casq_commit_duration_seconds", shard),
+  );
+  const batches = delta("casq_commit_batch_operations_count", shard);
+  const perJobs = (n: number) => round((n * 1000) / Math.max(1, jobs));
   return {
-    backlog,
-    put_latency_ms: latencyMs,
-    enqueue,
-    process: processing,
-    head_bytes: head?.body.byteLength ?? 0,
-    rss_mib: Math.round(rss / 1024 / 1024),
+    jobs,
+    seconds: round(elapsed),
+    jobs_per_s: round(jobs / elapsed),
+    commits,
+    ops_per_commit: round(delta("casq_commit_batch_operations_sum", shard) / Math.max(1, batches)),
+    commit_ms_p50: round(histogramQuantile(0.5, durations) * 1000),
+    commit_ms_p99: round(histogramQuantile(0.99, durations) * 1000),
+    bytes_per_commit: Math.round(
+      delta("casq_store_bytes_total", { op: "put", direction: "out" }) / Math.max(1, commits),
+    ),
+    puts_per_1000_jobs: perJobs(delta("casq_store_operations_total", { op: "put" })),
+    gets_per_1000_jobs: perJobs(delta("casq_store_operations_total", { op: "get" })),
+    broker_cpu_s: round(after.cpuSeconds - before.cpuSeconds),
   };
 }
 
-/** The head-size case (module header). */
+function memoryOf(casq: CasqSystem): Memory {
+  const m = processMemory(casq.serverPids()[0] as number);
+  return { rss_mib: Math.round(m.rssMiB), peak_mib: Math.round(m.peakMiB) };
+}
+
+function headBytes(casq: CasqSystem): number {
+  return statSync(join(casq.storeDirectory, "queues", QUEUE, "0.json")).size;
+}
+
+/** Enqueues `jobs` in batches of {@link LOAD_BATCH} from {@link LOAD_CALLERS} callers, with progress on stderr. */
+async function load(producer: Producer, jobs: number, what: string): Promise<void> {
+  const started = performance.now();
+  let next = 0;
+  let done = 0;
+  const progress = setInterval(() => {
+    const rate = done / ((performance.now() - started) / 1000);
+    log(
+      `${what}: loaded ${done.toLocaleString("en")} of ${jobs.toLocaleString("en")} (${Math.round(rate)} jobs/s)`,
+    );
+  }, 5_000);
+  try {
+    const caller = async () => {
+      while (next < jobs) {
+        const n = Math.min(LOAD_BATCH, jobs - next);
+        next += n;
+        await producer.enqueueBatch(
+          QUEUE,
+          Array.from({ length: n }, () => ({ payload })),
+        );
+        done += n;
+      }
+    };
+    await Promise.all(Array.from({ length: LOAD_CALLERS }, caller));
+  } finally {
+    clearInterval(progress);
+  }
+}
+
+async function runCase(backlog: number, latencyMs: number): Promise<Case> {
+  const what = `backlog ${backlog.toLocaleString("en")}, PUT +${latencyMs} ms`;
+  const casq = new CasqSystem(latencyMs > 0 ? { putLatencyMs: latencyMs } : {});
+  await casq.start();
+  try {
+    const brokers = [casq.brokerAddress];
+    await new Admin({ brokers }).createQueue(QUEUE, { shardCount: 1 });
+    const producer = new Producer({ brokers });
+
+    const loadStarted = performance.now();
+    await load(producer, backlog, what);
+    const loadSeconds = (performance.now() - loadStarted) / 1000;
+    const afterLoad = memoryOf(casq);
+    const headAfterLoad = headBytes(casq);
+    log(`${what}: loaded in ${loadSeconds.toFixed(1)} s; broker RSS ${afterLoad.rss_mib} MiB`);
+
+    // Enqueue: 64 callers of single-job enqueues for --seconds.
+    let before = await snapshot(casq);
+    let started = performance.now();
+    const until = started + seconds * 1000;
+    let enqueued = 0;
+    await Promise.all(
+      Array.from({ length: CALLERS }, async () => {
+        while (performance.now() < until) {
+          await producer.enqueue(QUEUE, payload);
+          enqueued += 1;
+        }
+      }),
+    );
+    const enqueue = phaseOf(enqueued, (performance.now() - started) / 1000, before, await snapshot(casq));
+    const afterEnqueue = memoryOf(casq);
+    log(`${what}: enqueue ${enqueue.jobs_per_s} jobs/s`);
+
+    // Process: one Worker at concurrency 50, for --seconds or `enqueued` jobs.
+    const worker = new Worker({ brokers, logger: null });
+    let handled = 0;
+    before = await snapshot(casq);
+    started = performance.now();
+    let failed: unknown;
+    const run = worker
+      .run(
+        QUEUE,
+        () => {
+          handled += 1;
+        },
+        { concurrency: CONCURRENCY },
+      )
+      .catch((error: unknown) => {
+        failed = error;
+      });
+    const deadline = started + seconds * 1000;
+    while (handled < Math.max(1, enqueued) && performance.now() < deadline && failed === undefined)
+      await new Promise((r) => setTimeout(r, 5));
+    const jobs = handled;
+    const elapsed = (performance.now() - started) / 1000;
+    const processing = phaseOf(jobs, elapsed, before, await snapshot(casq));
+    const afterProcess = memoryOf(casq);
+    await worker.stop({ timeoutMs: 5_000 });
+    await run;
+    if (failed !== undefined) throw failed;
+    log(`${what}: process ${processing.jobs_per_s} jobs/s`);
+    return {
+      backlog,
+      put_latency_ms: latencyMs,
+      load_seconds: round(loadSeconds),
+      enqueue,
+      process: processing,
+      head_bytes_after_load: headAfterLoad,
+      head_bytes: headBytes(casq),
+      broker_memory: { after_load: afterLoad, after_enqueue: afterEnqueue, after_process: afterProcess },
+    };
+  } finally {
+    await casq.stop();
+  }
+}
+
+/** The head-size case ({@link runHeadCase}). */
 interface HeadCase {
   jobs: number;
   /** Head after enqueueing every job with a dedup id (all ids within the window, jobs queued). */
@@ -176,6 +318,20 @@ interface HeadCase {
   rss_mib: number;
 }
 
+/**
+ * The head-size case: enqueues `jobs` 1 KiB jobs with a dedup id on every
+ * one (all within the dedup window), then dead-letters every one of them
+ * (claim 1000, nack as dead letter), and reports the head's size after the
+ * enqueues and after the dead-lettering, the largest head written on the way,
+ * and the objects under `seg/`.
+ *
+ * It drives the broker engine in this process (the engine `casq serve`
+ * runs, on the file store, no latency) rather than a `casq serve` through
+ * the SDK: it measures sizes, which do not depend on the process or the
+ * transport, and it needs `deadLetterLimit` raised and a fast dead-lettering
+ * loop, which the in-process calls give directly. Its RSS is this whole
+ * process's (benchmark included), not a broker's.
+ */
 async function runHeadCase(jobs: number): Promise<HeadCase> {
   const dir = mkdtempSync(join(tmpdir(), "casq-bench-heads-"));
   const store = new FileStore({ root: dir });
@@ -234,36 +390,43 @@ for (const latency of latencies) {
   for (const size of sizes) {
     if (size <= 0) continue;
     cases.push(await runCase(size, latency));
-    if (!values.json) process.stderr.write(`done: backlog ${size}, latency ${latency} ms\n`);
   }
 }
 const heads = deadLetters > 0 ? await runHeadCase(deadLetters) : undefined;
-if (heads !== undefined && !values.json)
-  process.stderr.write(`done: head case, ${deadLetters} dead letters\n`);
+if (heads !== undefined) log(`head case: ${deadLetters} dead letters done`);
 if (values.json) {
   console.log(
     JSON.stringify(
-      { seconds_per_phase: seconds, payload_bytes: payload.byteLength, cases, ...(heads ? { heads } : {}) },
+      {
+        seconds_per_phase: seconds,
+        payload_bytes: payload.byteLength,
+        enqueue_callers: CALLERS,
+        worker_concurrency: CONCURRENCY,
+        cases,
+        ...(heads ? { heads } : {}),
+      },
       null,
       2,
     ),
   );
 } else if (cases.length > 0) {
-  const header =
-    "backlog  put_ms | enq/s  p50/p99 ms  B/commit  PUT/1k GET/1k | proc/s  p50/p99 ms  B/commit  PUT/1k GET/1k | head bytes  RSS MiB";
-  console.log(header);
+  console.log(
+    "backlog  put_ms |  enq/s  p50/p99 ms  B/commit PUT/1k GET/1k | proc/s  p50/p99 ms  B/commit PUT/1k GET/1k | head bytes | broker RSS/peak MiB: load   enqueue   process",
+  );
   for (const c of cases) {
     const p = (x: Phase) =>
-      `${String(x.jobs_per_s).padStart(6)} ${`${x.commit_ms_p50}/${x.commit_ms_p99}`.padStart(11)} ${String(x.bytes_per_commit).padStart(9)} ${String(x.puts_per_1000_jobs).padStart(7)} ${String(x.gets_per_1000_jobs).padStart(6)}`;
+      `${String(x.jobs_per_s).padStart(7)} ${`${x.commit_ms_p50}/${x.commit_ms_p99}`.padStart(11)} ${String(x.bytes_per_commit).padStart(9)} ${String(x.puts_per_1000_jobs).padStart(6)} ${String(x.gets_per_1000_jobs).padStart(6)}`;
+    const m = (x: Memory) => `${x.rss_mib}/${x.peak_mib}`.padStart(9);
+    const mem = c.broker_memory;
     console.log(
-      `${String(c.backlog).padStart(7)} ${String(c.put_latency_ms).padStart(7)} |${p(c.enqueue)} |${p(c.process)} | ${String(c.head_bytes).padStart(10)} ${String(c.rss_mib).padStart(8)}`,
+      `${String(c.backlog).padStart(7)} ${String(c.put_latency_ms).padStart(7)} |${p(c.enqueue)} |${p(c.process)} | ${String(c.head_bytes).padStart(10)} |                 ${m(mem.after_load)} ${m(mem.after_enqueue)} ${m(mem.after_process)}`,
     );
   }
 }
 if (!values.json && heads !== undefined) {
   console.log("");
   console.log(
-    "head case: jobs (dedup id on each, then all dead-lettered) | head bytes: after enqueue  after dead-lettering  largest | seg objects: dead-letter dedup message | RSS MiB",
+    "head case (in-process broker): jobs (dedup id on each, then all dead-lettered) | head bytes: after enqueue  after dead-lettering  largest | seg objects: dead-letter dedup message | bench process RSS MiB",
   );
   console.log(
     `${String(heads.jobs).padStart(9)} | ${String(heads.head_bytes_dedup).padStart(10)} ${String(heads.head_bytes_dead_letters).padStart(10)} ${String(heads.head_bytes_max).padStart(10)} | ${String(heads.dead_letter_segments).padStart(5)} ${String(heads.dedup_segments).padStart(5)} ${String(heads.message_segments).padStart(5)} | ${String(heads.rss_mib).padStart(6)}`,

@@ -10,13 +10,14 @@
  *   jobs spread over the streams.
  */
 import { type ChildProcess, execFileSync, spawn } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync } from "node:fs";
+import { existsSync, mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 import type { CasqSystem } from "../systems/casq.ts";
 import { cpuSecondsOf } from "./process-cpu.ts";
+import { processMemory } from "./process-memory.ts";
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..");
 
@@ -44,15 +45,6 @@ export interface ManyClientsResult {
   readonly perStreamCv: number;
   /** Streams that got no job. */
   readonly idleStreams: number;
-}
-
-function rssMiB(pid: number): number {
-  try {
-    const match = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, "utf8"));
-    return match ? Number(match[1]) / 1024 : 0;
-  } catch {
-    return 0;
-  }
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -203,7 +195,7 @@ export async function measureManyClients(
     const cpuBefore = cpuSecondsOf([pid]);
     await sleep(idleSeconds * 1000);
     const idleCpuPercent = ((cpuSecondsOf([pid]) - cpuBefore) / idleSeconds) * 100;
-    const idleRssMiB = rssMiB(pid);
+    const idleRssMiB = processMemory(pid).rssMiB;
     log(
       `bench: ${streams} idle streams: broker RSS ${idleRssMiB.toFixed(0)} MiB, CPU ${idleCpuPercent.toFixed(1)} %`,
     );

@@ -106,6 +106,17 @@ export class CasqSystem implements QueueSystem {
     return this.address;
   }
 
+  /** The broker's Prometheus endpoint (`http://host:port/metrics`). */
+  get metricsEndpoint(): string {
+    return this.metricsUrl;
+  }
+
+  /** The file store's directory (the broker's whole state), while started. */
+  get storeDirectory(): string {
+    if (this.dir === undefined) throw new Error("casq: not started");
+    return this.dir;
+  }
+
   /** A fresh queue holding `jobs` messages of `payloadBytes` (enqueued in batches of 100 by 4 callers). */
   async preloadedQueue(jobs: number, payloadBytes: number): Promise<string> {
     const name = `bench-${++this.queues}`;

@@ -1,0 +1,25 @@
+/**
+ * Resident memory of another process (a server under test), from
+ * `/proc/<pid>/status` (Linux): `VmRSS`, what it holds now, and `VmHWM`, the
+ * most it has held since it started.
+ */
+import { readFileSync } from "node:fs";
+
+/** Resident memory of one process, MiB. */
+export interface ProcessMemory {
+  /** Resident now (VmRSS). */
+  readonly rssMiB: number;
+  /** Peak resident since the process started (VmHWM). */
+  readonly peakMiB: number;
+}
+
+/** Memory of `pid`; zeros where `/proc` cannot be read (not Linux, process gone). */
+export function processMemory(pid: number): ProcessMemory {
+  try {
+    const status = readFileSync(`/proc/${pid}/status`, "utf8");
+    const kib = (field: string) => Number(new RegExp(`${field}:\\s+(\\d+) kB`).exec(status)?.[1] ?? 0);
+    return { rssMiB: kib("VmRSS") / 1024, peakMiB: kib("VmHWM") / 1024 };
+  } catch {
+    return { rssMiB: 0, peakMiB: 0 };
+  }
+}

@@ -1,0 +1,90 @@
+/**
+ * `npm run bench:backlog` still runs end to end: its smallest case (a
+ * 200-job backlog, 1 s phases, no latency) through a real `casq serve` and
+ * the SDK prints one JSON object of the documented shape, with numbers read
+ * from the broker. Only the shape and that the broker was seen working are
+ * checked, never how fast it was.
+ */
+import { execFile } from "node:child_process";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import { promisify } from "node:util";
+import { describe, expect, test } from "vitest";
+
+const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..");
+const SCRIPT = join(ROOT, "bench", "backlog.ts");
+const run = (args: string[]) =>
+  promisify(execFile)(process.execPath, ["--import", "tsx", SCRIPT, ...args], {
+    cwd: ROOT,
+    timeout: 90_000,
+    maxBuffer: 16 * 1024 * 1024,
+  });
+
+const phase = {
+  jobs: expect.any(Number),
+  seconds: expect.any(Number),
+  jobs_per_s: expect.any(Number),
+  commits: expect.any(Number),
+  ops_per_commit: expect.any(Number),
+  commit_ms_p50: expect.any(Number),
+  commit_ms_p99: expect.any(Number),
+  bytes_per_commit: expect.any(Number),
+  puts_per_1000_jobs: expect.any(Number),
+  gets_per_1000_jobs: expect.any(Number),
+  broker_cpu_s: expect.any(Number),
+};
+const memory = { rss_mib: expect.any(Number), peak_mib: expect.any(Number) };
+
+describe("bench:backlog", () => {
+  test("--help prints the usage", async () => {
+    const { stdout } = await run(["--help"]);
+    expect(stdout).toContain("usage: npm run bench:backlog");
+  });
+
+  test("the smallest case prints one JSON object of the documented shape", async () => {
+    const { stdout } = await run([
+      "--sizes",
+      "200",
+      "--seconds",
+      "1",
+      "--latency",
+      "0",
+      "--dead-letters",
+      "0",
+      "--json",
+    ]);
+    const out = JSON.parse(stdout);
+    expect(out).toEqual({
+      seconds_per_phase: 1,
+      payload_bytes: 1024,
+      enqueue_callers: 64,
+      worker_concurrency: 50,
+      cases: [
+        {
+          backlog: 200,
+          put_latency_ms: 0,
+          load_seconds: expect.any(Number),
+          enqueue: phase,
+          process: phase,
+          head_bytes_after_load: expect.any(Number),
+          head_bytes: expect.any(Number),
+          broker_memory: { after_load: memory, after_enqueue: memory, after_process: memory },
+        },
+      ],
+    });
+    const [c] = out.cases;
+    // The numbers come from a broker that did the work: its commits, PUTs, head and memory.
+    for (const p of [c.enqueue, c.process]) {
+      expect(p.jobs).toBeGreaterThan(0);
+      expect(p.commits).toBeGreaterThan(0);
+      expect(p.puts_per_1000_jobs).toBeGreaterThan(0);
+      expect(p.bytes_per_commit).toBeGreaterThan(0);
+      expect(p.commit_ms_p99).toBeGreaterThanOrEqual(p.commit_ms_p50);
+    }
+    expect(c.head_bytes).toBeGreaterThan(0);
+    expect(c.broker_memory.after_process.rss_mib).toBeGreaterThan(0);
+    expect(c.broker_memory.after_process.peak_mib).toBeGreaterThanOrEqual(
+      c.broker_memory.after_load.peak_mib,
+    );
+  });
+});
