@@ -36,6 +36,9 @@ import type { Clock } from "../util/clock.ts";
 import { expectKind } from "./operation-effects.ts";
 import type { ShardLeader, StandingClaim } from "./shard-leader.ts";
 
+/** Why a wait's timer is cut short (nobody reads it; one object, as `abort()` alone builds a DOMException each time). */
+const TIMER_STOPPED = new CasqError("cancelled", "timer stopped");
+
 /** A claimed message and the shard it came from. */
 export interface Delivery {
   readonly shard: number;
@@ -154,7 +157,7 @@ export class ShardClaimer {
         if (done) return;
         done = true;
         for (const off of unsubscribers) off();
-        timer.abort();
+        timer.abort(TIMER_STOPPED);
         signal?.removeEventListener("abort", finish);
         resolve();
       };

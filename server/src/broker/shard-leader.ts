@@ -318,7 +318,7 @@ export class ShardLeader {
     }
     this.stopped = true;
     await this.head.settled();
-    this.timer?.abort();
+    this.timer?.abort(TIMER_STOPPED);
     this.timer = undefined;
     for (const item of this.pending.splice(0)) item.reject(shuttingDown(this.queue, this.shard));
   }
@@ -556,7 +556,7 @@ export class ShardLeader {
 
   /** Arms one timer for the next thing due: a delayed message, a lease expiry, or lease renewal. */
   private armTimer(): void {
-    this.timer?.abort();
+    this.timer?.abort(TIMER_STOPPED);
     this.timer = undefined;
     const state = this.head.state;
     if (this.head.mode !== "leading" || this.stopped || !state?.broker) return;
@@ -626,6 +626,13 @@ export class ShardLeader {
     };
   }
 }
+
+/**
+ * The reason a timer's sleep is cut short with (nobody reads it): one object,
+ * as `abort()` without a reason builds a DOMException with a stack trace, and
+ * the timer is re-armed after every batch.
+ */
+const TIMER_STOPPED = new CasqError("cancelled", "timer stopped");
 
 const MIN_TIMER_MS = 10;
 /** The timer's floor: MIN_TIMER_MS, doubling per failed timer run while the store keeps failing, up to 2 s. */

@@ -46,6 +46,7 @@ import {
 import { createMethodSerializationLookup, transformInvokeImplementation } from "@connectrpc/connect/protocol";
 import { setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
 import * as grpc from "@grpc/grpc-js";
+import { batchStreamWrites } from "./grpc-js-batched-writes.ts";
 import {
   CallSignals,
   type CancellableCall,
@@ -259,6 +260,8 @@ class MethodCalls {
     events.once("cancelled", onCancel);
     const onDrain = () => wake?.();
     call.on("drain", onDrain);
+    // Messages written while one is on its way go out together (grpc-js alone sends one per turn).
+    batchStreamWrites(call);
     // Read the signal now, so that it is aborted when the call is cancelled.
     void context.signal;
     const output = transformInvokeImplementation(

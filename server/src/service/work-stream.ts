@@ -80,6 +80,13 @@ const LEASE_CHECK_MS = 200;
 
 type WorkResponseInit = MessageInitShape<typeof WorkResponseSchema>;
 
+/**
+ * The reason of the stream's internal wake-ups and stops (nobody reads it).
+ * One object made once: `abort()` without a reason builds a DOMException with
+ * a stack trace on every call, and a credit wakes the claim loop once per job.
+ */
+const WOKEN = new CasqError("cancelled", "woken");
+
 /** The Work handler. */
 export function createWorkHandler(ctx: ServiceContext): ServiceImpl<typeof QueueService>["work"] {
   return (requests, call) => workStream(ctx, requests, call);
@@ -284,7 +291,7 @@ class WorkSession implements WorkSessionHandle {
       if (remaining <= 0) break;
       const timer = new AbortController();
       await Promise.race([this.changed(), this.ctx.clock.sleep(remaining, timer.signal).catch(() => {})]);
-      timer.abort();
+      timer.abort(WOKEN);
     }
     const reading = this.drainingTaken || this.outbox.closed;
     if (!reading) await this.releaseHeld();
@@ -485,7 +492,7 @@ class WorkSession implements WorkSessionHandle {
    */
   private async waitForJobs(served: readonly number[], wake: AbortSignal): Promise<void> {
     const stop = new AbortController();
-    const onWake = () => stop.abort();
+    const onWake = () => stop.abort(WOKEN);
     wake.addEventListener("abort", onWake, { once: true });
     const unstand = this.ctx.claimer.stand(this.queue, served, {
       subscription: this.subscription,
@@ -494,7 +501,7 @@ class WorkSession implements WorkSessionHandle {
       credit: this.credit,
       deliver: (shard, messages) => {
         this.sendStanding(shard, messages);
-        stop.abort();
+        stop.abort(WOKEN);
       },
     });
     try {
@@ -546,7 +553,7 @@ class WorkSession implements WorkSessionHandle {
   }
 
   private wakeClaims(): void {
-    this.wakeController.abort();
+    this.wakeController.abort(WOKEN);
   }
 
   /** The signal that the next {@link wakeClaims} aborts (taken before checking state, so no wake-up is missed). */
