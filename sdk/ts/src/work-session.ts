@@ -8,6 +8,7 @@ import type { WorkRequestSchema, WorkResponse, WorkRouting } from "@casq/api/cas
 import { AsyncQueue } from "./async-queue.ts";
 import { type SdkClock, startTimer, systemClock } from "./clock.ts";
 import { fromRpcStatus, UnavailableError } from "./errors.ts";
+import { CreditWindow } from "./worker/credit-window.ts";
 
 /** A request on the stream, as built by the SDK. */
 export type WorkRequestInit = MessageInitShape<typeof WorkRequestSchema>;
@@ -49,11 +50,15 @@ export class Session {
   /** Settles when the stream has ended: resolves on a clean end, rejects with what broke it. */
   ended: Promise<void> = Promise.resolve();
 
-  /** A stream to `address`; a request unanswered after `requestTimeoutMs` on `clock` breaks it. */
+  /**
+   * A stream to `address`; a request unanswered after `requestTimeoutMs` on
+   * `clock` breaks it. `credit`: its credit window (default: fixed at 1).
+   */
   constructor(
     readonly address: string,
     private readonly requestTimeoutMs: number,
     private readonly clock: SdkClock = systemClock,
+    readonly credit: CreditWindow = new CreditWindow({ initial: 1, min: 1, max: 1, maxOutstanding: 1000 }),
   ) {}
 
   get usable(): boolean {

@@ -28,6 +28,10 @@ export interface ExecutorOptions {
   readonly settler: Settler;
   /** True once the run stops: no more handlers start. */
   readonly stopping: () => boolean;
+  /** A handler started with `buffered` jobs still waiting behind it (for the credit windows). */
+  readonly started?: (buffered: number) => void;
+  /** Fewer than `concurrency` handlers run and no job waits: the handlers are starved. */
+  readonly starved?: () => void;
 }
 
 /** Runs the handler over held jobs, at most `concurrency` at once, and hands each outcome to the settler. */
@@ -41,6 +45,8 @@ export class Executor {
   private readonly reporter: Reporter;
   private readonly settler: Settler;
   private readonly stopping: () => boolean;
+  private readonly started: (buffered: number) => void;
+  private readonly starved: () => void;
 
   /** An executor for one run. */
   constructor(options: ExecutorOptions) {
@@ -51,6 +57,8 @@ export class Executor {
     this.reporter = options.reporter;
     this.settler = options.settler;
     this.stopping = options.stopping;
+    this.started = options.started ?? (() => {});
+    this.starved = options.starved ?? (() => {});
   }
 
   /** Handlers running now (abandoned ones included until they return). */
@@ -76,12 +84,15 @@ export class Executor {
   }
 
   private pump(): void {
-    while (!this.stopping() && this.runningCount < this.concurrency && this.waiting.length > 0) {
+    if (this.stopping()) return;
+    while (this.runningCount < this.concurrency && this.waiting.length > 0) {
       const held = this.waiting.shift() as Held;
       held.started = true;
       this.runningCount++;
+      this.started(this.waiting.length);
       void this.execute(held);
     }
+    if (this.runningCount < this.concurrency) this.starved();
   }
 
   private async execute(held: Held): Promise<void> {

@@ -35,8 +35,21 @@ export interface RunOptions {
   readonly subscription?: string;
   /** Handlers running at once. Default 1. */
   readonly concurrency?: number;
-  /** Jobs held at once (running + waiting), ≥ concurrency, ≤ 1000. Default = concurrency. */
+  /**
+   * A fixed prefetch: jobs held at once per stream (running + waiting +
+   * credit the broker has not used yet), concurrency..10 000. Unset (the
+   * default): the prefetch adapts, from `concurrency` up to `maxPrefetch`.
+   */
   readonly prefetch?: number;
+  /**
+   * Upper bound of the adaptive prefetch per stream (ignored with `prefetch`).
+   * The window grows while handlers wait for jobs the broker would have sent
+   * with more credit (fast handlers, slow store: a claim commit per window),
+   * and shrinks back when jobs only wait in the buffer. Buffered jobs are
+   * heartbeated like running ones, so their leases hold while they wait.
+   * concurrency..10 000; default 20 × concurrency (at most 10 000).
+   */
+  readonly maxPrefetch?: number;
   /** Lease length of each job, 100 ms..24 h. Default: the queue's (60 s). */
   readonly leaseTtlMs?: number;
   /** Aborting it stops the run gracefully (as `stop()` with `stopTimeoutMs`). */
@@ -45,6 +58,22 @@ export interface RunOptions {
   readonly stopTimeoutMs?: number;
   /** Called with failures that do not end the run: handler errors, failed acks, broken streams. */
   readonly onError?: (error: unknown, job?: Job) => void;
+}
+
+/** Largest prefetch (fixed or adaptive) per stream. */
+export const MAX_PREFETCH = 10_000;
+
+/** The bounds of each stream's credit window for `options` (see {@link RunOptions.prefetch}). */
+export function creditWindowBounds(
+  concurrency: number,
+  options: Pick<RunOptions, "prefetch" | "maxPrefetch">,
+): { initial: number; min: number; max: number } {
+  const clamp = (n: number) => Math.min(MAX_PREFETCH, Math.max(concurrency, Math.floor(n)));
+  if (options.prefetch !== undefined) {
+    const fixed = clamp(options.prefetch);
+    return { initial: fixed, min: fixed, max: fixed };
+  }
+  return { initial: concurrency, min: concurrency, max: clamp(options.maxPrefetch ?? 20 * concurrency) };
 }
 
 /** One `run()`: its streams, held jobs, handlers, settles and heartbeats. */
@@ -74,7 +103,7 @@ export class Run {
     this.pool = pool;
     const subscription = options.subscription ?? "";
     const concurrency = Math.max(1, Math.floor(options.concurrency ?? 1));
-    const prefetch = Math.min(1000, Math.max(concurrency, Math.floor(options.prefetch ?? concurrency)));
+    const window = creditWindowBounds(concurrency, options);
     const stopping = () => this.stopping;
     const reporter = new Reporter(queue, logger, options);
     this.settler = new Settler({
@@ -96,6 +125,8 @@ export class Run {
       reporter,
       settler: this.settler,
       stopping,
+      started: (buffered) => this.streams.noteStarted(buffered),
+      starved: () => this.streams.noteStarved(),
     });
     this.heartbeats = new Heartbeats({
       pool,
@@ -111,7 +142,7 @@ export class Run {
       queue,
       subscription,
       workerId,
-      prefetch,
+      window,
       leaseTtlMs: options.leaseTtlMs,
       reporter,
       stopSignal: this.stopController.signal,
@@ -134,6 +165,15 @@ export class Run {
       this.streams.clearReconcile();
       // The run is over once every stream is: secondaries end with the half-close of the stop.
       await this.streams.allEnded();
+      // Jobs that arrived as the streams closed are released by unary call: let that land (briefly).
+      let cancel = () => {};
+      await Promise.race([
+        this.settler.settled(),
+        new Promise<void>((resolve) => {
+          cancel = startTimer(pool.options.clock, 5_000, resolve, { unref: true });
+        }),
+      ]);
+      cancel();
     });
   }
 
@@ -155,6 +195,8 @@ export class Run {
       this.settler.release(held);
       return;
     }
+    // A window that grew, or waited for the broker's max_credits, grants with the next flush.
+    if (session.credit.canGrant) this.settler.creditChanged(session);
     this.executor.enqueue(held);
   }
 

@@ -14,8 +14,9 @@
  *   that ends is dropped (no reconnect loop of its own); the routing of the
  *   streams still open, or the leader its redirect named, opens it again when
  *   still needed, after a backoff per address.
- * - Each stream opens with `prefetch` credits, less the jobs of ended streams
- *   it takes over (see the settler's credit ledger).
+ * - Each stream has its own credit window (`credit-window.ts`): it opens with
+ *   the window's credit less the jobs of ended streams it takes over (see the
+ *   settler's credit ledger), and the window adapts as jobs arrive.
  *
  * Jobs, lost leases and the heartbeat interval a stream announces go to the
  * run's {@link StreamEvents}; answers to requests go to the stream's session.
@@ -30,7 +31,11 @@ import { isRetryable, RedirectError, toCasqError } from "../errors.ts";
 import { retryDelayMs, sleep } from "../failover.ts";
 import type { BrokerPool } from "../transport.ts";
 import { Session, StreamClosedError } from "../work-session.ts";
+import { CreditWindow } from "./credit-window.ts";
 import type { Reporter } from "./reporter.ts";
+
+/** Most credit a stream may have outstanding until `opened` says (the protocol's max_credits). */
+const MAX_CREDITS = 1000;
 
 const FATAL = new Set<Code>([
   Code.NotFound,
@@ -65,8 +70,8 @@ export interface StreamsOptions {
   /** The run's subscription ("" for the default). */
   readonly subscription: string;
   readonly workerId: string;
-  /** Jobs held at once, over all streams. */
-  readonly prefetch: number;
+  /** Bounds of each stream's credit window: jobs held plus credit outstanding. */
+  readonly window: { readonly initial: number; readonly min: number; readonly max: number };
   /** Lease length asked for in `open`; `undefined`: the queue's. */
   readonly leaseTtlMs: number | undefined;
   readonly reporter: Reporter;
@@ -95,7 +100,7 @@ export class Streams {
   private readonly queue: string;
   private readonly subscription: string;
   private readonly workerId: string;
-  private readonly prefetch: number;
+  private readonly window: StreamsOptions["window"];
   private readonly leaseTtlMs: number | undefined;
   private readonly reporter: Reporter;
   private readonly stopSignal: AbortSignal;
@@ -108,7 +113,7 @@ export class Streams {
     this.queue = options.queue;
     this.subscription = options.subscription;
     this.workerId = options.workerId;
-    this.prefetch = options.prefetch;
+    this.window = options.window;
     this.leaseTtlMs = options.leaseTtlMs;
     this.reporter = options.reporter;
     this.stopSignal = options.stopSignal;
@@ -176,12 +181,17 @@ export class Streams {
   /** Opens a Work stream to `address`; {@link sessionEnded} runs when it ends. */
   private startSession(address: string): Session {
     // Stream requests get the deadline of a unary attempt.
-    const session = new Session(address, this.pool.options.timeoutMs, this.pool.options.clock);
+    const session = new Session(
+      address,
+      this.pool.options.timeoutMs,
+      this.pool.options.clock,
+      new CreditWindow({ ...this.window, maxOutstanding: MAX_CREDITS }),
+    );
     // Jobs of streams that ended give their credit to this one, so the worker
     // holds no more than before the other stream ended.
-    const adopted = this.events.adoptCredits(session, this.prefetch);
+    this.events.adoptCredits(session, session.credit.size);
     this.sessions.add(session);
-    session.ended = this.consume(session, this.prefetch - adopted);
+    session.ended = this.consume(session, session.credit.takeGrant());
     session.ended.then(
       () => this.sessionEnded(session, undefined),
       (thrown: unknown) => this.sessionEnded(session, thrown),
@@ -329,6 +339,7 @@ export class Streams {
     switch (event.case) {
       case "opened": {
         session.opened = true;
+        if (event.value.maxCredits > 0) session.credit.maxOutstanding = event.value.maxCredits;
         this.secondaryRetry.delete(session.address);
         if (session.primary) this.primaryOpened();
         const ms = event.value.heartbeatInterval ? durationMs(event.value.heartbeatInterval) : 0;
@@ -342,6 +353,7 @@ export class Streams {
         this.reconcile();
         return;
       case "job":
+        session.credit.arrived();
         this.events.job(session, event.value);
         return;
       case "leasesLost":
@@ -370,6 +382,16 @@ export class Streams {
     });
     await Promise.allSettled(open.map((s) => s.ended));
     cancel();
+  }
+
+  /** The handlers sat idle with nothing buffered: every stream's window hears of it. */
+  noteStarved(): void {
+    for (const session of this.sessions) session.credit.noteStarved();
+  }
+
+  /** A handler started with `buffered` jobs still waiting: every stream's window hears of it. */
+  noteStarted(buffered: number): void {
+    for (const session of this.sessions) session.credit.noteStarted(buffered);
   }
 
   /** Settles when every stream open or opening now has ended. */
