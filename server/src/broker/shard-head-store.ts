@@ -303,7 +303,11 @@ export class ShardHeadStore {
         this.committedBytes = bytes;
         this.headMode = "leading";
         this.collect(working.takeRetiredSegments());
-        this.coolBeyondBudget(working, now);
+        try {
+          this.coolBeyondBudget(working, now);
+        } catch {
+          this.restoreCommitted(); // index-only work went wrong: rebuild the state from what was written
+        }
         if (takingOver) this.sweepOrphans(working);
         if (takingOver)
           this.observer?.onLeadership?.({

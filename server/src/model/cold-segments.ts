@@ -26,10 +26,10 @@
  * nothing else changes cost.
  */
 import { CasqError } from "../errors.ts";
-import { insertColdSegment, removeColdSegment } from "./cold-segment-index.ts";
+import { insertColdSegment, placeholderLive, removeColdSegment } from "./cold-segment-index.ts";
 import type { ShardData } from "./shard-data.ts";
 import type { SegmentRef, ShardDocument } from "./shard-document-parser.ts";
-import { schedule } from "./shard-mechanics.ts";
+import { pendingAt, schedule } from "./shard-mechanics.ts";
 import type { MessageMeta, RetainedMessage, SegmentState, SubscriptionState } from "./shard-records.ts";
 
 /** Messages of `seg` still in it. */
@@ -93,7 +93,24 @@ export function coolSegment(state: ShardData, seg: SegmentState, now: number): v
   seg.cold = true;
   insertColdSegment(state, seg);
   state.coldMessages += liveCount(seg);
-  for (const sub of owingSubscriptions(state, seg)) pushPlaceholder(sub, seg, now);
+  for (const sub of owingSubscriptions(state, seg)) {
+    pushPlaceholder(sub, seg, now);
+    dropStaleEntries(state, sub);
+  }
+}
+
+/**
+ * Rebuilds `sub`'s runnable and wake-up indexes without their stale entries
+ * once those are most of them (cooled messages leave theirs behind):
+ * amortised O(1) per cooled message.
+ */
+function dropStaleEntries(state: ShardData, sub: SubscriptionState): void {
+  const live = state.messages.size + state.coldSegments.length;
+  const owed = (offset: number) => pendingAt(state, sub, offset) !== undefined;
+  if (sub.ready.size > 2 * live + 64)
+    sub.ready.retain((e) => (e.cold !== undefined ? placeholderLive(sub, e.cold) : owed(e.offset)));
+  if (sub.delayed.size > 2 * live + 64)
+    sub.delayed.retain((e) => (e.cold !== undefined ? placeholderLive(sub, e.cold) : owed(e.offset)));
 }
 
 /**
