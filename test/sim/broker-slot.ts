@@ -129,7 +129,11 @@ export class BrokerSlot {
       identity: { id: `${this.name}-${this.incarnation}`, address: this.address },
       clock: this.clock,
       random: this.random.fork(),
-      commit: { leaseMs: this.config.leadershipLeaseMs, ...this.config.commit },
+      commit: {
+        leaseMs: this.config.leadershipLeaseMs,
+        ...this.config.commit,
+        warmSealedMessages: this.config.warmSealedMessages,
+      },
       shardsFor: () => this.config.shards,
       initialConfig: this.config.queueConfig,
       documentExpected: NO_MANIFESTS,

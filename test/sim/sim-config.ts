@@ -72,6 +72,12 @@ export interface SimConfig {
    * and must be read back from their segments through the faulty link.
    */
   readonly segmentCacheBytes: number;
+  /**
+   * Sealed messages a leader keeps in memory per shard (commit option): often
+   * a few dozen, so untouched segments go cold and are warmed back (read
+   * through the faulty link) when claims reach them, redrives or purges need them.
+   */
+  readonly warmSealedMessages: number;
 }
 
 /** Whether a run has SDK workers (see {@link SimConfig.sdkWorkers}). */
@@ -124,6 +130,7 @@ export function drawConfig(seed: number, random: SimRandom, overrides: SimConfig
     // Drawn last, so that the draws above (and so the worlds of runs without SDK workers) stay as they were.
     sdkWorkers: random.weighted<SdkWorkerMode>({ off: 70, beside: 15, instead: 15 }),
     segmentCacheBytes: random.chance(0.5) ? random.int(1, 8_192) : 64 * 1024 * 1024,
+    warmSealedMessages: random.chance(0.5) ? random.int(0, 40) : 20_000,
   };
   return { ...config, ...overrides };
 }

@@ -59,7 +59,9 @@ export interface DedupSegmentCache {
  * `headEtag`) references and `cache` lacks, and into `dedup.cache` every
  * dedup segment it references that is live at `dedup.now`, and into
  * `dead` every dead-letter segment it references (when given); of each
- * message segment, `cache` gets what `keep` returns. Resolves
+ * message segment, `cache` gets what `keep` returns. Message segments for
+ * which `leaveCold` says so are not read (they will be cold, and are read
+ * and checked when warmed: `model/cold-segments.ts`). Resolves
  * `"moved"` when a segment was gone because the head changed meanwhile.
  * Rejects with `data_loss` for a missing or corrupt segment of the current
  * head, `unavailable` when the store fails.
@@ -73,6 +75,7 @@ export async function loadSegments(
   dedup?: DedupSegmentCache,
   dead?: Map<string, readonly DeadLetterRecord[]>,
   keep: KeepMessages = (_name, records) => records,
+  leaveCold: (ref: SegmentRef) => boolean = () => false,
 ): Promise<"ok" | "moved"> {
   const where = { queue: doc.queue, shard: doc.shard };
   type Wanted =
@@ -80,7 +83,7 @@ export async function loadSegments(
     | { readonly kind: "dedup"; readonly ref: DedupSegmentRef }
     | { readonly kind: "dead"; readonly ref: DeadLetterSegmentRef; readonly subscription: string };
   const wanted: Wanted[] = doc.segments
-    .filter((ref) => !cache.has(ref.name))
+    .filter((ref) => !cache.has(ref.name) && !leaveCold(ref))
     .map((ref) => ({ kind: "messages", ref }) as const);
   if (dedup !== undefined)
     for (const ref of doc.dedupSegments)

@@ -38,6 +38,7 @@
  */
 import { type Backoff, backoffDelay } from "@casq/sdk/backoff.ts";
 import { CasqError, isCasqError } from "../errors.ts";
+import { coolable, coolableRefs, coolSegment, warmSegment } from "../model/cold-segments.ts";
 import { deadLetterSealCandidates, sealDeadLetterSegment } from "../model/dead-letter-segments.ts";
 import { dedupSealCandidates, sealDedupSegment } from "../model/dedup-segments.ts";
 import type { QueueConfig } from "../model/queue-config.ts";
@@ -54,6 +55,7 @@ import {
 } from "../model/segment-codec.ts";
 import { requireBody, sealCandidates, sealSegment } from "../model/segment-mechanics.ts";
 import { parseShardDocument, type SegmentRef, type ShardDocument } from "../model/shard-document-parser.ts";
+import type { SegmentState } from "../model/shard-records.ts";
 import {
   type DeadLetterRecord,
   type DedupEntry,
@@ -96,7 +98,16 @@ export interface HeadStoreOptions {
    * dedup segment, and its dead letters, into dead-letter segments.
    */
   readonly tailBytes: number;
+  /**
+   * Sealed messages kept in memory (as meta) beyond which the newest sealed
+   * segments nothing has touched go cold (`model/cold-segments.ts`): only
+   * their index entry stays, and they are read back when claims reach them.
+   */
+  readonly warmSealedMessages: number;
 }
+
+/** Untouched sealed segments looked at per commit for cooling, newest first. */
+const COOLING_CANDIDATES = 4;
 
 /** Everything a {@link ShardHeadStore} needs. */
 export interface ShardHeadStoreParams {
@@ -177,6 +188,8 @@ export class ShardHeadStore {
   private readonly dedupSegments = new Map<string, readonly DedupEntry[]>();
   /** Dead letters of the dead-letter segments the committed head references (and of ones just sealed), by name. */
   private readonly deadLetterSegments = new Map<string, readonly DeadLetterRecord[]>();
+  /** Set when a referenced segment was found lost: the next load reads every segment, leaving none cold. */
+  private checkEverySegment = false;
   /** Segment deletions in progress (garbage collection never delays a commit). */
   private readonly collecting = new Set<Promise<void>>();
 
@@ -241,8 +254,10 @@ export class ShardHeadStore {
         if (problem) return { kind: "failed", error: problem };
       }
       justReloaded = false;
-      if (options.prepare !== undefined && this.committed !== undefined)
+      if (options.prepare !== undefined && this.committed !== undefined) {
         await options.prepare(this.committed, this.now());
+        if (this.committed === undefined) continue; // the preparation found the shard lost: load says so
+      }
       const now = this.now();
       const existing = this.committed;
       if (existing && heldByOther(existing.broker, this.identity, now)) {
@@ -288,6 +303,11 @@ export class ShardHeadStore {
         this.committedBytes = bytes;
         this.headMode = "leading";
         this.collect(working.takeRetiredSegments());
+        try {
+          this.coolBeyondBudget(working, now);
+        } catch {
+          this.restoreCommitted(); // index-only work went wrong: rebuild the state from what was written
+        }
         if (takingOver) this.sweepOrphans(working);
         if (takingOver)
           this.observer?.onLeadership?.({
@@ -476,16 +496,19 @@ export class ShardHeadStore {
         dedup,
         this.deadLetterSegments,
         this.keepMeta,
+        this.leftColdAtLoad(doc),
       );
       if (loaded === "moved") return this.reload(); // the head changed while its segments were read
       this.committed = ShardState.fromDocument(doc, {
         expected: place,
         segments: this.lookup,
+        cold: true,
         dedupSegments: this.lookupDedup,
         deadLetterSegments: this.lookupDead,
         now,
       });
       this.committed.bodies = this.pager.lookup;
+      this.checkEverySegment = false;
       this.pruneSegments(doc);
     } catch (error) {
       if (isCasqError(error, "unavailable")) {
@@ -528,8 +551,9 @@ export class ShardHeadStore {
    * commit re-reads the head, and is refused while the segment stays bad.
    */
   refuseIfLost(error: unknown): void {
-    if (!isCasqError(error, "data_loss") || this.headMode !== "leading") return;
-    this.segments.clear(); // so that the next load reads (and checks) every segment again
+    if (!isCasqError(error, "data_loss") || this.committed === undefined) return;
+    this.segments.clear(); // so that the next load reads (and checks) every segment again,
+    this.checkEverySegment = true; // cold ones included
     this.refuse(error);
   }
 
@@ -583,6 +607,7 @@ export class ShardHeadStore {
     if (this.committedBytes) {
       this.committed = ShardState.decode(this.committedBytes, {
         segments: this.lookup,
+        cold: true,
         dedupSegments: this.lookupDedup,
         deadLetterSegments: this.lookupDead,
       });
@@ -590,6 +615,69 @@ export class ShardHeadStore {
     } else {
       this.committed = undefined;
       this.headMode = "unloaded";
+    }
+  }
+
+  /**
+   * Which segments of `doc` a load leaves cold (read when claims reach them,
+   * and checked then): untouched ones beyond the first
+   * {@link HeadStoreOptions.warmSealedMessages} sealed messages in offset
+   * order — none right after a lost segment was found.
+   */
+  private leftColdAtLoad(doc: ShardDocument): (ref: SegmentRef) => boolean {
+    if (this.checkEverySegment) return () => false;
+    const mayBeCold = coolableRefs(doc);
+    const cold = new Set<string>();
+    let warm = 0;
+    for (const ref of doc.segments) {
+      const live = ref.count - ref.gone.length;
+      if (!this.segments.has(ref.name) && warm + live > this.options.warmSealedMessages && mayBeCold(ref))
+        cold.add(ref.name);
+      else warm += live;
+    }
+    return (ref) => cold.has(ref.name);
+  }
+
+  /**
+   * Warms cold segments of the committed state (reads them back, checked:
+   * `data_loss` for a missing or corrupt one, unless the head moved). Call
+   * between commits only (the leader does it before a batch).
+   */
+  async warm(state: ShardState, segments: readonly SegmentState[]): Promise<void> {
+    const cold = segments.filter((seg) => seg.cold);
+    if (cold.length === 0) return;
+    const pages = await this.pager.pageIn(cold);
+    if (this.committed !== state) return; // reloaded meanwhile: that state decides for itself
+    const now = this.now();
+    for (const seg of cold) {
+      const records = pages.get(seg.name);
+      if (records === undefined || !seg.cold) continue;
+      const meta = records.map(metaOf);
+      warmSegment(state, seg, meta, now);
+      this.segments.set(seg.name, meta);
+    }
+  }
+
+  /**
+   * After a commit landed: while more sealed messages are in memory than
+   * {@link HeadStoreOptions.warmSealedMessages}, makes the newest untouched
+   * sealed segments cold (a few candidates per commit; index-only).
+   */
+  private coolBeyondBudget(state: ShardState, now: number): void {
+    let warm = state.messages.size - state.tail.size;
+    if (warm <= this.options.warmSealedMessages) return;
+    const newestFirst = [...state.segments.values()].reverse();
+    let misses = 0;
+    for (const seg of newestFirst) {
+      if (warm <= this.options.warmSealedMessages || misses >= COOLING_CANDIDATES) return;
+      if (seg.cold) continue;
+      if (!coolable(state, seg)) {
+        misses += 1;
+        continue;
+      }
+      warm -= seg.count - seg.gone.size;
+      coolSegment(state, seg, now);
+      this.segments.delete(seg.name);
     }
   }
 

@@ -29,7 +29,14 @@ import { CasqError } from "../errors.ts";
 import { applyOperation } from "../model/apply-operation.ts";
 import type { ClaimedMessage, ExpireResult, Operation, OperationResult } from "../model/operations.ts";
 import type { QueueConfig } from "../model/queue-config.ts";
-import { claimFront, segmentAfter, segmentsNeededBy } from "../model/segment-residency.ts";
+import {
+  claimFront,
+  coldFront,
+  coldFrontOf,
+  coldSegmentsOfDeadLetters,
+  segmentAfter,
+  segmentsNeededBy,
+} from "../model/segment-residency.ts";
 import type { BrokerRecord, ShardState } from "../model/shard-state.ts";
 import { hasRunnable, nextHousekeepingAt, nextWakeAt } from "../model/shard-stats.ts";
 import type { ObjectStore } from "../store/object-store.ts";
@@ -62,11 +69,20 @@ export interface CommitOptions {
   readonly conflictBackoff: Backoff;
   /** Bytes of newest messages kept in the head before the oldest are sealed into a segment. Default 256 KiB. */
   readonly tailBytes: number;
+  /**
+   * Sealed messages held in memory (as meta) per shard before the newest
+   * untouched segments go cold and are read back when claims reach them
+   * (`model/cold-segments.ts`). Default 20,000.
+   */
+  readonly warmSealedMessages: number;
 }
 
 /** Defaults for {@link CommitOptions}. */
 /** Lease expiries due this soon after a batch starts have their bodies paged in with it (ms). */
 const PAGE_IN_SLACK_MS = 1000;
+
+/** Rounds of warming claim fronts before one batch (each warms the cold segments at the fronts). */
+const MAX_WARM_ROUNDS = 4;
 
 export const DEFAULT_COMMIT_OPTIONS: CommitOptions = {
   leaseMs: 10_000,
@@ -80,6 +96,7 @@ export const DEFAULT_COMMIT_OPTIONS: CommitOptions = {
   // full jitter (contention is what it spreads best) below caps of 50 ms, doubling, up to 2 s.
   conflictBackoff: { immediateRetries: 0, baseDelayMs: 50, maxDelayMs: 2000, jitter: "full" },
   tailBytes: 256 * 1024,
+  warmSealedMessages: 20_000,
 };
 
 /** Everything a {@link ShardLeader} needs. */
@@ -203,6 +220,8 @@ export class ShardLeader {
   private timer: AbortController | undefined;
   private releaseRequested = false;
   private timerFailures = 0;
+  /** Batches in a row whose cold segments could not be warmed (backs the retry timer off). */
+  private warmFailures = 0;
   private readonly commitListeners = new Set<(state: ShardState) => void>();
   private readonly standing = new Set<StandingClaim>();
 
@@ -452,20 +471,66 @@ export class ShardLeader {
   }
 
   /**
-   * Pages in (and pins), before a batch applies, the bodies its nacks and the
-   * lease expiries due by then may dead-letter (a dead letter is a whole copy).
-   * A failure is left to the operations: a nack then answers `unavailable`
-   * (retry) and an expiry waits for a later sweep.
+   * Before a batch applies: warms the cold segments it needs (those at the
+   * front of a claim order; every one for a purge or a subscription's
+   * deletion; those a redrive's dead letters came from), then pages in (and
+   * pins) the bodies its nacks and the lease expiries due by then may
+   * dead-letter (a dead letter is a whole copy). A failure is left to the
+   * operations: a claim then stops at the cold segment, a purge or a nack
+   * answers `unavailable` (retry), an expiry waits for a later sweep.
    */
   private async pageInFor(batch: readonly BatchItem[], state: ShardState, now: number): Promise<void> {
     if (state.segments.size === 0) return;
     const ops: Operation[] = [];
     for (const item of batch) if (item.kind === "op") ops.push(item.op);
+    try {
+      if (state.coldSegments.length > 0) await this.warmFor(ops, state, now);
+      this.warmFailures = 0;
+    } catch (error) {
+      this.warmFailures += 1;
+      this.head.refuseIfLost(error);
+      return;
+    }
     const wanted = segmentsNeededBy(state, ops, now, PAGE_IN_SLACK_MS);
     if (wanted.length === 0) return;
     // Pinned until the commit is done (cached ones too), so that no page-in or
     // read-ahead meanwhile evicts one the batch needs.
     await this.head.pager.pageIn(wanted, { pin: true }).catch((error) => this.head.refuseIfLost(error));
+  }
+
+  /** Warms the cold segments `ops` need (see {@link pageInFor}). */
+  private async warmFor(ops: readonly Operation[], state: ShardState, now: number): Promise<void> {
+    const everything = ops.some(
+      (op) => op.kind === "deleteSubscription" || (op.kind === "purge" && op.deadLetters !== true),
+    );
+    if (everything) return this.head.warm(state, [...state.coldSegments]);
+    const redriven = coldSegmentsOfDeadLetters(state, ops);
+    if (redriven.length > 0) await this.head.warm(state, redriven);
+    // The fronts of the claim orders: warming one may bring the next cold one to a front.
+    let warmed = 0;
+    for (let round = 0; round < MAX_WARM_ROUNDS; round++) {
+      const front = coldFront(state, now);
+      if (front.length === 0) break;
+      for (const seg of front) warmed += seg.count - seg.gone.size;
+      await this.head.warm(state, front);
+    }
+    // A front was cold, so the claims may run past it: warm the next ones (in
+    // offset order, claim order for most queues) up to what they may take.
+    const demand = this.claimDemand(ops);
+    for (let round = 0; warmed > 0 && warmed < demand && round < MAX_WARM_ROUNDS; round++) {
+      const next = state.coldSegments[0];
+      if (next === undefined) break;
+      warmed += next.count - next.gone.size;
+      await this.head.warm(state, [next]);
+    }
+  }
+
+  /** How many messages the claims of `ops` and the standing claims may take at most. */
+  private claimDemand(ops: readonly Operation[]): number {
+    let demand = 0;
+    for (const op of ops) if (op.kind === "claim" && typeof op.max === "number") demand += op.max;
+    for (const claim of this.standing) demand += Math.max(0, claim.credit.available);
+    return demand;
   }
 
   /**
@@ -566,11 +631,12 @@ export class ShardLeader {
       renewAt,
       nextWakeAt(state, now) ?? Number.POSITIVE_INFINITY,
       nextHousekeepingAt(state) ?? Number.POSITIVE_INFINITY,
+      this.standingAtColdFront(state, now) ? now : Number.POSITIVE_INFINITY, // warm it (again)
     );
     const controller = new AbortController();
     this.timer = controller;
     // A floor, and backoff while the store keeps failing, keep the timer from busy-looping.
-    const floor = backoffCap(this.timerFailures + 1, TIMER_BACKOFF);
+    const floor = backoffCap(Math.max(this.timerFailures, this.warmFailures) + 1, TIMER_BACKOFF);
     const delay = Math.max(floor, due - now);
     this.clock.sleep(delay, controller.signal).then(
       () => {
@@ -588,6 +654,15 @@ export class ShardLeader {
       },
       () => {},
     );
+  }
+
+  /** True when a standing claim with credit waits on a cold segment at its subscription's front. */
+  private standingAtColdFront(state: ShardState, now: number): boolean {
+    if (state.coldSegments.length === 0) return false;
+    for (const claim of this.standing)
+      if (claim.credit.available > 0 && coldFrontOf(state, claim.subscription, now) !== undefined)
+        return true;
+    return false;
   }
 
   private commitInfo(

@@ -40,4 +40,17 @@ describe("BinaryHeap", () => {
     heap.clear();
     expect(heap.size).toBe(0);
   });
+
+  it("retain keeps exactly the entries asked for, still in heap order", () => {
+    fc.assert(
+      fc.property(fc.array(fc.integer({ min: -1000, max: 1000 }), { maxLength: 300 }), (items) => {
+        const heap = new BinaryHeap<number>((a, b) => a < b);
+        for (const n of items) heap.push(n);
+        heap.retain((n) => n % 3 !== 0);
+        const out: number[] = [];
+        for (let n = heap.pop(); n !== undefined; n = heap.pop()) out.push(n);
+        expect(out).toEqual(items.filter((n) => n % 3 !== 0).sort((a, b) => a - b));
+      }),
+    );
+  });
 });

@@ -95,6 +95,33 @@ export class BinaryHeap<T> {
     return out;
   }
 
+  /**
+   * Keeps only the entries for which `keep` holds (drops stale ones in bulk).
+   * O(n): filters, then restores the heap order bottom-up.
+   */
+  retain(keep: (item: T) => boolean): void {
+    const items = this.#items;
+    let n = 0;
+    for (const item of items) if (keep(item)) items[n++] = item;
+    items.length = n;
+    for (let i = (n >> 1) - 1; i >= 0; i--) {
+      const item = items[i] as T;
+      let at = i;
+      for (;;) {
+        const left = 2 * at + 1;
+        if (left >= n) break;
+        const right = left + 1;
+        let child = left;
+        if (right < n && this.#before(items[right] as T, items[left] as T)) child = right;
+        const c = items[child] as T;
+        if (!this.#before(c, item)) break;
+        items[at] = c;
+        at = child;
+      }
+      items[at] = item;
+    }
+  }
+
   /** All entries in no particular order (for tests and diagnostics). */
   toArray(): T[] {
     return [...this.#items];

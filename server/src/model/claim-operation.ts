@@ -15,6 +15,8 @@
  * A sealed message whose body is paged out is claimed all the same: the
  * claim names its segment (`bodyIn`) and the broker fills the body in
  * before answering, so claim order never depends on what is in memory.
+ * A claim that reaches a cold segment (`cold-segments.ts`) stops there with
+ * what it has: the broker warms the segment before its next batch.
  *
  * Cost: O(k log n) for k claimed messages (plus stale index entries skipped,
  * each at most once).
@@ -40,7 +42,7 @@ export function applyClaim(state: ShardState, op: ClaimOperation, now: number): 
   const messages: ClaimedMessage[] = [];
   while (messages.length < max) {
     const next = peekRunnable(state, sub, now);
-    if (next === undefined) break;
+    if (next === undefined || next.cold !== undefined) break; // a cold segment: warmed before the next batch
     sub.ready.pop();
     const { m } = next;
     const d = leaseMessage(state, sub, m, op.workerId, ttl, now);

@@ -15,6 +15,7 @@
  *
  * O(messages) or O(dead letters): an administrative operation.
  */
+import { requireWarm } from "./cold-segments.ts";
 import { dropAllDeadLetters } from "./dead-letter-segments.ts";
 import type { PurgeOperation, PurgeResult } from "./operations.ts";
 import { dropMessage, isSettled, requireSubscription, settle } from "./shard-mechanics.ts";
@@ -37,6 +38,7 @@ export function applyPurge(state: ShardState, op: PurgeOperation, now: number): 
       changed: deadLettersPurged > 0,
     };
   }
+  requireWarm(state, "purge");
 
   let leasesDropped = 0;
   for (const sub of subs)

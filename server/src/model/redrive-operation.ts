@@ -24,6 +24,7 @@
  */
 import { CasqError } from "../errors.ts";
 import { messageBytes } from "./approx-size.ts";
+import { coldSegmentAt } from "./cold-segment-index.ts";
 import { removeDeadLetter } from "./dead-letter-segments.ts";
 import { checkId, checkInteger } from "./input-validation.ts";
 import type { RedriveOperation, RedriveResult } from "./operations.ts";
@@ -59,6 +60,12 @@ export function applyRedrive(state: ShardState, op: RedriveOperation, now: numbe
     if (chosen.length < limit) chosen.push(dl);
   }
   for (const dl of chosen) {
+    if (coldSegmentAt(state, dl.message.offset) !== undefined)
+      throw new CasqError(
+        "unavailable",
+        `shard ${state.queue}/${state.shard}: message ${dl.message.offset} is in a segment not in memory yet (being read back); retry the redrive`,
+        { queue: state.queue, shard: state.shard },
+      );
     const owner = state.ids.get(dl.message.id);
     if (!state.messages.has(dl.message.offset) && owner !== undefined) {
       throw new CasqError(

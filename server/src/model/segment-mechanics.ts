@@ -208,6 +208,7 @@ export function newSegmentState(
     runAt: [minRunAt, maxRunAt],
     gone,
     records,
+    cold: false,
     json: undefined,
   };
 }

@@ -6,11 +6,15 @@
  *   nacks and the lease expiries due by then may dead-letter (a dead letter
  *   is a whole copy, so these bodies must be in memory as the batch applies).
  * - {@link claimFront}: after a commit, the segments holding the next
- *   message in each subscription's claim order, where read-ahead starts.
+ *   message in each subscription's claim order, where read-ahead starts
+ *   (cold ones included: the broker warms those before the next batch).
+ * - {@link coldFront}: before a batch, the cold segments at the front of
+ *   some subscription's claim order, which its claims need warmed.
  * - {@link segmentAfter}: the next segment in offset order, to read ahead.
  *
  * Costs: O(receipts + leases due), O(subscriptions) and O(gap) respectively.
  */
+import { coldSegmentAt } from "./cold-segment-index.ts";
 import type { Operation } from "./operations.ts";
 import { peekRunnable } from "./shard-mechanics.ts";
 import type { SegmentState } from "./shard-records.ts";
@@ -49,7 +53,7 @@ export function claimFront(state: ShardState, now: number): SegmentState[] {
   const out = new Set<SegmentState>();
   for (const sub of state.subs.values()) {
     const next = peekRunnable(state, sub, now);
-    const seg = next?.m.segment;
+    const seg = next?.cold ?? next?.m.segment;
     if (seg !== undefined) out.add(seg);
   }
   return [...out];
@@ -66,8 +70,48 @@ export function segmentAfter(state: ShardState, seg: SegmentState): SegmentState
   const end = Math.min(state.next, seg.last + 1 + SEGMENT_GAP_LIMIT);
   for (let offset = seg.last + 1; offset < end; offset++) {
     const m = state.messages.get(offset);
-    if (m === undefined) continue;
-    return m.segment;
+    if (m !== undefined) return m.segment;
+    const cold = coldSegmentAt(state, offset);
+    if (cold !== undefined) return cold;
   }
   return undefined;
+}
+
+/** The cold segments at the front of some subscription's claim order (see `cold-segments.ts`). */
+export function coldFront(state: ShardState, now: number): SegmentState[] {
+  if (state.coldSegments.length === 0) return [];
+  const out = new Set<SegmentState>();
+  for (const sub of state.subs.values()) {
+    const cold = peekRunnable(state, sub, now)?.cold;
+    if (cold !== undefined) out.add(cold);
+  }
+  return [...out];
+}
+
+/** The cold segment at the front of `subscription`'s claim order, if its front is one. */
+export function coldFrontOf(state: ShardState, subscription: string, now: number): SegmentState | undefined {
+  const sub = state.subs.get(subscription);
+  return sub === undefined || state.coldSegments.length === 0
+    ? undefined
+    : peekRunnable(state, sub, now)?.cold;
+}
+
+/**
+ * The cold segments holding messages that the redrives among `ops` may give
+ * back to a subscription (each redriven dead letter's original must be in
+ * memory). O(dead letters of those subscriptions).
+ */
+export function coldSegmentsOfDeadLetters(state: ShardState, ops: readonly Operation[]): SegmentState[] {
+  const out = new Set<SegmentState>();
+  if (state.coldSegments.length === 0) return [];
+  for (const op of ops) {
+    if (op.kind !== "redrive") continue;
+    const sub = state.subs.get(op.subscription);
+    if (sub === undefined) continue;
+    for (const offset of sub.dead.keys()) {
+      const seg = coldSegmentAt(state, offset);
+      if (seg !== undefined) out.add(seg);
+    }
+  }
+  return [...out];
 }

@@ -60,6 +60,10 @@ export interface ShardData {
   tailLastOffset: number | undefined;
   tailBytes: number;
   readonly segments: Map<string, SegmentState>;
+  /** The cold segments (none of their messages in memory), ascending offsets. */
+  readonly coldSegments: SegmentState[];
+  /** Messages of the cold segments (their count less their gone offsets). */
+  coldMessages: number;
   readonly retiredSegments: string[];
   bytes: number;
   /** Bytes of the dead letters kept in the head, all subscriptions together. */

@@ -21,6 +21,7 @@
 import { CasqError } from "../errors.ts";
 import { DELIVERY_BYTES, subscriptionBytes } from "./approx-size.ts";
 import { BinaryHeap } from "./binary-heap.ts";
+import { coldSegmentAt, placeholderLive } from "./cold-segment-index.ts";
 import { addHeadDeadLetter, removeDeadLetter } from "./dead-letter-segments.ts";
 import type { MessageView } from "./operations.ts";
 import { removeContents } from "./segment-mechanics.ts";
@@ -32,6 +33,7 @@ import {
   type MessageRecord,
   type ReadyEntry,
   type RetainedMessage,
+  type SegmentState,
   type SubscriptionCounters,
   type SubscriptionState,
   zeroSubscriptionCounters,
@@ -144,6 +146,12 @@ export function promoteDue(state: ShardData, sub: SubscriptionState, now: number
     const top = sub.delayed.peek();
     if (top === undefined || top.at > now) return;
     sub.delayed.pop();
+    const cold = top.cold;
+    if (cold !== undefined) {
+      if (placeholderLive(sub, cold))
+        sub.ready.push({ priority: cold.priorities[1], offset: cold.first, cold });
+      continue;
+    }
     const p = pendingAt(state, sub, top.offset);
     if (p === undefined || runnableAt(p.m, p.d) !== top.at) continue; // stale
     sub.ready.push({ priority: p.m.msg.priority, offset: top.offset });
@@ -155,24 +163,41 @@ export function nextDelayedAt(state: ShardData, sub: SubscriptionState): number 
   for (;;) {
     const top = sub.delayed.peek();
     if (top === undefined) return undefined;
-    const p = pendingAt(state, sub, top.offset);
-    if (p !== undefined && runnableAt(p.m, p.d) === top.at) return top.at;
+    if (top.cold !== undefined) {
+      if (placeholderLive(sub, top.cold)) return top.at;
+    } else {
+      const p = pendingAt(state, sub, top.offset);
+      if (p !== undefined && runnableAt(p.m, p.d) === top.at) return top.at;
+    }
     sub.delayed.pop();
   }
 }
 
-/** Drops stale entries from the top of the runnable index; returns the first runnable message. */
+/**
+ * The front of a subscription's claim order: its first runnable message, or
+ * (`cold`) a cold segment whose messages come first and must be warmed
+ * before they can be claimed (see `cold-segments.ts`).
+ */
+export type RunnableFront =
+  | { readonly m: RetainedMessage; readonly d: Delivery | undefined; readonly cold?: undefined }
+  | { readonly m?: undefined; readonly d?: undefined; readonly cold: SegmentState };
+
+/** Drops stale entries from the top of the runnable index; returns the front of the claim order. */
 export function peekRunnable(
   state: ShardData,
   sub: SubscriptionState,
   now: number,
-): { m: RetainedMessage; d: Delivery | undefined } | undefined {
+): RunnableFront | undefined {
   promoteDue(state, sub, now);
   for (;;) {
     const top = sub.ready.peek();
     if (top === undefined) return undefined;
-    const p = pendingAt(state, sub, top.offset);
-    if (p !== undefined && runnableAt(p.m, p.d) <= now) return p;
+    if (top.cold !== undefined) {
+      if (placeholderLive(sub, top.cold)) return { cold: top.cold };
+    } else {
+      const p = pendingAt(state, sub, top.offset);
+      if (p !== undefined && runnableAt(p.m, p.d) <= now) return p;
+    }
     sub.ready.pop(); // stale, or backed off again (its wake-up entry exists)
   }
 }
@@ -290,6 +315,7 @@ export function compactAckState(state: ShardData, sub: SubscriptionState): void 
   while (start < state.next) {
     const m = state.messages.get(start);
     if (m !== undefined && m.targets === undefined && !sub.settled.has(start)) break;
+    if (m === undefined && coldSegmentAt(state, start) !== undefined) break; // it owes the cold segment
     sub.settled.delete(start);
     start += 1;
   }

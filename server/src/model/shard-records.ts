@@ -120,8 +120,17 @@ export interface SegmentState {
   readonly runAt: readonly [number, number];
   /** Offsets of its messages no longer in it: dropped from the shard, or moved back to the head's tail by a redrive. */
   readonly gone: Set<number>;
-  /** The meta of the segment's messages, by offset order (immutable; shared with the retained messages). */
-  readonly records: readonly MessageMeta[];
+  /**
+   * The meta of the segment's messages, by offset order (immutable; shared
+   * with the retained messages). Empty while the segment is {@link cold}.
+   */
+  records: readonly MessageMeta[];
+  /**
+   * True while none of its messages is in memory (`cold-segments.ts`): every
+   * subscription either owes all of them, untouched, or none; claims meet a
+   * placeholder of the whole segment instead.
+   */
+  cold: boolean;
   /** Index: cached JSON of the head's index entry; undefined after `gone` changed. */
   json: string | undefined;
 }
@@ -275,16 +284,22 @@ export function zeroShardCounters(): ShardCounters {
   return { ...zeroSubscriptionCounters(), dropped: 0 };
 }
 
-/** Runnable-index entry: higher priority first, then lower offset. */
+/**
+ * Runnable-index entry: higher priority first, then lower offset. With
+ * `cold`, a placeholder for a cold segment's messages (its highest priority,
+ * its first offset: it sorts before each of them).
+ */
 export interface ReadyEntry {
   readonly priority: number;
   readonly offset: number;
+  readonly cold?: SegmentState | undefined;
 }
 
-/** Wake-up entry: message `offset` becomes runnable at `at`. */
+/** Wake-up entry: message `offset` becomes runnable at `at` (with `cold`: a cold segment's earliest `run_at`). */
 export interface DelayedEntry {
   readonly at: number;
   readonly offset: number;
+  readonly cold?: SegmentState | undefined;
 }
 
 /** One subscription (consumer group). */

@@ -22,6 +22,14 @@
 import { CasqError, quoteValue } from "../errors.ts";
 import { DOCUMENT_BASE_BYTES, messageBytes, SETTLED_SLOT_BYTES } from "./approx-size.ts";
 import { BinaryHeap } from "./binary-heap.ts";
+import { insertColdSegment } from "./cold-segment-index.ts";
+import {
+  coldSegmentFromRef,
+  coolableRefs,
+  liveCount,
+  owingSubscriptions,
+  pushPlaceholder,
+} from "./cold-segments.ts";
 import {
   addDeadLetterSegment,
   addHeadDeadLetter,
@@ -101,6 +109,11 @@ export interface DecodeOptions {
   readonly expected?: { readonly queue: string; readonly shard: number } | undefined;
   /** The contents of the segments a v2 head references (default: none). */
   readonly segments?: SegmentLookup | undefined;
+  /**
+   * Lets a segment that `segments` does not give be cold (`cold-segments.ts`)
+   * when the head allows it, instead of refusing the document (default: false).
+   */
+  readonly cold?: boolean | undefined;
   /**
    * The entries of the dedup segments a v2 head references (default: none).
    * A dedup segment it does not give is taken as expired: nothing in it is remembered.
@@ -226,6 +239,10 @@ export class ShardState implements ShardData {
   tailBytes = 0;
   /** @internal Sealed segments the head indexes, by name, in ascending offset order. */
   readonly segments = new Map<string, SegmentState>();
+  /** @internal The cold segments (see `cold-segments.ts`), ascending offsets. */
+  readonly coldSegments: SegmentState[] = [];
+  /** @internal Messages of the cold segments. */
+  coldMessages = 0;
   /** @internal Segments retired (all their messages gone) since the state was loaded; the broker deletes their objects once a head without them has landed. */
   readonly retiredSegments: string[] = [];
   /** @internal Estimated encoded bytes of the dead letters the head itself carries, all subscriptions (the broker seals them past a budget). */
@@ -323,10 +340,20 @@ export class ShardState implements ShardData {
       }
     };
     let segmentEnd = -1;
+    const mayBeCold = options.cold === true ? coolableRefs(doc) : undefined;
     for (const ref of doc.segments) {
       if (ref.first <= segmentEnd) fail(`segment ${ref.name} overlaps the segment before it`);
       segmentEnd = ref.last;
       const records = segments(ref);
+      if (records === undefined && mayBeCold?.(ref) === true) {
+        if (ref.gone.some((offset) => offset < ref.first || offset > ref.last))
+          fail(`segment ${ref.name}: a gone offset is not in it`);
+        const seg = coldSegmentFromRef(ref);
+        addSegment(state, seg);
+        insertColdSegment(state, seg);
+        state.coldMessages += liveCount(seg);
+        continue;
+      }
       if (records === undefined) fail(`segment ${ref.name} is referenced by the head but was not loaded`);
       const gone = new Set(ref.gone);
       const seg = newSegmentState(ref, records as readonly MessageMeta[], gone);
@@ -490,6 +517,8 @@ export class ShardState implements ShardData {
         state.retentionIndex.push({ at: m.msg.enqueuedAt + state.cfg.retentionMs, offset: m.msg.offset });
       }
     }
+    for (const seg of state.coldSegments)
+      for (const sub of owingSubscriptions(state, seg)) pushPlaceholder(sub, seg, undefined);
     return state;
   }
 
@@ -503,13 +532,22 @@ export class ShardState implements ShardData {
 
   /** The whole shard as one v1 document (to test upgrades and mixed versions). O(shard). */
   encodeV1(): Uint8Array {
+    if (this.coldSegments.length > 0)
+      throw new CasqError(
+        "internal",
+        "a v1 document needs every message in memory: warm the cold segments first",
+      );
     return encodeShardV1(this);
   }
 
   /** A deep, independent copy (decode of the encoding); for tests and simulation. */
   clone(): ShardState {
     const copy = ShardState.decode(this.encode(), {
-      segments: (ref) => this.segments.get(ref.name)?.records,
+      segments: (ref) => {
+        const seg = this.segments.get(ref.name);
+        return seg === undefined || seg.cold ? undefined : seg.records;
+      },
+      cold: true,
       dedupSegments: (ref) => this.dedupSegments.get(ref.name)?.entries,
       deadLetterSegments: (ref, subscription) => this.deadLetterSegmentRecords(subscription, ref.name),
     });
@@ -522,9 +560,11 @@ export class ShardState implements ShardData {
     return this.subs.get(subscription)?.deadSegments.get(name)?.records;
   }
 
-  /** The messages (meta, or whole records where held) of every segment the head indexes, by name (shared, immutable). */
+  /** The messages (meta, or whole records where held) of every warm segment the head indexes, by name (shared, immutable). */
   segmentRecords(): Map<string, readonly MessageMeta[]> {
-    return new Map([...this.segments.values()].map((seg) => [seg.name, seg.records]));
+    const out = new Map<string, readonly MessageMeta[]>();
+    for (const seg of this.segments.values()) if (!seg.cold) out.set(seg.name, seg.records);
+    return out;
   }
 
   /** The entries of every loaded dedup segment the head indexes, by name (shared, immutable). */

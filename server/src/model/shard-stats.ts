@@ -3,7 +3,10 @@
  *
  * - `computeStats`: counts per subscription (ready / delayed / in flight /
  *   dead), oldest unacked age, counters, size. O(messages x subscriptions):
- *   for metrics scrapes and the CLI, not for the commit path.
+ *   for metrics scrapes and the CLI, not for the commit path. The messages
+ *   of a cold segment (`cold-segments.ts`) count by its run_at range: all
+ *   ready once its earliest `run_at` passed, else all delayed, the oldest
+ *   taken as that earliest `run_at` (exact for messages enqueued without a delay).
  * - `nextWakeAt`: the one time the broker should arm a timer for (a delayed
  *   or backed-off message becomes claimable, or a lease runs out and needs
  *   an `expire`). O(subscriptions) plus stale index entries.
@@ -17,6 +20,7 @@
  * which is invisible in `encode()`.
  */
 
+import { liveCount } from "./cold-segments.ts";
 import { isSettled, nextDelayedAt, peekRunnable, promoteDue, runnableAt } from "./shard-mechanics.ts";
 import type { BrokerRecord, ShardCounters, SubscriptionCounters } from "./shard-records.ts";
 import type { ShardState } from "./shard-state.ts";
@@ -93,6 +97,15 @@ export function computeStats(state: ShardState, now: number): ShardStats {
       } else if (runnableAt(m, d) <= now) s.ready += 1;
       else s.delayed += 1;
     }
+    // Cold segments (not in memory): counted by their run_at range.
+    for (const seg of state.coldSegments) {
+      if (sub.start > seg.first) continue; // it owes none of them
+      const live = liveCount(seg);
+      if (seg.runAt[0] <= now) s.ready += live;
+      else s.delayed += live;
+      if (s.oldest === undefined || seg.runAt[0] < s.oldest) s.oldest = seg.runAt[0];
+      if (s.lowestUnsettled === undefined || seg.first < s.lowestUnsettled) s.lowestUnsettled = seg.first;
+    }
     subscriptions.push({
       name,
       createdAt: sub.createdAt,
@@ -114,7 +127,7 @@ export function computeStats(state: ShardState, now: number): ShardStats {
     queue: state.queue,
     shard: state.shard,
     nextOffset: state.nextOffset,
-    messages: state.messages.size,
+    messages: state.messages.size + state.coldMessages,
     ready,
     delayed,
     inFlight,

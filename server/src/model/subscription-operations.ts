@@ -18,6 +18,7 @@
  */
 import { CasqError } from "../errors.ts";
 import { DELIVERY_BYTES, subscriptionBytes } from "./approx-size.ts";
+import { liveCount, pushPlaceholder, requireWarm } from "./cold-segments.ts";
 import { dropAllDeadLetters } from "./dead-letter-segments.ts";
 import type {
   CreateSubscriptionOperation,
@@ -74,9 +75,15 @@ export function applyCreateSubscription(
       schedule(sub, m, undefined, now);
       backlog += 1;
     }
+    state.settledSlots += state.messages.size - backlog; // everything else is settled for it
+    for (const seg of state.coldSegments) {
+      pushPlaceholder(sub, seg, now); // it owes every cold message too (start 0)
+      backlog += liveCount(seg);
+    }
     sub.counters.enqueued += backlog;
+  } else {
+    state.settledSlots += state.messages.size; // a cold message counts no slot while cold
   }
-  state.settledSlots += state.messages.size - backlog; // everything else is settled for it
   return { kind: "createSubscription", name: op.name, from, backlog, changed: true };
 }
 
@@ -87,6 +94,7 @@ export function applyDeleteSubscription(
   now: number,
 ): DeleteSubscriptionResult {
   const sub = requireSubscription(state, op.name);
+  requireWarm(state, "deleting a subscription");
   const released: RetainedMessage[] = [];
   for (const m of state.messages.values()) {
     if (isSettled(m, sub)) {
