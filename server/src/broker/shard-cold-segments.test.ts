@@ -3,7 +3,8 @@ import { ManualClock } from "../../testing/manual-clock.ts";
 import { isCasqError } from "../errors.ts";
 import type { ClaimedMessage } from "../model/operations.ts";
 import { MemoryStore } from "../store/memory-store.ts";
-import type { CallOptions, StoredObject } from "../store/object-store.ts";
+import type { CallOptions, PutCondition, StoredObject } from "../store/object-store.ts";
+import { StoreError } from "../store/store-errors.ts";
 import { seededRandom } from "../util/random.ts";
 import { expectKind } from "./broker.ts";
 import { SegmentBodyCache } from "./segment-body-cache.ts";
@@ -24,7 +25,12 @@ class CountingStore extends MemoryStore {
 }
 
 /** A leader with a 4 KiB tail (segments of ~7 messages), at most 20 sealed messages in memory, and a tiny page cache. */
-function leader(store: MemoryStore, name: string, clock: ManualClock) {
+function leader(
+  store: MemoryStore,
+  name: string,
+  clock: ManualClock,
+  options: { tailBytes: number; warmSealedMessages: number } = { tailBytes: 4096, warmSealedMessages: 20 },
+) {
   return new ShardLeader({
     store,
     queue: "jobs",
@@ -32,7 +38,7 @@ function leader(store: MemoryStore, name: string, clock: ManualClock) {
     identity: { id: `broker-${name}`, address: `${name}:50051` },
     clock,
     random: seededRandom(name.length),
-    options: { tailBytes: 4096, warmSealedMessages: 20 },
+    options,
     bodyCache: new SegmentBodyCache(2048),
     initialConfig: { leaseTtlMs: 30_000, maxAttempts: 1 },
   });
@@ -169,5 +175,107 @@ describe("cold segments: a backlog beyond the warm budget is not held in memory"
     const again = await claim(b, 5).catch((e: unknown) => e);
     expect(isCasqError(again, "data_loss")).toBe(true);
     expect((await store.get(HEAD))?.etag).toBe(refusedAt);
+  });
+
+  it("a head write that fails while segments are cold loses nothing: the head never references a deleted segment", async () => {
+    class FailingStore extends MemoryStore {
+      failHeadPuts = 0;
+      failSegmentGets = false;
+      override async put(key: string, bytes: Uint8Array, condition: PutCondition, options?: CallOptions) {
+        if (key === HEAD && this.failHeadPuts > 0) {
+          this.failHeadPuts -= 1;
+          throw new StoreError("unavailable", "injected 503", { key });
+        }
+        return super.put(key, bytes, condition, options);
+      }
+      override async get(key: string, options?: CallOptions): Promise<StoredObject | undefined> {
+        if (this.failSegmentGets && key.startsWith(SEG))
+          throw new StoreError("unavailable", "injected 503", { key });
+        return super.get(key, options);
+      }
+    }
+    const store = new FailingStore();
+    const clock = new ManualClock();
+    const options = { tailBytes: 4096, warmSealedMessages: 0 };
+    const a = new ShardLeader({
+      store,
+      queue: "jobs",
+      shard: 0,
+      identity: { id: "broker-a", address: "a:50051" },
+      clock,
+      random: seededRandom(1),
+      options,
+      bodyCache: new SegmentBodyCache(1),
+      initialConfig: { leaseTtlMs: 30_000, maxAttempts: 1, retentionMs: 0 },
+    });
+    const messages = Array.from({ length: 30 }, (_, i) => ({
+      id: `m${i}`,
+      payload: body(i),
+      ...(i === 3 ? { priority: 9 } : {}),
+    }));
+    for (let i = 0; i < 30; i += 10) await a.submit({ kind: "enqueue", messages: messages.slice(i, i + 10) });
+    const got = await claim(a, 1);
+    expect(got.map((m) => m.id)).toEqual(["m3"]);
+    await a.submit({
+      kind: "nack",
+      subscription: "default",
+      receipts: got.map((m) => m.receipt),
+      deadLetter: true,
+    });
+    await a.submit({ kind: "redrive", subscription: "default" }); // m3 back in the tail, inside a segment's range
+    store.failSegmentGets = true;
+    store.failHeadPuts = 1;
+    const more = Array.from({ length: 20 }, (_, i) => ({ id: `n${i}`, payload: body(100 + i) }));
+    const failed = await a.submit({ kind: "enqueue", messages: more }).catch((e: unknown) => e);
+    expect(isCasqError(failed, "unavailable"), String(failed)).toBe(true);
+    store.failSegmentGets = false;
+    await a.submit({ kind: "enqueue", messages: [{ id: "m999", payload: body(999) }] });
+    const head = JSON.parse(text.decode((await store.get(HEAD))?.body));
+    const listed = new Set((await store.list(SEG)).map((o) => o.key.slice(SEG.length)));
+    expect(
+      head.segments.map((ref: { name: string }) => ref.name).filter((n: string) => !listed.has(n)),
+    ).toEqual([]);
+    await a.stop({ release: true });
+    const b = leader(store, "b", clock, options);
+    const ids = await drain(b, 50);
+    expect(ids.filter((id) => id !== "m999").sort()).toEqual(inOrder(30).sort());
+  });
+
+  it("when the state cannot be rebuilt from the cached segments after a failed write, it is reloaded from the store", async () => {
+    class FailingStore extends MemoryStore {
+      failHeadPuts = 0;
+      override async put(key: string, bytes: Uint8Array, condition: PutCondition, options?: CallOptions) {
+        if (key === HEAD && this.failHeadPuts > 0) {
+          this.failHeadPuts -= 1;
+          throw new StoreError("unavailable", "injected 503", { key });
+        }
+        return super.put(key, bytes, condition, options);
+      }
+    }
+    const store = new FailingStore();
+    const clock = new ManualClock();
+    const a = leader(store, "a", clock, { tailBytes: 4096, warmSealedMessages: 1000 });
+    await enqueue(a, 40);
+    const first = await claim(a, 1); // its segment is touched: a rebuild needs it
+    // The broker's cache of segment contents is lost (as after a reload that failed half-way).
+    (a as unknown as { head: { segments: Map<string, unknown> } }).head.segments.clear();
+    store.failHeadPuts = 1;
+    const failed = await a
+      .submit({
+        kind: "enqueue",
+        messages: Array.from({ length: 20 }, (_, i) => ({ id: `m${40 + i}`, payload: body(40 + i) })),
+      })
+      .catch((e: unknown) => e);
+    expect(isCasqError(failed, "unavailable"), String(failed)).toBe(true);
+    await a.submit({ kind: "ack", subscription: "default", receipts: first.map((m) => m.receipt) });
+    await a.submit({ kind: "enqueue", messages: [{ id: "m999", payload: body(999) }] });
+    const head = JSON.parse(text.decode((await store.get(HEAD))?.body));
+    const listed = new Set((await store.list(SEG)).map((o) => o.key.slice(SEG.length)));
+    expect(
+      head.segments.map((ref: { name: string }) => ref.name).filter((n: string) => !listed.has(n)),
+    ).toEqual([]);
+    await a.stop({ release: true });
+    const ids = await drain(leader(store, "b", clock), 50);
+    expect(ids).toEqual([...inOrder(40).slice(1), "m999"]);
   });
 });

@@ -188,6 +188,8 @@ export class ShardHeadStore {
   private readonly dedupSegments = new Map<string, readonly DedupEntry[]>();
   /** Dead letters of the dead-letter segments the committed head references (and of ones just sealed), by name. */
   private readonly deadLetterSegments = new Map<string, readonly DeadLetterRecord[]>();
+  /** Segments warmed since the last cooling pass (which leaves them warm: they were wanted). */
+  private readonly justWarmed = new Set<SegmentState>();
   /** Set when a referenced segment was found lost: the next load reads every segment, leaving none cold. */
   private checkEverySegment = false;
   /** Segment deletions in progress (garbage collection never delays a commit). */
@@ -603,15 +605,28 @@ export class ShardHeadStore {
   private readonly lookupDead = (ref: { readonly name: string }): readonly DeadLetterRecord[] | undefined =>
     this.deadLetterSegments.get(ref.name);
 
+  /**
+   * Rebuilds the committed state from the last head written or read (after a
+   * write that certainly failed changed the working copy). When the cached
+   * segments cannot rebuild it, forgets it instead: the next commit reloads
+   * from the store — never a half-applied state.
+   */
   private restoreCommitted(): void {
     if (this.committedBytes) {
-      this.committed = ShardState.decode(this.committedBytes, {
-        segments: this.lookup,
-        cold: true,
-        dedupSegments: this.lookupDedup,
-        deadLetterSegments: this.lookupDead,
-      });
-      this.committed.bodies = this.pager.lookup;
+      try {
+        this.committed = ShardState.decode(this.committedBytes, {
+          segments: this.lookup,
+          cold: true,
+          dedupSegments: this.lookupDedup,
+          deadLetterSegments: this.lookupDead,
+        });
+        this.committed.bodies = this.pager.lookup;
+      } catch {
+        this.committed = undefined;
+        this.etag = undefined;
+        this.committedBytes = undefined;
+        this.headMode = "unloaded";
+      }
     } else {
       this.committed = undefined;
       this.headMode = "unloaded";
@@ -655,6 +670,7 @@ export class ShardHeadStore {
       const meta = records.map(metaOf);
       warmSegment(state, seg, meta, now);
       this.segments.set(seg.name, meta);
+      this.justWarmed.add(seg);
     }
   }
 
@@ -664,13 +680,15 @@ export class ShardHeadStore {
    * sealed segments cold (a few candidates per commit; index-only).
    */
   private coolBeyondBudget(state: ShardState, now: number): void {
+    const justWarmed = new Set(this.justWarmed);
+    this.justWarmed.clear();
     let warm = state.messages.size - state.tail.size;
     if (warm <= this.options.warmSealedMessages) return;
     const newestFirst = [...state.segments.values()].reverse();
     let misses = 0;
     for (const seg of newestFirst) {
       if (warm <= this.options.warmSealedMessages || misses >= COOLING_CANDIDATES) return;
-      if (seg.cold) continue;
+      if (seg.cold || justWarmed.has(seg)) continue; // not one warmed for this very batch
       if (!coolable(state, seg)) {
         misses += 1;
         continue;

@@ -506,17 +506,18 @@ export class ShardLeader {
     if (everything) return this.head.warm(state, [...state.coldSegments]);
     const redriven = coldSegmentsOfDeadLetters(state, ops);
     if (redriven.length > 0) await this.head.warm(state, redriven);
-    // The fronts of the claim orders: warming one may bring the next cold one to a front.
+    // The fronts of the claim orders claimed from: warming one may bring the next cold one to a front.
+    const { subscriptions, demand } = this.claimDemand(ops);
+    if (subscriptions.size === 0) return;
     let warmed = 0;
     for (let round = 0; round < MAX_WARM_ROUNDS; round++) {
-      const front = coldFront(state, now);
+      const front = coldFront(state, now, subscriptions);
       if (front.length === 0) break;
       for (const seg of front) warmed += seg.count - seg.gone.size;
       await this.head.warm(state, front);
     }
     // A front was cold, so the claims may run past it: warm the next ones (in
     // offset order, claim order for most queues) up to what they may take.
-    const demand = this.claimDemand(ops);
     for (let round = 0; warmed > 0 && warmed < demand && round < MAX_WARM_ROUNDS; round++) {
       const next = state.coldSegments[0];
       if (next === undefined) break;
@@ -525,12 +526,21 @@ export class ShardLeader {
     }
   }
 
-  /** How many messages the claims of `ops` and the standing claims may take at most. */
-  private claimDemand(ops: readonly Operation[]): number {
+  /** The subscriptions the claims of `ops` and the standing claims with credit take from, and how many messages at most. */
+  private claimDemand(ops: readonly Operation[]): { subscriptions: Set<string>; demand: number } {
+    const subscriptions = new Set<string>();
     let demand = 0;
-    for (const op of ops) if (op.kind === "claim" && typeof op.max === "number") demand += op.max;
-    for (const claim of this.standing) demand += Math.max(0, claim.credit.available);
-    return demand;
+    for (const op of ops)
+      if (op.kind === "claim" && typeof op.max === "number") {
+        subscriptions.add(op.subscription);
+        demand += op.max;
+      }
+    for (const claim of this.standing)
+      if (claim.credit.available > 0) {
+        subscriptions.add(claim.subscription);
+        demand += claim.credit.available;
+      }
+    return { subscriptions, demand };
   }
 
   /**

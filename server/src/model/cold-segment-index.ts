@@ -52,10 +52,22 @@ export function removeColdSegment(state: ShardData, seg: SegmentState): void {
 
 /**
  * True while a placeholder of `seg` in `sub`'s indexes stands for messages
- * `sub` still owes: the segment is cold and `sub` owes all of it. Otherwise
+ * `sub` still owes: the segment is cold and `sub` owes all of it (its acked
+ * frontier is not past the segment: below it are only offsets that left the
+ * segment, see `cold-segments.ts`). Otherwise
  * the placeholder is stale (the segment was warmed; its messages have
  * entries of their own).
  */
 export function placeholderLive(sub: SubscriptionState, seg: SegmentState): boolean {
-  return seg.cold && sub.start <= seg.first;
+  return seg.cold && sub.start <= seg.last;
+}
+
+/** The priority a cold segment's placeholder sorts by: the highest among its messages. */
+export function placeholderPriority(seg: SegmentState): number {
+  return seg.liveSummary?.priority ?? seg.priorities[1];
+}
+
+/** The earliest and latest `run_at` among a cold segment's messages. */
+export function coldRunAt(seg: SegmentState): readonly [number, number] {
+  return seg.liveSummary?.runAt ?? seg.runAt;
 }

@@ -13,11 +13,16 @@
  * before the next batch, and the messages take their own places.
  *
  * Only a segment that nothing in the head refers to per message may be
- * cold, so that all of its messages are alike and the head is the same
- * bytes either way: every subscription either owes all of them, untouched
- * (`start` at or below its first offset, none settled, no delivery), or none
- * (`start` above its last offset), and at least one owes them
- * ({@link coolable}, {@link coolableRef} for a head being decoded). Claims,
+ * cold, so that all of its messages are alike: no message held elsewhere
+ * (a redriven one in the tail) has an offset in its range; every
+ * subscription either owes all of its messages, untouched (no offset of the
+ * range settled or delivered, and below its acked frontier only offsets
+ * that left the segment), or none (frontier past its last offset); and at
+ * least one owes them. The test reads only what the head says, so a state
+ * and its encoded head agree ({@link coolable}; {@link coolableRefs} for a
+ * head being decoded). While a segment is cold no operation can touch an
+ * offset of its range, and the acked frontier stops at its first offset
+ * still in it. Claims,
  * acks, nacks, heartbeats and expiries never touch a cold message (it has
  * no delivery); purge, redrive and deleting a subscription need every
  * segment warm ({@link requireWarm}: the broker warms them first).
@@ -26,7 +31,13 @@
  * nothing else changes cost.
  */
 import { CasqError } from "../errors.ts";
-import { insertColdSegment, placeholderLive, removeColdSegment } from "./cold-segment-index.ts";
+import {
+  coldRunAt,
+  insertColdSegment,
+  placeholderLive,
+  placeholderPriority,
+  removeColdSegment,
+} from "./cold-segment-index.ts";
 import type { ShardData } from "./shard-data.ts";
 import type { SegmentRef, ShardDocument } from "./shard-document-parser.ts";
 import { pendingAt, schedule } from "./shard-mechanics.ts";
@@ -40,7 +51,7 @@ export function liveCount(seg: SegmentState): number {
 /** The subscriptions that owe the messages of cold segment `seg`. */
 export function owingSubscriptions(state: ShardData, seg: SegmentState): SubscriptionState[] {
   const out: SubscriptionState[] = [];
-  for (const sub of state.subs.values()) if (sub.start <= seg.first) out.push(sub);
+  for (const sub of state.subs.values()) if (sub.start <= seg.last) out.push(sub);
   return out;
 }
 
@@ -50,28 +61,32 @@ export function owingSubscriptions(state: ShardData, seg: SegmentState): Subscri
  * the wake-up index when `now` is undefined, as while decoding).
  */
 export function pushPlaceholder(sub: SubscriptionState, seg: SegmentState, now: number | undefined): void {
-  const at = seg.runAt[0];
+  const at = coldRunAt(seg)[0];
   if (now !== undefined && at <= now)
-    sub.ready.push({ priority: seg.priorities[1], offset: seg.first, cold: seg });
+    sub.ready.push({ priority: placeholderPriority(seg), offset: seg.first, cold: seg });
   else sub.delayed.push({ at, offset: seg.first, cold: seg });
 }
 
-/** True when the warm segment `seg` may go cold now (see module header). */
+/** True when the warm segment `seg` may go cold now (see module header). O(range x subscriptions). */
 export function coolable(state: ShardData, seg: SegmentState): boolean {
   if (seg.cold || liveCount(seg) === 0) return false;
+  for (let offset = seg.first; offset <= seg.last; offset++) {
+    const m = state.messages.get(offset);
+    if (m !== undefined && m.segment !== seg) return false; // held elsewhere (a redriven message)
+  }
   const owing: SubscriptionState[] = [];
   for (const sub of state.subs.values()) {
     if (sub.start > seg.last) continue;
-    if (sub.start > seg.first) return false;
+    for (let offset = seg.first; offset < sub.start; offset++) if (!seg.gone.has(offset)) return false;
+    for (let offset = seg.first; offset <= seg.last; offset++)
+      if (sub.settled.has(offset) || sub.deliveries.has(offset)) return false;
     owing.push(sub);
   }
   if (owing.length === 0) return false;
   for (const r of seg.records) {
     if (seg.gone.has(r.offset)) continue;
     const m = state.messages.get(r.offset);
-    if (m === undefined || m.segment !== seg || m.targets !== undefined || m.pending !== owing.length)
-      return false;
-    for (const sub of owing) if (sub.settled.has(r.offset) || sub.deliveries.has(r.offset)) return false;
+    if (m === undefined || m.targets !== undefined || m.pending !== owing.length) return false;
   }
   return true;
 }
@@ -89,6 +104,16 @@ export function coolSegment(state: ShardData, seg: SegmentState, now: number): v
     if (state.ids.get(r.id) === r.offset) state.ids.delete(r.id);
     state.settledSlots -= state.subs.size - m.pending;
   }
+  let priority = Number.NEGATIVE_INFINITY;
+  let earliest = Number.POSITIVE_INFINITY;
+  let latest = Number.NEGATIVE_INFINITY;
+  for (const r of seg.records) {
+    if (seg.gone.has(r.offset)) continue;
+    if (r.priority > priority) priority = r.priority;
+    if (r.runAt < earliest) earliest = r.runAt;
+    if (r.runAt > latest) latest = r.runAt;
+  }
+  seg.liveSummary = { priority, runAt: [earliest, latest] };
   seg.records = [];
   seg.cold = true;
   insertColdSegment(state, seg);
@@ -136,6 +161,7 @@ export function warmSegment(
     );
   const owing = owingSubscriptions(state, seg);
   seg.cold = false;
+  seg.liveSummary = undefined;
   seg.records = records;
   removeColdSegment(state, seg);
   state.coldMessages -= liveCount(seg);
@@ -164,16 +190,19 @@ export function requireWarm(state: ShardData, what: string): void {
   );
 }
 
-/** True when some element of ascending `sorted` lies in [from, to]. */
-function anyWithin(sorted: readonly number[], from: number, to: number): boolean {
-  let lo = 0;
-  let hi = sorted.length;
-  while (lo < hi) {
-    const mid = (lo + hi) >> 1;
-    if ((sorted[mid] as number) < from) lo = mid + 1;
-    else hi = mid;
-  }
-  return lo < sorted.length && (sorted[lo] as number) <= to;
+/** How many elements of ascending `sorted` lie in [from, to]. */
+function countWithin(sorted: readonly number[], from: number, to: number): number {
+  const lowerBound = (x: number) => {
+    let lo = 0;
+    let hi = sorted.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >> 1;
+      if ((sorted[mid] as number) < x) lo = mid + 1;
+      else hi = mid;
+    }
+    return lo;
+  };
+  return to < from ? 0 : lowerBound(to + 1) - lowerBound(from);
 }
 
 /**
@@ -182,6 +211,7 @@ function anyWithin(sorted: readonly number[], from: number, to: number): boolean
  * loading leader need not read them until claims reach them.
  */
 export function coolableRefs(doc: ShardDocument): (ref: SegmentRef) => boolean {
+  const tail = doc.messages.map((m) => m.msg.offset);
   const subs = doc.subscriptions.map((ds) => ({
     start: ds.ackedBelow,
     acked: ds.acked,
@@ -189,11 +219,13 @@ export function coolableRefs(doc: ShardDocument): (ref: SegmentRef) => boolean {
   }));
   return (ref) => {
     if (ref.gone.length >= ref.count) return false;
+    if (countWithin(tail, ref.first, ref.last) > 0) return false; // a redriven message in its range
     let owing = 0;
     for (const s of subs) {
       if (s.start > ref.last) continue;
-      if (s.start > ref.first) return false;
-      if (anyWithin(s.acked, ref.first, ref.last) || anyWithin(s.delivered, ref.first, ref.last))
+      if (s.start > ref.first && countWithin(ref.gone, ref.first, s.start - 1) !== s.start - ref.first)
+        return false;
+      if (countWithin(s.acked, ref.first, ref.last) > 0 || countWithin(s.delivered, ref.first, ref.last) > 0)
         return false;
       owing += 1;
     }
@@ -216,6 +248,7 @@ export function coldSegmentFromRef(ref: SegmentRef): SegmentState {
     gone: new Set(ref.gone),
     records: [],
     cold: true,
+    liveSummary: undefined,
     json: undefined,
   };
 }

@@ -209,6 +209,7 @@ export function newSegmentState(
     gone,
     records,
     cold: false,
+    liveSummary: undefined,
     json: undefined,
   };
 }

@@ -77,11 +77,13 @@ export function segmentAfter(state: ShardState, seg: SegmentState): SegmentState
   return undefined;
 }
 
-/** The cold segments at the front of some subscription's claim order (see `cold-segments.ts`). */
-export function coldFront(state: ShardState, now: number): SegmentState[] {
+/** The cold segments at the front of the claim order of the `subscriptions` named (see `cold-segments.ts`). */
+export function coldFront(state: ShardState, now: number, subscriptions: Iterable<string>): SegmentState[] {
   if (state.coldSegments.length === 0) return [];
   const out = new Set<SegmentState>();
-  for (const sub of state.subs.values()) {
+  for (const name of subscriptions) {
+    const sub = state.subs.get(name);
+    if (sub === undefined) continue;
     const cold = peekRunnable(state, sub, now)?.cold;
     if (cold !== undefined) out.add(cold);
   }

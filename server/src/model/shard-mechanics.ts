@@ -21,7 +21,7 @@
 import { CasqError } from "../errors.ts";
 import { DELIVERY_BYTES, subscriptionBytes } from "./approx-size.ts";
 import { BinaryHeap } from "./binary-heap.ts";
-import { coldSegmentAt, placeholderLive } from "./cold-segment-index.ts";
+import { coldSegmentAt, placeholderLive, placeholderPriority } from "./cold-segment-index.ts";
 import { addHeadDeadLetter, removeDeadLetter } from "./dead-letter-segments.ts";
 import type { MessageView } from "./operations.ts";
 import { removeContents } from "./segment-mechanics.ts";
@@ -149,7 +149,7 @@ export function promoteDue(state: ShardData, sub: SubscriptionState, now: number
     const cold = top.cold;
     if (cold !== undefined) {
       if (placeholderLive(sub, cold))
-        sub.ready.push({ priority: cold.priorities[1], offset: cold.first, cold });
+        sub.ready.push({ priority: placeholderPriority(cold), offset: cold.first, cold });
       continue;
     }
     const p = pendingAt(state, sub, top.offset);
@@ -313,9 +313,13 @@ export function settle(state: ShardData, m: RetainedMessage, sub: SubscriptionSt
 export function compactAckState(state: ShardData, sub: SubscriptionState): void {
   let start = sub.start;
   while (start < state.next) {
-    const m = state.messages.get(start);
-    if (m !== undefined && m.targets === undefined && !sub.settled.has(start)) break;
-    if (m === undefined && coldSegmentAt(state, start) !== undefined) break; // it owes the cold segment
+    const cold = coldSegmentAt(state, start);
+    if (cold !== undefined) {
+      if (!cold.gone.has(start)) break; // it owes the cold segment's messages from here on
+    } else {
+      const m = state.messages.get(start);
+      if (m !== undefined && m.targets === undefined && !sub.settled.has(start)) break;
+    }
     sub.settled.delete(start);
     start += 1;
   }

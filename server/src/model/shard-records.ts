@@ -131,6 +131,13 @@ export interface SegmentState {
    * placeholder of the whole segment instead.
    */
   cold: boolean;
+  /**
+   * While cold after being cooled: the highest priority and the `run_at`
+   * range of the messages still in it (its placeholder sorts by these, not
+   * by those of messages already gone). Undefined otherwise (a segment
+   * decoded cold uses {@link priorities} and {@link runAt}).
+   */
+  liveSummary: { readonly priority: number; readonly runAt: readonly [number, number] } | undefined;
   /** Index: cached JSON of the head's index entry; undefined after `gone` changed. */
   json: string | undefined;
 }

@@ -20,6 +20,7 @@
  * which is invisible in `encode()`.
  */
 
+import { coldRunAt } from "./cold-segment-index.ts";
 import { liveCount } from "./cold-segments.ts";
 import { isSettled, nextDelayedAt, peekRunnable, promoteDue, runnableAt } from "./shard-mechanics.ts";
 import type { BrokerRecord, ShardCounters, SubscriptionCounters } from "./shard-records.ts";
@@ -99,11 +100,12 @@ export function computeStats(state: ShardState, now: number): ShardStats {
     }
     // Cold segments (not in memory): counted by their run_at range.
     for (const seg of state.coldSegments) {
-      if (sub.start > seg.first) continue; // it owes none of them
+      if (sub.start > seg.last) continue; // it owes none of them
       const live = liveCount(seg);
-      if (seg.runAt[0] <= now) s.ready += live;
+      const [earliest] = coldRunAt(seg);
+      if (earliest <= now) s.ready += live;
       else s.delayed += live;
-      if (s.oldest === undefined || seg.runAt[0] < s.oldest) s.oldest = seg.runAt[0];
+      if (s.oldest === undefined || earliest < s.oldest) s.oldest = earliest;
       if (s.lowestUnsettled === undefined || seg.first < s.lowestUnsettled) s.lowestUnsettled = seg.first;
     }
     subscriptions.push({
