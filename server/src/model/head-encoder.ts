@@ -37,6 +37,36 @@ import type {
 const encoder = new TextEncoder();
 const json = JSON.stringify;
 
+/**
+ * The JSON of one part of a shard's head from its last encode, with the
+ * values it was made from: reused while they are the very same values
+ * (records never change in place; a changed one is a new object or string).
+ */
+interface PartCache {
+  readonly from: readonly unknown[];
+  readonly json: string;
+}
+
+/** Most commits change the subscriptions and counters only: these parts are encoded again only when they change. */
+const tailParts = new WeakMap<ShardData, PartCache>();
+const dedupParts = new WeakMap<ShardData, PartCache>();
+const segmentParts = new WeakMap<ShardData, PartCache>();
+
+/** `cache`'s JSON for `state` when it was made from exactly `from` (same values, same order); else `build()`'s, remembered. */
+function cachedPart(
+  cache: WeakMap<ShardData, PartCache>,
+  state: ShardData,
+  from: readonly unknown[],
+  build: () => string,
+): string {
+  const hit = cache.get(state);
+  if (hit !== undefined && hit.from.length === from.length && hit.from.every((v, i) => v === from[i]))
+    return hit.json;
+  const part = build();
+  cache.set(state, { from, json: part });
+  return part;
+}
+
 /** Sorted offsets as `[[from,to],...]` (inclusive). */
 export function rangesJson(sorted: readonly number[]): string {
   const parts: string[] = [];
@@ -90,15 +120,37 @@ function dedupSegmentJson(seg: DedupSegmentState): string {
 
 /** The head's dedup ids in offset order, then (when there are any) the index of dedup segments. */
 function dedupPartJson(state: ShardData): string {
+  const from: unknown[] = [...state.recentDedup.values(), ...state.dedupSegments.values()];
+  return cachedPart(dedupParts, state, from, () => {
+    const entries: string[] = [];
+    for (const e of state.recentDedup.values()) entries.push(dedupEntryJson(e));
+    let out = `,"dedup":[${entries.join(",")}]`;
+    if (state.dedupSegments.size > 0) {
+      const refs: string[] = [];
+      for (const seg of state.dedupSegments.values()) refs.push(dedupSegmentJson(seg));
+      out += `,"dedup_segments":[${refs.join(",")}]`;
+    }
+    return out;
+  });
+}
+
+/** The index of sealed segments (each entry cached until its `gone` set changes). */
+function segmentsPartJson(state: ShardData): string {
   const entries: string[] = [];
-  for (const e of state.recentDedup.values()) entries.push(dedupEntryJson(e));
-  let out = `,"dedup":[${entries.join(",")}]`;
-  if (state.dedupSegments.size > 0) {
-    const refs: string[] = [];
-    for (const seg of state.dedupSegments.values()) refs.push(dedupSegmentJson(seg));
-    out += `,"dedup_segments":[${refs.join(",")}]`;
-  }
-  return out;
+  for (const seg of state.segments.values()) entries.push(segmentJson(seg));
+  return cachedPart(segmentParts, state, entries, () => `,"segments":[${entries.join(",")}]`);
+}
+
+/** The tail's messages in offset order (a redriven one with its `targets`, which change as it settles). */
+function tailPartJson(state: ShardData): string {
+  const tail = state.sortedTail();
+  const from: unknown[] = [];
+  for (const m of tail) from.push(m.msg, m.targets);
+  return cachedPart(tailParts, state, from, () => {
+    const parts: string[] = [];
+    for (const m of tail) parts.push(messageJson(requireBody(m.msg), m.targets)); // the tail holds whole records
+    return `,"messages":[${parts.join(",")}]`;
+  });
 }
 
 /** The canonical v2 head bytes of a shard. O(head). */
@@ -114,16 +166,6 @@ export function encodeHead(state: ShardData): Uint8Array {
     const sub = state.subs.get(name);
     if (sub !== undefined) parts.push((i > 0 ? "," : "") + subscriptionJson(state, sub));
   });
-  parts.push("]", dedupPartJson(state), `,"segments":[`);
-  let first = true;
-  for (const seg of state.segments.values()) {
-    parts.push((first ? "" : ",") + segmentJson(seg));
-    first = false;
-  }
-  parts.push(`],"messages":[`);
-  state.sortedTail().forEach((m, i) => {
-    parts.push((i > 0 ? "," : "") + messageJson(requireBody(m.msg), m.targets)); // the tail holds whole records
-  });
-  parts.push("]}");
+  parts.push("]", dedupPartJson(state), segmentsPartJson(state), tailPartJson(state), "}");
   return encoder.encode(parts.join(""));
 }
