@@ -5,6 +5,7 @@
  */
 export { Admin, type QueueConfigInit, SubscriptionStart } from "./admin.ts";
 export type { ClientOptions, TlsOptions } from "./client-options.ts";
+export type { BatchingOptions } from "./enqueue-batcher.ts";
 export {
   AlreadyExistsError,
   BatchRedirectError,

@@ -9,6 +9,7 @@ import type { NewMessageSchema } from "@casq/api/casq/v1/message_pb.ts";
 import { type EnqueueResponse, QueueService } from "@casq/api/casq/v1/queue_service_pb.ts";
 import { Code } from "@connectrpc/connect";
 import { type ClientOptions, resolveClientOptions } from "./client-options.ts";
+import { type BatchingOptions, EnqueueBatcher } from "./enqueue-batcher.ts";
 import { BatchRedirectError, CasqError } from "./errors.ts";
 import { callWithFailover } from "./failover.ts";
 import { BrokerPool } from "./transport.ts";
@@ -57,6 +58,25 @@ export interface ProducerOptions extends ClientOptions {
    * duplicates after an ambiguous failure. Default `true`.
    */
   readonly defaultDedupIds?: boolean;
+  /**
+   * Merge concurrent {@link Producer.enqueue} calls into one Enqueue
+   * request per queue and event-loop turn (default `true`). Calls made in
+   * the same turn (e.g. by many callers awaiting `enqueue` at once) go out
+   * together after the turn, and each caller still gets its own result or
+   * error: a request that fails with an error that may be about one message
+   * (INVALID_ARGUMENT, RESOURCE_EXHAUSTED, FAILED_PRECONDITION,
+   * ALREADY_EXISTS, OUT_OF_RANGE) is resent message by message, so one bad
+   * message fails only its own caller; other failures (after the usual
+   * retries) reach every caller of the request. Only calls with a dedup id
+   * (the default), no `signal` and the same `timeoutMs` are merged; the
+   * merged request's deadline is its first caller's. Calls with a `signal`,
+   * or without a dedup id, are sent alone, as is every `enqueueBatch`.
+   * Each message keeps its caller's trace context.
+   *
+   * `false` sends every call as its own request. An object sets the limits
+   * of a merged request ({@link BatchingOptions}).
+   */
+  readonly batching?: boolean | BatchingOptions;
 }
 
 /** One message of {@link Producer.enqueueBatch}: a payload plus its options. */
@@ -95,10 +115,15 @@ export const MAX_BATCH_SPLITS = 3;
 
 type NewMessageInit = MessageInitShape<typeof NewMessageSchema>;
 
-/** What every part of one enqueueBatch call shares: the caller's abort signal and deadline. */
+/**
+ * What every part of one enqueueBatch call shares: the caller's abort signal
+ * and deadline, and for merged calls their trace context as the call's
+ * (unset: the active context's, added by the transport).
+ */
 interface SendContext {
   readonly signal: AbortSignal | undefined;
   readonly deadline: number | undefined;
+  readonly traceHeaders?: Record<string, string>;
 }
 
 /** Encodes a {@link Payload}; returns the bytes and whether it was JSON-encoded. */
@@ -200,18 +225,40 @@ function childSignal(parent: AbortSignal | undefined): {
 export class Producer {
   private readonly pool: BrokerPool;
   private readonly defaultDedupIds: boolean;
+  /** Undefined when batching is off. */
+  private readonly batcher: EnqueueBatcher | undefined;
 
   constructor(options: ProducerOptions) {
     this.pool = new BrokerPool(resolveClientOptions(options));
     this.defaultDedupIds = options.defaultDedupIds ?? true;
+    const batching = options.batching ?? true;
+    this.batcher =
+      batching === false
+        ? undefined
+        : new EnqueueBatcher(
+            (queue, messages, deadline, traceHeaders) =>
+              this.send(queue, messages, { signal: undefined, deadline, traceHeaders }, undefined, 0),
+            () => this.pool.options.clock.now(),
+            batching === true ? {} : batching,
+          );
   }
 
-  /** Enqueues one message; resolves once it is durable. */
+  /**
+   * Enqueues one message; resolves once it is durable. Concurrent calls are
+   * merged into one request unless batching is off (see
+   * {@link ProducerOptions.batching}); the result and any error are this
+   * message's own either way.
+   */
   async enqueue(
     queue: string,
     payload: Payload,
     options: EnqueueOptions & CallOptions = {},
   ): Promise<EnqueueResult> {
+    if (this.batcher !== undefined && options.signal === undefined) {
+      const message = toNewMessage({ ...options, payload }, this.defaultDedupIds);
+      // Without a dedup id a resent merged request could store the message twice.
+      if ((message.dedupId ?? "") !== "") return this.batcher.add(queue, message, options.timeoutMs);
+    }
     const [result] = await this.enqueueBatch(queue, [{ ...options, payload }], options);
     return result as EnqueueResult;
   }
@@ -266,6 +313,7 @@ export class Producer {
           this.pool.client(QueueService, attempt.address).enqueue(request, {
             timeoutMs: attempt.timeoutMs,
             ...(attempt.signal ? { signal: attempt.signal } : {}),
+            ...(ctx.traceHeaders ? { headers: ctx.traceHeaders } : {}),
           }),
         {
           ...(ctx.signal ? { signal: ctx.signal } : {}),
@@ -314,7 +362,7 @@ export class Producer {
     // A failed part aborts its siblings: the call fails anyway, and the caller
     // should not get its error while other parts keep retrying in the background.
     const child = childSignal(ctx.signal);
-    const partCtx: SendContext = { signal: child.signal, deadline: ctx.deadline };
+    const partCtx: SendContext = { ...ctx, signal: child.signal };
     // The first failure is the one to report; later ones are mostly the aborts it caused.
     let failed = false;
     let failure: unknown;

@@ -1,0 +1,293 @@
+/**
+ * Producer.enqueue merging concurrent calls into one Enqueue request, against
+ * a stub broker that is a real gRPC server (HTTP/2, connectNodeAdapter): it
+ * counts the requests, stores messages by dedup id (a resend answers
+ * `duplicate`), and can refuse a bad message or break the connection.
+ */
+import http2 from "node:http2";
+import type { AddressInfo } from "node:net";
+import { type EnqueueRequest, QueueService } from "@casq/api/casq/v1/queue_service_pb.ts";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { connectNodeAdapter } from "@connectrpc/connect-node";
+import { context, ROOT_CONTEXT, trace } from "@opentelemetry/api";
+import { AsyncLocalStorageContextManager } from "@opentelemetry/context-async-hooks";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { InvalidArgumentError, UnavailableError } from "./errors.ts";
+import { Producer, type ProducerOptions } from "./producer.ts";
+
+/** What the stub saw of one Enqueue. */
+interface Received {
+  readonly payloads: string[];
+  readonly dedupIds: string[];
+  /** Each message's own trace context (empty: none). */
+  readonly messageTraceparents: string[];
+  /** The call's `traceparent` header. */
+  readonly traceparent: string | null;
+}
+
+interface Stored {
+  readonly id: string;
+  readonly key: string;
+  readonly offset: bigint;
+}
+
+interface Stub {
+  address: string;
+  received: Received[];
+  /** Stored messages by dedup id. */
+  stored: Map<string, Stored>;
+  /** Replaces the normal answer, e.g. to refuse a request; runs before anything is stored. */
+  refuse?: (request: EnqueueRequest) => ConnectError | undefined;
+  /** After storing, break every connection instead of answering (once per `true`). */
+  breakAfterStoring: boolean;
+  close: () => Promise<void>;
+}
+
+const decoder = new TextDecoder();
+const stubs: Stub[] = [];
+
+async function startStub(): Promise<Stub> {
+  let offset = 0n;
+  const sessions = new Set<http2.ServerHttp2Session>();
+  const stub: Stub = {
+    address: "",
+    received: [],
+    stored: new Map(),
+    breakAfterStoring: false,
+    close: async () => {},
+  };
+  const handler = connectNodeAdapter({
+    routes: (router) =>
+      router.service(QueueService, {
+        async enqueue(request, ctx) {
+          stub.received.push({
+            payloads: request.messages.map((m) => decoder.decode(m.payload)),
+            dedupIds: request.messages.map((m) => m.dedupId),
+            messageTraceparents: request.messages.map((m) => m.traceContext?.traceparent ?? ""),
+            traceparent: ctx.requestHeader.get("traceparent"),
+          });
+          const refusal = stub.refuse?.(request);
+          if (refusal) throw refusal;
+          // All or nothing, deduplicated by dedup id, like the broker.
+          const results = request.messages.map((m) => {
+            const known = stub.stored.get(m.dedupId);
+            if (known) return { ...known, duplicate: true };
+            const stored = { id: `id-${decoder.decode(m.payload)}`, key: m.key, offset: offset++ };
+            stub.stored.set(m.dedupId, stored);
+            return { ...stored, duplicate: false };
+          });
+          if (stub.breakAfterStoring) {
+            stub.breakAfterStoring = false;
+            for (const session of sessions) session.destroy();
+            return new Promise<never>(() => {});
+          }
+          return {
+            messages: results.map((r) => ({ id: r.id, shard: 0, offset: r.offset, duplicate: r.duplicate })),
+          };
+        },
+      }),
+  });
+  const server = http2.createServer(handler);
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  stub.address = `127.0.0.1:${(server.address() as AddressInfo).port}`;
+  server.on("session", (session) => {
+    sessions.add(session);
+    session.on("close", () => sessions.delete(session));
+  });
+  stub.close = () =>
+    new Promise<void>((resolve) => {
+      server.close(() => resolve());
+      for (const session of sessions) session.destroy();
+    });
+  stubs.push(stub);
+  return stub;
+}
+
+const manager = new AsyncLocalStorageContextManager();
+beforeAll(() => {
+  context.setGlobalContextManager(manager.enable());
+});
+afterAll(() => {
+  context.disable();
+});
+afterEach(async () => {
+  await Promise.all(stubs.splice(0).map((s) => s.close()));
+});
+
+function producerFor(stub: Stub, options: Partial<ProducerOptions> = {}): Producer {
+  return new Producer({
+    brokers: [stub.address],
+    backoffInitialMs: 1,
+    backoffMaxMs: 2,
+    retryTimeoutMs: 10_000,
+    ...options,
+  });
+}
+
+const range = (n: number) => Array.from({ length: n }, (_, i) => i);
+
+describe("Producer.enqueue batching", () => {
+  it("sends 64 concurrent enqueues as one request and gives every caller its own result", async () => {
+    const stub = await startStub();
+    const producer = producerFor(stub);
+    const results = await Promise.all(range(64).map((i) => producer.enqueue("q", `m${i}`)));
+
+    expect(stub.received.length).toBe(1);
+    expect(stub.received[0]?.payloads).toEqual(range(64).map((i) => `m${i}`));
+    expect(results.map((r) => r.id)).toEqual(range(64).map((i) => `id-m${i}`));
+    expect(results.map((r) => r.offset)).toEqual(range(64).map((i) => BigInt(i)));
+    // Every message carries its own default dedup id.
+    expect(new Set(stub.received[0]?.dedupIds).size).toBe(64);
+    expect(stub.received[0]?.dedupIds.every((d) => d !== "")).toBe(true);
+  });
+
+  it("keeps 64 callers that await in a loop in few requests, each caller's messages in its order", async () => {
+    const stub = await startStub();
+    const producer = producerFor(stub);
+    const perCaller = 10;
+    const offsets = await Promise.all(
+      range(64).map(async (caller) => {
+        const seen: bigint[] = [];
+        for (let j = 0; j < perCaller; j++) {
+          const r = await producer.enqueue("q", `c${caller}-${j}`, { key: `k${caller}` });
+          expect(r.id).toBe(`id-c${caller}-${j}`);
+          seen.push(r.offset);
+        }
+        return seen;
+      }),
+    );
+    for (const seen of offsets) expect([...seen].sort((a, b) => (a < b ? -1 : 1))).toEqual(seen);
+    expect(stub.stored.size).toBe(64 * perCaller);
+    // Answered callers enqueue again in the turn their answers arrive: ~one request per round.
+    expect(stub.received.length).toBeLessThanOrEqual(perCaller * 2);
+  });
+
+  it("puts calls made in one turn into the request in call order", async () => {
+    const stub = await startStub();
+    const producer = producerFor(stub);
+    const pending = range(5).map((i) => producer.enqueue("q", `o${i}`, { key: "same" }));
+    const results = await Promise.all(pending);
+    expect(stub.received.map((r) => r.payloads)).toEqual([range(5).map((i) => `o${i}`)]);
+    expect(results.map((r) => r.offset)).toEqual(range(5).map((i) => BigInt(i)));
+  });
+
+  it("fails only the caller of a bad message in a merged request; the others are stored", async () => {
+    const stub = await startStub();
+    stub.refuse = (request) =>
+      request.messages.some((m) => decoder.decode(m.payload) === "bad")
+        ? new ConnectError("messages[3].priority is out of range", Code.InvalidArgument)
+        : undefined;
+    const producer = producerFor(stub);
+    const settled = await Promise.allSettled(
+      range(8).map((i) => producer.enqueue("q", i === 3 ? "bad" : `g${i}`)),
+    );
+
+    settled.forEach((s, i) => {
+      if (i === 3) {
+        expect(s.status).toBe("rejected");
+        expect((s as PromiseRejectedResult).reason).toBeInstanceOf(InvalidArgumentError);
+      } else {
+        expect(s.status).toBe("fulfilled");
+        expect((s as PromiseFulfilledResult<{ id: string }>).value.id).toBe(`id-g${i}`);
+      }
+    });
+    expect(stub.stored.size).toBe(7);
+    // The merged request, then one per message with the dedup ids it had.
+    expect(stub.received[0]?.payloads.length).toBe(8);
+    expect(stub.received.slice(1).map((r) => r.payloads.length)).toEqual(range(8).map(() => 1));
+    expect(
+      stub.received
+        .slice(1)
+        .flatMap((r) => r.dedupIds)
+        .sort(),
+    ).toEqual([...(stub.received[0]?.dedupIds ?? [])].sort());
+  });
+
+  it("gives every caller of a request the error that is about the request as a whole", async () => {
+    const stub = await startStub();
+    stub.refuse = () => new ConnectError("broker is draining", Code.Unavailable);
+    const producer = producerFor(stub, { maxAttempts: 2 });
+    const settled = await Promise.allSettled(range(8).map((i) => producer.enqueue("q", `u${i}`)));
+    for (const s of settled) {
+      expect(s.status).toBe("rejected");
+      expect((s as PromiseRejectedResult).reason).toBeInstanceOf(UnavailableError);
+    }
+    // Two attempts of the merged request, no resend per message.
+    expect(stub.received.map((r) => r.payloads.length)).toEqual([8, 8]);
+  });
+
+  it("resends a merged request after a broken connection without storing anything twice", async () => {
+    const stub = await startStub();
+    stub.breakAfterStoring = true;
+    const producer = producerFor(stub);
+    const results = await Promise.all(range(16).map((i) => producer.enqueue("q", `t${i}`)));
+
+    expect(results.map((r) => r.id)).toEqual(range(16).map((i) => `id-t${i}`));
+    expect(stub.stored.size).toBe(16);
+    expect(stub.received.length).toBe(2);
+    // The resend carried the same dedup ids, so the broker answered with what it had stored.
+    expect(stub.received[1]?.dedupIds).toEqual(stub.received[0]?.dedupIds);
+    expect(results.every((r) => r.duplicate)).toBe(true);
+  });
+
+  it("sends calls alone with batching off, with a signal, or without a dedup id", async () => {
+    const stub = await startStub();
+    await Promise.all(range(4).map((i) => producerFor(stub, { batching: false }).enqueue("q", `off${i}`)));
+    expect(stub.received.length).toBe(4);
+
+    stub.received.length = 0;
+    const producer = producerFor(stub);
+    const signal = new AbortController().signal;
+    await Promise.all(range(4).map((i) => producer.enqueue("q", `s${i}`, { signal })));
+    expect(stub.received.map((r) => r.payloads.length)).toEqual([1, 1, 1, 1]);
+
+    stub.received.length = 0;
+    const noDedup = producerFor(stub, { defaultDedupIds: false });
+    await Promise.all(range(4).map((i) => noDedup.enqueue("q", `n${i}`)));
+    expect(stub.received.map((r) => r.payloads.length)).toEqual([1, 1, 1, 1]);
+  });
+
+  it("merges calls per queue and timeout, and keeps a request within maxMessages", async () => {
+    const stub = await startStub();
+    const producer = producerFor(stub, { batching: { maxMessages: 3 } });
+    await Promise.all([
+      ...range(5).map((i) => producer.enqueue("q", `a${i}`)),
+      producer.enqueue("q", "t1", { timeoutMs: 5_000 }),
+      producer.enqueue("other", "x"),
+    ]);
+    expect(stub.received.map((r) => r.payloads).sort()).toEqual(
+      [["a0", "a1", "a2"], ["a3", "a4"], ["t1"], ["x"]].sort(),
+    );
+  });
+
+  it("keeps each caller's trace context: shared as the call's, or per message when callers differ", async () => {
+    const stub = await startStub();
+    const producer = producerFor(stub);
+    const spanOf = (n: number) =>
+      trace.wrapSpanContext({
+        traceId: `4bf92f3577b34da6a3ce929d0e0e47${String(n).padStart(2, "0")}`,
+        spanId: "00f067aa0ba902b7",
+        traceFlags: 1,
+      });
+    const parent = (n: number) =>
+      `00-4bf92f3577b34da6a3ce929d0e0e47${String(n).padStart(2, "0")}-00f067aa0ba902b7-01`;
+
+    // One span around all callers: the call carries it, as a single enqueue would.
+    await context.with(trace.setSpan(ROOT_CONTEXT, spanOf(1)), () =>
+      Promise.all(range(3).map((i) => producer.enqueue("q", `same${i}`))),
+    );
+    expect(stub.received[0]?.traceparent).toBe(parent(1));
+    expect(stub.received[0]?.messageTraceparents).toEqual(["", "", ""]);
+
+    // Callers in different spans (and one in none): each message carries its own, the call none.
+    stub.received.length = 0;
+    await Promise.all([
+      context.with(trace.setSpan(ROOT_CONTEXT, spanOf(2)), () => producer.enqueue("q", "d2")),
+      producer.enqueue("q", "none"),
+      context.with(trace.setSpan(ROOT_CONTEXT, spanOf(3)), () => producer.enqueue("q", "d3")),
+    ]);
+    expect(stub.received.length).toBe(1);
+    expect(stub.received[0]?.traceparent).toBeNull();
+    expect(stub.received[0]?.messageTraceparents).toEqual([parent(2), "", parent(3)]);
+  });
+});
