@@ -73,17 +73,20 @@ const { values } = parseArgs({
     latency: { type: "string", default: "0,100" },
     seconds: { type: "string", default: "5" },
     "dead-letters": { type: "string", default: "100000" },
+    "dedup-ids": { type: "string", default: "on" },
     help: { type: "boolean", short: "h", default: false },
   },
 });
 if (values.help) {
   console.log(`usage: npm run bench:backlog -- [--json] [--sizes 1000,10000,100000,1000000] [--latency 0,100]
-                                 [--seconds 5] [--dead-letters 100000]
+                                 [--seconds 5] [--dead-letters 100000] [--dedup-ids on|off]
 For each backlog size and PUT latency (ms): a fresh casq serve on the file store, the backlog loaded
 through the TypeScript SDK, then enqueue jobs/s from 64 callers and claim+ack jobs/s from one SDK Worker
 at concurrency 50, --seconds each; per phase the broker's commit ms p50/p99, bytes per commit, PUTs and
 GETs per 1,000 jobs (from its metrics), its RSS now/peak and the head's bytes.
 --dead-letters N: the head-size case, N jobs with dedup ids all dead-lettered (0: skip it).
+--dedup-ids off: the producers give jobs no dedup id (the SDK's default is one per job; each live id
+costs the broker memory for the queue's dedup window).
 A table on stdout (--json: one JSON object); progress on stderr.`);
   process.exit(0);
 }
@@ -96,6 +99,7 @@ for (const [flag, ok] of [
   ["--latency", latencies.every((n) => Number.isFinite(n) && n >= 0)],
   ["--seconds", Number.isFinite(seconds) && seconds > 0],
   ["--dead-letters", Number.isInteger(deadLetters) && deadLetters >= 0],
+  ["--dedup-ids", values["dedup-ids"] === "on" || values["dedup-ids"] === "off"],
 ] as const) {
   if (!ok) {
     console.error(`bench:backlog: bad ${flag} (see --help)`);
@@ -233,7 +237,7 @@ async function runCase(backlog: number, latencyMs: number): Promise<Case> {
   try {
     const brokers = [casq.brokerAddress];
     await new Admin({ brokers }).createQueue(QUEUE, { shardCount: 1 });
-    const producer = new Producer({ brokers });
+    const producer = new Producer({ brokers, defaultDedupIds: values["dedup-ids"] === "on" });
 
     const loadStarted = performance.now();
     await load(producer, backlog, what);
@@ -402,6 +406,7 @@ if (values.json) {
         payload_bytes: payload.byteLength,
         enqueue_callers: CALLERS,
         worker_concurrency: CONCURRENCY,
+        dedup_ids: values["dedup-ids"] === "on",
         cases,
         ...(heads ? { heads } : {}),
       },
