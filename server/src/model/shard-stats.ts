@@ -54,6 +54,10 @@ export interface ShardStats {
   readonly nextOffset: number;
   /** Messages still in the document. */
   readonly messages: number;
+  /** Of them, sealed messages the leader holds in memory (as meta; see `cold-segments.ts`). */
+  readonly sealedInMemory: number;
+  /** Of them, messages of cold segments (not in memory until claims reach them). */
+  readonly coldMessages: number;
   /** Sums over subscriptions. */
   readonly ready: number;
   readonly delayed: number;
@@ -130,6 +134,8 @@ export function computeStats(state: ShardState, now: number): ShardStats {
     shard: state.shard,
     nextOffset: state.nextOffset,
     messages: state.messages.size + state.coldMessages,
+    sealedInMemory: state.messages.size - state.tail.size,
+    coldMessages: state.coldMessages,
     ready,
     delayed,
     inFlight,

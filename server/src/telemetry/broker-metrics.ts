@@ -251,6 +251,21 @@ export function createBrokerRefresher(
       if (epoch !== undefined) metrics.shardEpoch.set(labels, epoch);
     }
 
+    // Memory of the shards this broker leads, per queue.
+    metrics.sealedInMemory.reset();
+    metrics.coldMessages.reset();
+    const memory = new Map<string, { sealed: number; cold: number }>();
+    for (const stats of lastStats.values()) {
+      const m = memory.get(stats.queue) ?? { sealed: 0, cold: 0 };
+      m.sealed += stats.sealedInMemory;
+      m.cold += stats.coldMessages;
+      memory.set(stats.queue, m);
+    }
+    for (const [queue, m] of memory) {
+      metrics.sealedInMemory.set({ queue }, m.sealed);
+      metrics.coldMessages.set({ queue }, m.cold);
+    }
+
     // Per-subscription state, summed over the shards this broker leads.
     const totals = new Map<string, { queue: string; subscription: string; t: SubscriptionTotals }>();
     for (const stats of lastStats.values()) {

@@ -81,6 +81,8 @@ export class CasqMetrics {
   readonly documentBytes: Gauge<"queue" | "shard">;
   /** Bytes of sealed messages' bodies held in the broker's page cache (sampled at scrape time). */
   readonly segmentCacheBytes: Gauge;
+  readonly sealedInMemory: Gauge<"queue">;
+  readonly coldMessages: Gauge<"queue">;
   /** Segments dropped from the page cache to stay within its budget. */
   readonly segmentCacheEvictions: Counter;
 
@@ -218,6 +220,18 @@ export class CasqMetrics {
     this.segmentCacheBytes = new Gauge({
       name: `${p}segment_cache_bytes`,
       help: "Bytes of sealed messages' bodies in the broker's page cache, all shards (budget: --segment-cache-mib)",
+      registers,
+    });
+    this.sealedInMemory = new Gauge({
+      name: `${p}sealed_messages_in_memory`,
+      help: "Sealed messages the shards this broker leads hold in memory (budget per shard: --warm-sealed-messages)",
+      labelNames: ["queue"],
+      registers,
+    });
+    this.coldMessages = new Gauge({
+      name: `${p}cold_messages`,
+      help: "Messages of cold segments (only their index entry in memory, read back when claims reach them) in the shards this broker leads",
+      labelNames: ["queue"],
       registers,
     });
     this.segmentCacheEvictions = new Counter({

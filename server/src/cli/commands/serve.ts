@@ -40,6 +40,7 @@ interface ServeOptions {
   shutdownTimeout: number;
   leaderLease: number;
   segmentCacheMib: number;
+  warmSealedMessages: number;
   headerTimeout: number;
   requestTimeout: number;
   idleTimeout: number;
@@ -63,6 +64,16 @@ function segmentCacheMib(value: string): number {
       `--segment-cache-mib must be a whole number from 1 to 1048576 (got ${value}).`,
     );
   return mib;
+}
+
+/** Parses `--warm-sealed-messages`: a whole number from 0 to 100,000,000. */
+function warmSealedMessages(value: string): number {
+  const n = Number(value);
+  if (!/^[0-9]+$/.test(value) || n > 100_000_000)
+    throw new InvalidArgumentError(
+      `--warm-sealed-messages must be a whole number from 0 to 100000000 (got ${value}).`,
+    );
+  return n;
 }
 
 /** Registers `casq serve`. */
@@ -143,6 +154,15 @@ export function registerServe(program: Command): void {
         .env("CASQ_SEGMENT_CACHE_MIB")
         .default(64)
         .argParser(segmentCacheMib),
+    )
+    .addOption(
+      new Option(
+        "--warm-sealed-messages <n>",
+        "sealed messages each shard keeps in memory; beyond them, segments nothing has touched yet stay in the store until claims reach them",
+      )
+        .env("CASQ_WARM_SEALED_MESSAGES")
+        .default(20_000, "20000")
+        .argParser(warmSealedMessages),
     )
     .addOption(
       new Option(
@@ -306,7 +326,7 @@ async function serve(options: ServeOptions): Promise<void> {
         }),
       ...(options.authTokens !== undefined && { authTokensFile: options.authTokens }),
       autoCreateQueues: options.autoCreateQueues,
-      commit: { leaseMs: options.leaderLease },
+      commit: { leaseMs: options.leaderLease, warmSealedMessages: options.warmSealedMessages },
       segmentCacheBytes: options.segmentCacheMib * 1024 * 1024,
       connectionTimeouts: {
         headersMs: options.headerTimeout,
