@@ -4,8 +4,16 @@
  */
 
 import { Broker, type BrokerParams, NO_MANIFESTS } from "../src/broker/broker.ts";
+import { ShardLeader, type ShardLeaderParams } from "../src/broker/shard-leader.ts";
 import { MemoryStore } from "../src/store/memory-store.ts";
-import type { CallOptions, ObjectStore, PutCondition, PutResult } from "../src/store/object-store.ts";
+import type {
+  CallOptions,
+  ObjectStore,
+  PutCondition,
+  PutResult,
+  StoredObject,
+} from "../src/store/object-store.ts";
+import { StoreError } from "../src/store/store-errors.ts";
 import type { Clock } from "../src/util/clock.ts";
 import { systemClock } from "../src/util/clock.ts";
 import { seededRandom } from "../src/util/random.ts";
@@ -57,6 +65,61 @@ export class GatedStore implements ObjectStore {
   close() {
     return this.inner.close();
   }
+}
+
+/**
+ * A memory store that counts GETs of keys under `prefix` (e.g. a shard's
+ * `seg/`), and can fail them, or fail the next `failPuts` PUTs of `failKey`,
+ * with `unavailable` (an outage).
+ */
+export class CountingStore extends MemoryStore {
+  gets = 0;
+  failGets = false;
+  failPuts = 0;
+
+  constructor(
+    readonly prefix: string,
+    readonly failKey = "",
+  ) {
+    super();
+  }
+
+  override async get(key: string, options?: CallOptions): Promise<StoredObject | undefined> {
+    if (key.startsWith(this.prefix)) {
+      this.gets += 1;
+      if (this.failGets) throw new StoreError("unavailable", "injected 503", { key });
+    }
+    return super.get(key, options);
+  }
+
+  override async put(
+    key: string,
+    body: Uint8Array,
+    condition: PutCondition,
+    options?: CallOptions,
+  ): Promise<PutResult> {
+    if (key === this.failKey && this.failPuts > 0) {
+      this.failPuts -= 1;
+      throw new StoreError("unavailable", "injected 503", { key });
+    }
+    return super.put(key, body, condition, options);
+  }
+}
+
+/** A leader of shard 0 of queue `jobs` with a fixed identity on `store` (`params` adds or overrides). */
+export function makeShardLeader(
+  store: ObjectStore,
+  name: string,
+  params: Partial<ShardLeaderParams> & Pick<ShardLeaderParams, "clock">,
+): ShardLeader {
+  return new ShardLeader({
+    store,
+    queue: "jobs",
+    shard: 0,
+    identity: { id: `broker-${name}`, address: `${name}:50051` },
+    random: seededRandom(name.length),
+    ...params,
+  });
 }
 
 /** A broker with a fixed identity on `store`. */

@@ -1,28 +1,17 @@
 import { describe, expect, it } from "vitest";
+import { CountingStore, makeShardLeader } from "../../testing/broker-test-support.ts";
 import { ManualClock } from "../../testing/manual-clock.ts";
 import { isCasqError } from "../errors.ts";
 import type { ClaimedMessage } from "../model/operations.ts";
 import { MemoryStore } from "../store/memory-store.ts";
-import type { CallOptions, PutCondition, StoredObject } from "../store/object-store.ts";
-import { StoreError } from "../store/store-errors.ts";
-import { seededRandom } from "../util/random.ts";
 import { expectKind } from "./broker.ts";
 import { SegmentBodyCache } from "./segment-body-cache.ts";
-import { ShardLeader } from "./shard-leader.ts";
+import type { ShardLeader, ShardLeaderParams } from "./shard-leader.ts";
 
 const SEG = "queues/jobs/0/seg/";
 const HEAD = "queues/jobs/0.json";
 const text = new TextDecoder();
 const body = (i: number) => new TextEncoder().encode(`job-${i}-${"x".repeat(300)}`);
-
-/** A memory store that counts GETs of segment objects. */
-class CountingStore extends MemoryStore {
-  segmentGets = 0;
-  override async get(key: string, options?: CallOptions): Promise<StoredObject | undefined> {
-    if (key.startsWith(SEG)) this.segmentGets += 1;
-    return super.get(key, options);
-  }
-}
 
 /** A leader with a 4 KiB tail (segments of ~7 messages), at most 20 sealed messages in memory, and a tiny page cache. */
 function leader(
@@ -30,17 +19,14 @@ function leader(
   name: string,
   clock: ManualClock,
   options: { tailBytes: number; warmSealedMessages: number } = { tailBytes: 4096, warmSealedMessages: 20 },
+  extra: Partial<ShardLeaderParams> = {},
 ) {
-  return new ShardLeader({
-    store,
-    queue: "jobs",
-    shard: 0,
-    identity: { id: `broker-${name}`, address: `${name}:50051` },
+  return makeShardLeader(store, name, {
     clock,
-    random: seededRandom(name.length),
     options,
     bodyCache: new SegmentBodyCache(2048),
     initialConfig: { leaseTtlMs: 30_000, maxAttempts: 1 },
+    ...extra,
   });
 }
 
@@ -78,7 +64,7 @@ const inOrder = (n: number) => Array.from({ length: n }, (_, i) => `m${i}`);
 
 describe("cold segments: a backlog beyond the warm budget is not held in memory", () => {
   it("keeps only the budget of sealed messages in memory, and still serves every message in order", async () => {
-    const store = new CountingStore();
+    const store = new CountingStore(SEG, HEAD);
     const clock = new ManualClock();
     const a = leader(store, "a", clock);
     await enqueue(a, 300);
@@ -96,17 +82,17 @@ describe("cold segments: a backlog beyond the warm budget is not held in memory"
   });
 
   it("a new leader reads only the segments its claims reach, and serves every message in order", async () => {
-    const store = new CountingStore();
+    const store = new CountingStore(SEG, HEAD);
     const clock = new ManualClock();
     const a = leader(store, "a", clock);
     await enqueue(a, 300);
     await a.stop({ release: true });
     const segments = JSON.parse(text.decode((await store.get(HEAD))?.body)).segments.length as number;
-    store.segmentGets = 0;
+    store.gets = 0;
     const b = leader(store, "b", clock);
     const first = await claim(b, 5);
     expect(first.map((m) => m.id)).toEqual(inOrder(5));
-    expect(store.segmentGets).toBeLessThan(segments / 2);
+    expect(store.gets).toBeLessThan(segments / 2);
     await b.submit({ kind: "ack", subscription: "default", receipts: first.map((m) => m.receipt) });
     expect(await drain(b, 40)).toEqual(inOrder(300).slice(5));
   });
@@ -178,33 +164,10 @@ describe("cold segments: a backlog beyond the warm budget is not held in memory"
   });
 
   it("a head write that fails while segments are cold loses nothing: the head never references a deleted segment", async () => {
-    class FailingStore extends MemoryStore {
-      failHeadPuts = 0;
-      failSegmentGets = false;
-      override async put(key: string, bytes: Uint8Array, condition: PutCondition, options?: CallOptions) {
-        if (key === HEAD && this.failHeadPuts > 0) {
-          this.failHeadPuts -= 1;
-          throw new StoreError("unavailable", "injected 503", { key });
-        }
-        return super.put(key, bytes, condition, options);
-      }
-      override async get(key: string, options?: CallOptions): Promise<StoredObject | undefined> {
-        if (this.failSegmentGets && key.startsWith(SEG))
-          throw new StoreError("unavailable", "injected 503", { key });
-        return super.get(key, options);
-      }
-    }
-    const store = new FailingStore();
+    const store = new CountingStore(SEG, HEAD);
     const clock = new ManualClock();
     const options = { tailBytes: 4096, warmSealedMessages: 0 };
-    const a = new ShardLeader({
-      store,
-      queue: "jobs",
-      shard: 0,
-      identity: { id: "broker-a", address: "a:50051" },
-      clock,
-      random: seededRandom(1),
-      options,
+    const a = leader(store, "a", clock, options, {
       bodyCache: new SegmentBodyCache(1),
       initialConfig: { leaseTtlMs: 30_000, maxAttempts: 1, retentionMs: 0 },
     });
@@ -223,12 +186,12 @@ describe("cold segments: a backlog beyond the warm budget is not held in memory"
       deadLetter: true,
     });
     await a.submit({ kind: "redrive", subscription: "default" }); // m3 back in the tail, inside a segment's range
-    store.failSegmentGets = true;
-    store.failHeadPuts = 1;
+    store.failGets = true;
+    store.failPuts = 1;
     const more = Array.from({ length: 20 }, (_, i) => ({ id: `n${i}`, payload: body(100 + i) }));
     const failed = await a.submit({ kind: "enqueue", messages: more }).catch((e: unknown) => e);
     expect(isCasqError(failed, "unavailable"), String(failed)).toBe(true);
-    store.failSegmentGets = false;
+    store.failGets = false;
     await a.submit({ kind: "enqueue", messages: [{ id: "m999", payload: body(999) }] });
     const head = JSON.parse(text.decode((await store.get(HEAD))?.body));
     const listed = new Set((await store.list(SEG)).map((o) => o.key.slice(SEG.length)));
@@ -242,24 +205,14 @@ describe("cold segments: a backlog beyond the warm budget is not held in memory"
   });
 
   it("when the state cannot be rebuilt from the cached segments after a failed write, it is reloaded from the store", async () => {
-    class FailingStore extends MemoryStore {
-      failHeadPuts = 0;
-      override async put(key: string, bytes: Uint8Array, condition: PutCondition, options?: CallOptions) {
-        if (key === HEAD && this.failHeadPuts > 0) {
-          this.failHeadPuts -= 1;
-          throw new StoreError("unavailable", "injected 503", { key });
-        }
-        return super.put(key, bytes, condition, options);
-      }
-    }
-    const store = new FailingStore();
+    const store = new CountingStore(SEG, HEAD);
     const clock = new ManualClock();
     const a = leader(store, "a", clock, { tailBytes: 4096, warmSealedMessages: 1000 });
     await enqueue(a, 40);
     const first = await claim(a, 1); // its segment is touched: a rebuild needs it
     // The broker's cache of segment contents is lost (as after a reload that failed half-way).
     (a as unknown as { head: { segments: Map<string, unknown> } }).head.segments.clear();
-    store.failHeadPuts = 1;
+    store.failPuts = 1;
     const failed = await a
       .submit({
         kind: "enqueue",

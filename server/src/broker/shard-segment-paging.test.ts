@@ -1,28 +1,18 @@
 import { describe, expect, it } from "vitest";
+import { CountingStore, makeShardLeader } from "../../testing/broker-test-support.ts";
 import { ManualClock } from "../../testing/manual-clock.ts";
 import { isCasqError } from "../errors.ts";
 import type { ClaimedMessage } from "../model/operations.ts";
 import { listDeadLetters } from "../model/shard-inspect.ts";
 import { hasBody } from "../model/shard-records.ts";
 import { MemoryStore } from "../store/memory-store.ts";
-import type { CallOptions, StoredObject } from "../store/object-store.ts";
-import { seededRandom } from "../util/random.ts";
 import { expectKind } from "./broker.ts";
 import { SegmentBodyCache } from "./segment-body-cache.ts";
-import { ShardLeader } from "./shard-leader.ts";
+import type { ShardLeader } from "./shard-leader.ts";
 
 const SEG = "queues/jobs/0/seg/";
 const text = new TextDecoder();
 const body = (i: number) => new TextEncoder().encode(`job-${i}-${"x".repeat(300)}`);
-
-/** A memory store that counts GETs of segment objects. */
-class CountingStore extends MemoryStore {
-  segmentGets = 0;
-  override async get(key: string, options?: CallOptions): Promise<StoredObject | undefined> {
-    if (key.startsWith(SEG)) this.segmentGets += 1;
-    return super.get(key, options);
-  }
-}
 
 /** A leader with a 4 KiB tail and a page cache of `cache` bytes (a few segments at most), or the cache given. */
 function leader(
@@ -31,13 +21,8 @@ function leader(
   clock: ManualClock,
   cache: number | SegmentBodyCache = 8192,
 ) {
-  return new ShardLeader({
-    store,
-    queue: "jobs",
-    shard: 0,
-    identity: { id: `broker-${name}`, address: `${name}:50051` },
+  return makeShardLeader(store, name, {
     clock,
-    random: seededRandom(name.length),
     options: { tailBytes: 4096 },
     bodyCache: typeof cache === "number" ? new SegmentBodyCache(cache) : cache,
     initialConfig: { leaseTtlMs: 30_000, maxAttempts: 1 },
@@ -74,7 +59,7 @@ function expectWhole(messages: readonly ClaimedMessage[]) {
 
 describe("paging sealed message bodies through a bounded cache", () => {
   it("keeps sealed messages as meta only and reads their bodies from segments for claims, within the budget", async () => {
-    const store = new CountingStore();
+    const store = new CountingStore(SEG);
     const clock = new ManualClock();
     const cache = new SegmentBodyCache(8 * 1024);
     const a = leader(store, "a", clock, cache);
@@ -99,7 +84,7 @@ describe("paging sealed message bodies through a bounded cache", () => {
       expect(cache.stats().bytes).toBeLessThanOrEqual(8 * 1024 + 4096 * 2);
     }
     expect(ids).toEqual(Array.from({ length: 400 }, (_, i) => `m${i}`));
-    expect(store.segmentGets).toBeGreaterThan(sealed.segments / 2); // paged in (a few stayed cached when sealed)
+    expect(store.gets).toBeGreaterThan(sealed.segments / 2); // paged in (a few stayed cached when sealed)
     expect(cache.stats().evictions).toBeGreaterThan(0);
   });
 
