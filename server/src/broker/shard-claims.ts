@@ -19,6 +19,10 @@
  * ({@link ShardClaimer.stand}): it is applied in the commit that makes
  * something runnable, so the job leaves with that commit, not the next.
  *
+ * A pass with the consumer's credit (a Work stream's) claims on each shard
+ * what the credit holds when that shard's claim is applied (see
+ * ShardLeader.submit), not what it held when the pass began.
+ *
  * Deliveries whose lease ran out before the pass returned (a slow store, an
  * ambiguous write resolved late, a slow shard later in the walk) are
  * dropped: the worker could no longer hold them, and the message may even
@@ -34,7 +38,7 @@ import type { ShardState } from "../model/shard-state.ts";
 import { hasRunnable } from "../model/shard-stats.ts";
 import type { Clock } from "../util/clock.ts";
 import { expectKind } from "./operation-effects.ts";
-import type { ShardLeader, StandingClaim } from "./shard-leader.ts";
+import type { ClaimCredit, ShardLeader, StandingClaim } from "./shard-leader.ts";
 
 /** Why a wait's timer is cut short (nobody reads it; one object, as `abort()` alone builds a DOMException each time). */
 const TIMER_STOPPED = new CasqError("cancelled", "timer stopped");
@@ -55,11 +59,18 @@ export interface ClaimParams {
   readonly queue: string;
   readonly subscription: string;
   readonly workerId: string;
-  /** Most messages, at least 1. */
+  /** Most messages, at least 1 (with `credit`: what it held when the pass started). */
   readonly max: number;
   /** Lease TTL; undefined means the queue's. */
   readonly leaseTtlMs: number | undefined;
   readonly signal?: AbortSignal;
+  /**
+   * The consumer's credit (a Work stream's): each shard's claim claims what
+   * it holds when that claim is applied and takes it from it then (see
+   * ShardLeader.submit), so credit gained while the pass waits on a write is
+   * used by it. Deliveries dropped for a lease already run out give theirs back.
+   */
+  readonly credit?: ClaimCredit;
 }
 
 /** The result of one pass over the shards. */
@@ -89,7 +100,10 @@ export class ShardClaimer {
     const pass: ClaimPass = { deliveries: [], served: [], redirected: new Map(), failed: new Map() };
     if (shards.length === 0) return pass;
     const start = this.nextStart(params.queue, shards.length);
-    for (let i = 0; i < shards.length && pass.deliveries.length < params.max; i++) {
+    const credit = params.credit;
+    const wanted = () =>
+      credit === undefined ? params.max - pass.deliveries.length : Math.floor(credit.available);
+    for (let i = 0; i < shards.length && wanted() > 0; i++) {
       const shard = shards[(start + i) % shards.length] as number;
       try {
         const result = expectKind(
@@ -98,10 +112,13 @@ export class ShardClaimer {
               kind: "claim",
               subscription: params.subscription,
               workerId: params.workerId,
-              max: params.max - pass.deliveries.length,
+              max: wanted(),
               ...(params.leaseTtlMs === undefined ? {} : { leaseTtlMs: params.leaseTtlMs }),
             },
-            params.signal ? { signal: params.signal } : undefined,
+            {
+              ...(params.signal ? { signal: params.signal } : {}),
+              ...(credit ? { credit } : {}),
+            },
           ),
           "claim",
         );
@@ -116,6 +133,7 @@ export class ShardClaimer {
     }
     const now = this.clock.now();
     const live = pass.deliveries.filter((delivery) => delivery.message.leaseDeadline > now);
+    if (credit) credit.available += pass.deliveries.length - live.length;
     pass.deliveries.splice(0, pass.deliveries.length, ...live);
     return pass;
   }

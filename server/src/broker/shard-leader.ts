@@ -177,13 +177,32 @@ interface StandingFill {
   readonly applied: AppliedOperation;
 }
 
+/**
+ * A consumer's credit, shared with the leader: a claim submitted with it
+ * claims what it holds when its batch is applied, not when it was submitted
+ * (see {@link ShardLeader.submit}). Taken synchronously as the claim applies.
+ */
+export interface ClaimCredit {
+  available: number;
+}
+
 type Settle<T> = { resolve(value: T): void; reject(error: unknown): void };
 
 type BatchItem =
-  | ({ kind: "op"; op: Operation; signal?: AbortSignal; trace?: unknown } & Settle<OperationResult>)
+  | ({
+      kind: "op";
+      op: Operation;
+      signal?: AbortSignal;
+      trace?: unknown;
+      credit?: ClaimCredit;
+    } & Settle<OperationResult>)
   | ({ kind: "read"; read(state: ShardState): unknown } & Settle<unknown>);
 
-type Outcome = { ok: true; result: OperationResult } | { ok: false; error: unknown };
+/** An operation's outcome; `op` is the operation as applied (a credited claim's `max` is set then). */
+type Outcome = { ok: true; op: Operation; result: OperationResult } | { ok: false; error: unknown };
+
+/** Credit a claim took in one commit attempt (given back when the attempt does not count). */
+type CreditTaken = { readonly credit: ClaimCredit; readonly n: number };
 
 /** What one attempt at a batch did: the `now` it saw, each operation's outcome, its expiry sweep. */
 type AppliedBatch = {
@@ -269,14 +288,22 @@ export class ShardLeader {
    * {@link CasqError} (`redirect` when another broker leads the shard).
    * An abort before the operation joins a batch cancels it; after that the
    * write proceeds and the result is simply dropped by the caller.
+   *
+   * A claim with `credit` claims up to what the credit holds when its batch
+   * is applied (its `max` is ignored), and takes what it claimed from it
+   * then: credit a consumer gains while the claim waits for the write in
+   * flight rides in the same claim instead of waiting for the next. The
+   * credit is given back when the write fails or the claimed bodies cannot
+   * be read (the claim then fails).
    */
-  submit(op: Operation, options?: { signal?: AbortSignal }): Promise<OperationResult> {
+  submit(op: Operation, options?: { signal?: AbortSignal; credit?: ClaimCredit }): Promise<OperationResult> {
     return new Promise<OperationResult>((resolve, reject) => {
       const refusal = this.admission();
       if (refusal) return reject(refusal);
       if (options?.signal?.aborted) return reject(cancelled());
       const item: BatchItem = { kind: "op", op, resolve, reject };
       if (options?.signal) item.signal = options.signal;
+      if (options?.credit && op.kind === "claim") item.credit = options.credit;
       if (this.tracing) item.trace = this.tracing.capture(); // Telemetry: tracing
       this.pending.push(item);
       this.kick();
@@ -427,19 +454,31 @@ export class ShardLeader {
     // apply a batch again after a lost race: the earlier attempt's fills are
     // given back first).
     let fills: StandingFill[] = [];
+    // Likewise the credit the batch's credited claims took.
+    let taken: CreditTaken[] = [];
+    const giveBack = () => {
+      for (const fill of fills) fill.claim.credit.available += fill.messages.length;
+      for (const t of taken) t.credit.available += t.n;
+    };
     const result = await this.head.commit<AppliedBatch>(
       (working, now) => {
-        for (const fill of fills) fill.claim.credit.available += fill.messages.length;
+        giveBack();
         fills = [];
+        taken = [];
         const expire = applyOperation(working, { kind: "expire" }, now);
         let changed = operationChangesState(expire);
         const outcomes: Outcome[] = [];
         for (const item of batch) {
           if (item.kind !== "op") continue;
           try {
-            const result = applyOperation(working, item.op, now);
+            const op = effectiveOp(item);
+            const result = op === undefined ? NOTHING_CLAIMED : applyOperation(working, op, now);
             if (operationChangesState(result)) changed = true;
-            outcomes.push({ ok: true, result });
+            if (item.credit && result.kind === "claim" && result.messages.length > 0) {
+              item.credit.available -= result.messages.length;
+              taken.push({ credit: item.credit, n: result.messages.length });
+            }
+            outcomes.push({ ok: true, op: op ?? item.op, result });
           } catch (error) {
             outcomes.push({ ok: false, error });
           }
@@ -452,12 +491,14 @@ export class ShardLeader {
     );
     this.head.pager.unpin();
     if (result.kind === "failed") {
-      for (const fill of fills) fill.claim.credit.available += fill.messages.length;
+      giveBack();
       return this.failBatch(batch, result.error);
     }
     const applied = result.value;
     for (const fill of fills) this.standing.delete(fill.claim);
     const unfilled = await this.fillClaimedBodies(applied, fills);
+    // The claims failed instead (their leases run out): nothing was sent for that credit.
+    if (unfilled !== undefined) for (const t of taken) t.credit.available += t.n;
     this.settle(batch, applied.outcomes);
     for (const fill of fills)
       if (unfilled === undefined) fill.claim.deliver(fill.messages);
@@ -482,7 +523,7 @@ export class ShardLeader {
   private async pageInFor(batch: readonly BatchItem[], state: ShardState, now: number): Promise<void> {
     if (state.segments.size === 0) return;
     const ops: Operation[] = [];
-    for (const item of batch) if (item.kind === "op") ops.push(item.op);
+    for (const item of batch) if (item.kind === "op") ops.push(effectiveOp(item) ?? item.op);
     try {
       if (state.coldSegments.length > 0) await this.warmFor(ops, state, now);
       this.warmFailures = 0;
@@ -706,7 +747,7 @@ export class ShardLeader {
       documentBytes: bytes,
       durationMs: this.now() - started,
       appliedAt: applied.now,
-      applied: [...appliedOperations(batch, applied.outcomes), ...standing],
+      applied: [...appliedOperations(applied.outcomes), ...standing],
       ...(applied.expire && { expired: applied.expire }),
     };
   }
@@ -740,14 +781,20 @@ function shuttingDown(queue: string, shard: number): CasqError {
   );
 }
 
-/** The batch's operations that succeeded, each with its result (outcomes are in the order of the batch's operations). */
-function appliedOperations(
-  batch: readonly BatchItem[],
-  outcomes: readonly Outcome[],
-): { op: Operation; result: OperationResult }[] {
-  const ops = batch.flatMap((item) => (item.kind === "op" ? [item.op] : []));
-  return ops.flatMap((op, i) => {
-    const outcome = outcomes[i];
-    return outcome?.ok ? [{ op, result: outcome.result }] : [];
-  });
+/** The batch's operations that succeeded, each as applied with its result. */
+function appliedOperations(outcomes: readonly Outcome[]): { op: Operation; result: OperationResult }[] {
+  return outcomes.flatMap((outcome) => (outcome.ok ? [{ op: outcome.op, result: outcome.result }] : []));
+}
+
+/** What a credited claim answers when its credit is used up by the time it applies. */
+const NOTHING_CLAIMED: OperationResult = { kind: "claim", messages: [], changed: false };
+
+/**
+ * The operation as it applies now: a credited claim claims what its credit
+ * holds (undefined when that is nothing); any other operation as submitted.
+ */
+function effectiveOp(item: Extract<BatchItem, { kind: "op" }>): Operation | undefined {
+  if (item.credit === undefined || item.op.kind !== "claim") return item.op;
+  const max = Math.floor(item.credit.available);
+  return max >= 1 ? { ...item.op, max } : undefined;
 }

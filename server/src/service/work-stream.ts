@@ -13,7 +13,9 @@
  * 2. **Jobs.** A claim loop runs while the worker has credit: it claims up to
  *    `credit` messages from the served shards (one operation of each shard's
  *    group commit, so a job is sent only once its lease is durable), sends
- *    each as a `job` and uses one credit per job. With credit and nothing
+ *    each as a `job` and uses one credit per job. The claim reads the credit
+ *    when its commit is applied and takes what it claimed then, so credit
+ *    granted while it waits for the write in flight rides in it. With credit and nothing
  *    runnable it stands a claim on the served shards, which the commit that
  *    makes something runnable applies (the jobs leave with that commit).
  *    Credit is only ever added by `open` and `credit` messages.
@@ -127,8 +129,9 @@ class WorkSession implements WorkSessionHandle {
   private readonly toldLeaders = new Map<number, string>();
   private readonly lastLeaseCheck = new Map<number, number>();
   /**
-   * Credit not yet used: shared with this stream's standing claims, which
-   * take from it as a commit applies them (see ShardLeader.stand).
+   * Credit not yet used: shared with this stream's claims and standing
+   * claims, which take from it as a commit applies them (see
+   * ShardLeader.submit and ShardLeader.stand).
    */
   private readonly credit: { available: number };
   private pending = 0;
@@ -453,10 +456,12 @@ class WorkSession implements WorkSessionHandle {
           max: this.credits,
           leaseTtlMs: this.leaseTtlOverrideMs,
           signal: this.claimAbort.signal,
+          // Claims what the credit holds when the claim is applied, and takes it then.
+          credit: this.credit,
         },
         all,
       );
-      if (this.sendJobs(pass.deliveries)) this.credits -= pass.deliveries.length;
+      this.sendJobs(pass.deliveries);
       if (!this.claiming) return;
       this.updateRouting(pass);
       if (pass.served.length === 0) {

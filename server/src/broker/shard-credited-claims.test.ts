@@ -1,0 +1,194 @@
+/**
+ * Claims submitted with a consumer's credit (a Work stream's): they claim
+ * what the credit holds when their batch is applied, take it from the credit
+ * then, and give it back when the write does not count.
+ */
+import { describe, expect, it } from "vitest";
+import { flush, GatedStore, makeBroker } from "../../testing/broker-test-support.ts";
+import { FaultInjectingStore } from "../../testing/fault-injecting-store.ts";
+import { ManualClock } from "../../testing/manual-clock.ts";
+import { ShardState } from "../model/shard-state.ts";
+import { MemoryStore } from "../store/memory-store.ts";
+import type { ObjectStore } from "../store/object-store.ts";
+import { seededRandom } from "../util/random.ts";
+import { expectKind } from "./operation-effects.ts";
+import { type ClaimCredit, ShardLeader } from "./shard-leader.ts";
+import { shardForKey } from "./shard-routing.ts";
+
+const payload = (text: string) => new TextEncoder().encode(text);
+
+function leader(store: ObjectStore): ShardLeader {
+  return new ShardLeader({
+    store,
+    queue: "jobs",
+    shard: 0,
+    identity: { id: "broker-a", address: "a:50051" },
+    clock: new ManualClock(),
+    random: seededRandom(1),
+  });
+}
+
+async function enqueue(shard: ShardLeader, n: number): Promise<void> {
+  await shard.submit({
+    kind: "enqueue",
+    messages: Array.from({ length: n }, (_, i) => ({ id: `m${i}`, payload: payload(String(i)) })),
+  });
+}
+
+function claim(shard: ShardLeader, credit: ClaimCredit) {
+  return shard.submit(
+    { kind: "claim", subscription: "default", workerId: "w", max: credit.available },
+    { credit },
+  );
+}
+
+/** Starts a write and waits until the store holds it (later submits wait for the next batch). */
+async function writeInFlight(store: GatedStore, shard: ShardLeader): Promise<{ done: Promise<unknown> }> {
+  store.hold = true;
+  const inFlight = shard.submit({ kind: "enqueue", messages: [{ id: "x", payload: payload("x") }] });
+  for (let i = 0; i < 20 && store.held === 0; i++) await flush();
+  expect(store.held).toBe(1);
+  return { done: inFlight };
+}
+
+/** Lets held writes through until `done` settles. */
+async function releaseUntil<T>(store: GatedStore, done: Promise<T>): Promise<T> {
+  let settled = false;
+  done.then(
+    () => {
+      settled = true;
+    },
+    () => {
+      settled = true;
+    },
+  );
+  store.hold = false;
+  for (let i = 0; i < 100 && !settled; i++) {
+    store.releaseAll();
+    await flush();
+  }
+  return done;
+}
+
+describe("ShardLeader credited claims", () => {
+  it("claims the credit held when the batch is applied, including credit gained while it waited", async () => {
+    const store = new GatedStore();
+    const shard = leader(store);
+    await enqueue(shard, 10);
+    const inFlight = await writeInFlight(store, shard);
+    const credit: ClaimCredit = { available: 2 };
+    const claimed = claim(shard, credit);
+    // The worker grants more while the claim waits for the write in flight.
+    credit.available += 5;
+    const result = expectKind(await releaseUntil(store, claimed), "claim");
+    await inFlight.done;
+    expect(result.messages).toHaveLength(7);
+    expect(credit.available).toBe(0);
+  });
+
+  it("takes only what it claimed when fewer messages are runnable than the credit", async () => {
+    const store = new GatedStore();
+    const shard = leader(store);
+    await enqueue(shard, 3);
+    const credit: ClaimCredit = { available: 8 };
+    const result = expectKind(await claim(shard, credit), "claim");
+    expect(result.messages).toHaveLength(3);
+    expect(credit.available).toBe(5);
+  });
+
+  it("answers an empty claim without a write when the credit is gone by the time it applies", async () => {
+    const store = new GatedStore();
+    const shard = leader(store);
+    await enqueue(shard, 4);
+    const inFlight = await writeInFlight(store, shard);
+    const puts = store.puts;
+    const credit: ClaimCredit = { available: 1 };
+    const claimed = claim(shard, credit);
+    credit.available = 0;
+    const result = expectKind(await releaseUntil(store, claimed), "claim");
+    await inFlight.done;
+    expect(result.messages).toHaveLength(0);
+    expect(credit.available).toBe(0);
+    expect(store.puts).toBe(puts);
+    const again = expectKind(
+      await shard.submit({ kind: "claim", subscription: "default", workerId: "w", max: 10 }),
+      "claim",
+    );
+    expect(again.messages).toHaveLength(5); // the 4 and the one enqueued by the write in flight
+  });
+
+  it("gives the credit back when the write fails", async () => {
+    const faults = new FaultInjectingStore(new MemoryStore(), { random: seededRandom(3) });
+    const shard = leader(faults);
+    await enqueue(shard, 5);
+    faults.addRule({ fault: "unavailable", rate: 1, ops: ["put"], limit: 1 });
+    const credit: ClaimCredit = { available: 3 };
+    await expect(claim(shard, credit)).rejects.toMatchObject({ code: "unavailable" });
+    expect(credit.available).toBe(3);
+    const result = expectKind(await claim(shard, credit), "claim");
+    expect(result.messages).toHaveLength(3);
+    expect(credit.available).toBe(0);
+  });
+
+  it("takes the credit once when a lost race makes the batch apply again", async () => {
+    const memory = new MemoryStore();
+    const shard = leader(memory);
+    await enqueue(shard, 6);
+    // Someone edits the document behind the leader's back, keeping its lease: the next write loses its race.
+    const stored = await memory.get("queues/jobs/0.json");
+    if (!stored) throw new Error("missing");
+    const edited = ShardState.decode(stored.body);
+    edited.writeId = "operator.1";
+    await memory.put("queues/jobs/0.json", edited.encode(), { ifMatch: stored.etag });
+    const credit: ClaimCredit = { available: 4 };
+    const result = expectKind(await claim(shard, credit), "claim");
+    expect(result.messages).toHaveLength(4);
+    expect(credit.available).toBe(0);
+  });
+});
+
+describe("ShardClaimer with a consumer's credit", () => {
+  it("walks the shards while credit is left and claims from each what the credit holds", async () => {
+    const broker = makeBroker(new MemoryStore(), "a", { shardsFor: () => 2 });
+    const keyFor = (shard: number) =>
+      ["k0", "k1", "k2", "k3", "k4", "k5"].find((k) => shardForKey(k, 2) === shard) as string;
+    for (const shard of [0, 1])
+      await broker.enqueue(
+        "jobs",
+        Array.from({ length: 3 }, (_, i) => ({ payload: payload(`${shard}.${i}`), key: keyFor(shard) })),
+      );
+    const credit: ClaimCredit = { available: 4 };
+    const params = { queue: "jobs", subscription: "default", workerId: "w", leaseTtlMs: undefined };
+    const pass = await broker.claims.claimOnce({ ...params, max: 4, credit }, [0, 1]);
+    expect(pass.deliveries).toHaveLength(4);
+    expect(new Set(pass.deliveries.map((d) => d.shard))).toEqual(new Set([0, 1]));
+    expect(credit.available).toBe(0);
+    // No credit left: the pass asks no shard.
+    const none = await broker.claims.claimOnce({ ...params, max: 1, credit }, [0, 1]);
+    expect(none.deliveries).toHaveLength(0);
+    expect(none.served).toHaveLength(0);
+    await broker.stop({ release: false });
+  });
+
+  it("gives back the credit of deliveries whose lease ran out before the answer", async () => {
+    const clock = new ManualClock({ settleTurns: 2 });
+    const store = new GatedStore();
+    const broker = makeBroker(store, "a", { clock, initialConfig: { leaseTtlMs: 1_000 } });
+    await broker.enqueue("jobs", [{ payload: payload("a") }, { payload: payload("b") }]);
+    store.hold = true;
+    const credit: ClaimCredit = { available: 5 };
+    const claiming = broker.claims.claimOnce(
+      { queue: "jobs", subscription: "default", workerId: "w", leaseTtlMs: undefined, max: 5, credit },
+      [0],
+    );
+    for (let i = 0; i < 5 && store.held === 0; i++) await flush();
+    expect(store.held).toBe(1);
+    expect(credit.available).toBe(3); // taken as the claim applied
+    clock.advance(1_500); // the write takes longer than the lease
+    store.hold = false;
+    store.releaseAll();
+    expect((await claiming).deliveries).toEqual([]);
+    expect(credit.available).toBe(5);
+    await broker.stop({ release: false });
+  });
+});

@@ -1,0 +1,112 @@
+/**
+ * The Work stream's claims use the credit the stream holds when the claim is
+ * applied: credit granted while the claim waits for the write in flight rides
+ * in that same claim (one write), not in the next one.
+ */
+import type { MessageInitShape } from "@bufbuild/protobuf";
+import type { WorkRequestSchema, WorkResponse } from "@casq/api/casq/v1/work_pb.ts";
+import { AsyncQueue } from "@casq/sdk/async-queue.ts";
+import { describe, expect, it } from "vitest";
+import { MemoryStore } from "../../server/src/store/memory-store.ts";
+import type {
+  CallOptions,
+  ObjectStore,
+  PutCondition,
+  PutResult,
+} from "../../server/src/store/object-store.ts";
+import { bytes, eventually, grpcClients, useTestServers } from "./support.ts";
+
+const server = useTestServers();
+
+type Request = MessageInitShape<typeof WorkRequestSchema>;
+type Head = { subscriptions: { name: string; deliveries: { lease?: { worker: string } }[] }[] };
+
+/** A memory store that records the heads of one queue it writes and can hold their PUTs. */
+class HeldHeads {
+  readonly memory = new MemoryStore();
+  readonly heads: Head[] = [];
+  hold = false;
+  private waiting: (() => void)[] = [];
+  readonly store: ObjectStore;
+
+  constructor(headKey: string) {
+    const memory = this.memory;
+    this.store = Object.assign(Object.create(memory) as MemoryStore, {
+      put: async (
+        key: string,
+        body: Uint8Array,
+        condition: PutCondition,
+        options?: CallOptions,
+      ): Promise<PutResult> => {
+        if (key === headKey) {
+          if (this.hold) await new Promise<void>((resolve) => this.waiting.push(resolve));
+          this.heads.push(JSON.parse(new TextDecoder().decode(body)) as Head);
+        }
+        return memory.put(key, body, condition, options);
+      },
+    });
+  }
+
+  get held(): number {
+    return this.waiting.length;
+  }
+
+  release(): void {
+    this.hold = false;
+    for (const go of this.waiting.splice(0)) go();
+  }
+}
+
+function leasesOf(head: Head, worker: string): number {
+  const sub = head.subscriptions.find((s) => s.name === "default");
+  return sub?.deliveries.filter((d) => d.lease?.worker === worker).length ?? 0;
+}
+
+describe("Work stream credit", () => {
+  it("claims credit granted while its claim waits for the write in flight in that same claim", async () => {
+    const held = new HeldHeads("queues/credit/0.json");
+    const s = await server({ store: held.store });
+    const clients = grpcClients(s.address);
+    await clients.admin.createQueue({ queue: "credit" });
+    await clients.queue.enqueue({
+      queue: "credit",
+      messages: Array.from({ length: 10 }, (_, i) => ({ payload: bytes(`m${i}`) })),
+    });
+
+    const requests = new AsyncQueue<Request>();
+    const responses: WorkResponse[] = [];
+    const stream = clients.queue.work(requests);
+    const reading = (async () => {
+      for await (const r of stream) responses.push(r);
+    })().catch(() => {});
+    requests.push({
+      requestId: 1n,
+      command: { case: "open", value: { queue: "credit", workerId: "worker-1", credits: 0 } },
+    });
+    await eventually(() => responses.some((r) => r.event.case === "opened"));
+
+    // A write in flight, held by the store.
+    held.hold = true;
+    const enqueueing = clients.queue.enqueue({ queue: "credit", messages: [{ payload: bytes("late") }] });
+    await eventually(() => held.held === 1);
+    const leader = s.broker.leader("credit", 0);
+    // Credit 2: the stream's claim waits behind the write in flight ...
+    requests.push({ command: { case: "credit", value: { credits: 2 } } });
+    await eventually(() => leader.pendingCount === 1);
+    // ... and 3 more arrive meanwhile (an empty heartbeat answered shows they were read).
+    requests.push({ command: { case: "credit", value: { credits: 3 } } });
+    requests.push({ requestId: 7n, command: { case: "heartbeat", value: { receipts: [] } } });
+    await eventually(() => responses.some((r) => r.requestId === 7n));
+    expect(held.held).toBe(1);
+
+    held.release();
+    await enqueueing;
+    await eventually(() => responses.filter((r) => r.event.case === "job").length === 5);
+    // The first head with this worker's leases holds all five: one claim, one write.
+    const firstWithLeases = held.heads.find((head) => leasesOf(head, "worker-1") > 0);
+    expect(firstWithLeases && leasesOf(firstWithLeases, "worker-1")).toBe(5);
+
+    requests.end();
+    await reading;
+  });
+});
