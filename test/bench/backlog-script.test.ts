@@ -39,6 +39,13 @@ describe("bench:backlog", () => {
   test("--help prints the usage", async () => {
     const { stdout } = await run(["--help"]);
     expect(stdout).toContain("usage: npm run bench:backlog");
+    expect(stdout).toContain("--dedup-ids");
+  });
+
+  test("a bad --dedup-ids is a usage error", async () => {
+    const failed = await run(["--dedup-ids", "maybe"]).catch((e: { code?: number; stderr?: string }) => e);
+    expect(failed).toMatchObject({ code: 2 });
+    expect(String((failed as { stderr?: string }).stderr)).toContain("--dedup-ids");
   });
 
   test("the smallest case prints one JSON object of the documented shape", async () => {
@@ -59,6 +66,7 @@ describe("bench:backlog", () => {
       payload_bytes: 1024,
       enqueue_callers: 64,
       worker_concurrency: 50,
+      dedup_ids: true,
       cases: [
         {
           backlog: 200,
