@@ -31,9 +31,9 @@ module.exports = {
     },
     forbid(
       "no-test-code-in-production",
-      "Production code never imports test code: server/testing/ or a *.test.ts file.",
+      "Production code never imports test code: server/testing/, sdk/ts/testing/ or a *.test.ts file.",
       PRODUCTION,
-      { path: ["^server/testing/", TESTS] },
+      { path: ["^server/testing/", "^sdk/ts/testing/", TESTS] },
     ),
     {
       name: "production-reachable-from-cli",

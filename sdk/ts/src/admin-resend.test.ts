@@ -8,12 +8,11 @@
  *
  * The stubs are real gRPC servers (HTTP/2, connectNodeAdapter).
  */
-import http2 from "node:http2";
-import type { AddressInfo } from "node:net";
 import { AdminService } from "@casq/api/casq/v1/admin_service_pb.ts";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { afterAll, describe, expect, it } from "vitest";
+import { serveOnLoopback } from "../testing/loopback-server.ts";
 import { Admin } from "./admin.ts";
 import { AlreadyExistsError } from "./errors.ts";
 
@@ -82,19 +81,9 @@ async function startStub(state: State, hangAfterApply: boolean): Promise<Stub> {
         },
       }),
   });
-  const server = http2.createServer(handler);
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  stub.address = `127.0.0.1:${(server.address() as AddressInfo).port}`;
-  const sessions = new Set<http2.ServerHttp2Session>();
-  server.on("session", (session) => {
-    sessions.add(session);
-    session.on("close", () => sessions.delete(session));
-  });
-  stub.close = () =>
-    new Promise<void>((resolve) => {
-      server.close(() => resolve());
-      for (const session of sessions) session.destroy();
-    });
+  const server = await serveOnLoopback(handler);
+  stub.address = server.address;
+  stub.close = server.close;
   stubs.push(stub);
   return stub;
 }

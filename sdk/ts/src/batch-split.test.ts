@@ -8,8 +8,6 @@
  * The stubs are real gRPC servers (HTTP/2, connectNodeAdapter), so the status
  * details travel in `grpc-status-details-bin` exactly as from `casq serve`.
  */
-import http2 from "node:http2";
-import type { AddressInfo } from "node:net";
 import { create } from "@bufbuild/protobuf";
 import { anyPack } from "@bufbuild/protobuf/wkt";
 import { BatchRedirectSchema, LeaderRedirectSchema, RpcStatusSchema } from "@casq/api/casq/v1/errors_pb.ts";
@@ -19,6 +17,7 @@ import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { context, ROOT_CONTEXT, trace } from "@opentelemetry/api";
 import { AsyncLocalStorageContextManager } from "@opentelemetry/context-async-hooks";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { serveOnLoopback } from "../testing/loopback-server.ts";
 import {
   BatchRedirectError,
   fromRpcStatus,
@@ -107,20 +106,9 @@ async function startStub(): Promise<Stub> {
         },
       }),
   });
-  const server = http2.createServer(handler);
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  stub.address = `127.0.0.1:${(server.address() as AddressInfo).port}`;
-  const sessions = new Set<http2.ServerHttp2Session>();
-  server.on("session", (session) => {
-    sessions.add(session);
-    session.on("close", () => sessions.delete(session));
-  });
-  stub.close = () =>
-    new Promise<void>((resolve) => {
-      server.close(() => resolve());
-      // Sessions of the SDK's transports stay open; close them so close() returns.
-      for (const session of sessions) session.destroy();
-    });
+  const server = await serveOnLoopback(handler);
+  stub.address = server.address;
+  stub.close = server.close;
   stubs.push(stub);
   return stub;
 }

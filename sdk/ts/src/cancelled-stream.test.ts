@@ -8,11 +8,11 @@
  * The broker is a stub (a real HTTP/2 gRPC server, connectNodeAdapter) that
  * resets the first Enqueue with RST_STREAM(CANCEL) and answers the next.
  */
-import http2 from "node:http2";
-import type { AddressInfo } from "node:net";
+import { constants } from "node:http2";
 import { QueueService } from "@casq/api/casq/v1/queue_service_pb.ts";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { afterEach, describe, expect, it } from "vitest";
+import { serveOnLoopback } from "../testing/loopback-server.ts";
 import { Producer } from "./producer.ts";
 
 const cleanups: (() => Promise<void>)[] = [];
@@ -32,25 +32,16 @@ async function stub(resetFirst: number): Promise<{ address: string; calls: () =>
         },
       }),
   });
-  const sessions = new Set<http2.ServerHttp2Session>();
-  const server = http2.createServer((req, res) => {
+  const server = await serveOnLoopback((req, res) => {
     calls += 1;
     if (calls <= resetFirst) {
-      req.stream.close(http2.constants.NGHTTP2_CANCEL);
+      req.stream.close(constants.NGHTTP2_CANCEL);
       return;
     }
     handler(req, res);
   });
-  server.on("session", (s) => sessions.add(s));
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  cleanups.push(
-    () =>
-      new Promise<void>((resolve) => {
-        server.close(() => resolve());
-        for (const s of sessions) s.destroy();
-      }),
-  );
-  return { address: `127.0.0.1:${(server.address() as AddressInfo).port}`, calls: () => calls };
+  cleanups.push(server.close);
+  return { address: server.address, calls: () => calls };
 }
 
 describe("a stream reset with CANCEL", () => {

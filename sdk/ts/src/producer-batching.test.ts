@@ -4,14 +4,13 @@
  * counts the requests, stores messages by dedup id (a resend answers
  * `duplicate`), and can refuse a bad message or break the connection.
  */
-import http2 from "node:http2";
-import type { AddressInfo } from "node:net";
 import { type EnqueueRequest, QueueService } from "@casq/api/casq/v1/queue_service_pb.ts";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { context, ROOT_CONTEXT, trace } from "@opentelemetry/api";
 import { AsyncLocalStorageContextManager } from "@opentelemetry/context-async-hooks";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { type LoopbackServer, serveOnLoopback } from "../testing/loopback-server.ts";
 import { InvalidArgumentError, UnavailableError } from "./errors.ts";
 import { Producer, type ProducerOptions } from "./producer.ts";
 
@@ -48,7 +47,7 @@ const stubs: Stub[] = [];
 
 async function startStub(): Promise<Stub> {
   let offset = 0n;
-  const sessions = new Set<http2.ServerHttp2Session>();
+  let server: LoopbackServer | undefined;
   const stub: Stub = {
     address: "",
     received: [],
@@ -78,7 +77,7 @@ async function startStub(): Promise<Stub> {
           });
           if (stub.breakAfterStoring) {
             stub.breakAfterStoring = false;
-            for (const session of sessions) session.destroy();
+            server?.dropConnections();
             return new Promise<never>(() => {});
           }
           return {
@@ -87,18 +86,9 @@ async function startStub(): Promise<Stub> {
         },
       }),
   });
-  const server = http2.createServer(handler);
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  stub.address = `127.0.0.1:${(server.address() as AddressInfo).port}`;
-  server.on("session", (session) => {
-    sessions.add(session);
-    session.on("close", () => sessions.delete(session));
-  });
-  stub.close = () =>
-    new Promise<void>((resolve) => {
-      server.close(() => resolve());
-      for (const session of sessions) session.destroy();
-    });
+  server = await serveOnLoopback(handler);
+  stub.address = server.address;
+  stub.close = server.close;
   stubs.push(stub);
   return stub;
 }

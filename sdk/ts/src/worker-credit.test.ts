@@ -10,14 +10,13 @@
  * delivers one job per credit and never answers acks, so a credit can only
  * come from the handler's end.
  */
-import http2 from "node:http2";
-import type { AddressInfo } from "node:net";
 import { create } from "@bufbuild/protobuf";
 import { ClaimedMessageSchema, MessageSchema } from "@casq/api/casq/v1/message_pb.ts";
 import { QueueService } from "@casq/api/casq/v1/queue_service_pb.ts";
 import type { WorkRequest } from "@casq/api/casq/v1/work_pb.ts";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { afterEach, describe, expect, it } from "vitest";
+import { serveOnLoopback } from "../testing/loopback-server.ts";
 import { Worker } from "./worker.ts";
 
 interface StubBroker {
@@ -76,21 +75,10 @@ async function startStub(): Promise<StubBroker> {
         },
       }),
   });
-  const server = http2.createServer(handler);
-  server.on("session", (session) => sessions.add(session));
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  return {
-    address: `127.0.0.1:${(server.address() as AddressInfo).port}`,
-    received,
-    close: () =>
-      new Promise<void>((resolve) => {
-        server.close(() => resolve());
-        for (const session of sessions) session.destroy();
-      }),
-  };
+  const server = await serveOnLoopback(handler);
+  return { address: server.address, received, close: server.close };
 }
 
-const sessions = new Set<http2.ServerHttp2Session>();
 const cleanups: (() => Promise<void>)[] = [];
 afterEach(async () => {
   for (const cleanup of cleanups.splice(0).reverse()) await cleanup();

@@ -11,8 +11,6 @@
  *   is acked or released: none is dropped (jobs that arrive after the
  *   worker half-closed its stream go back by the unary Nack).
  */
-import http2 from "node:http2";
-import type { AddressInfo } from "node:net";
 import { create } from "@bufbuild/protobuf";
 import {
   AckOutcome,
@@ -24,6 +22,7 @@ import { QueueService } from "@casq/api/casq/v1/queue_service_pb.ts";
 import type { WorkRequest } from "@casq/api/casq/v1/work_pb.ts";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { afterEach, describe, expect, it } from "vitest";
+import { serveOnLoopback } from "../testing/loopback-server.ts";
 import { Worker } from "./worker.ts";
 
 interface StubBroker {
@@ -51,7 +50,6 @@ async function startStub(): Promise<StubBroker> {
   const releaseSizes: number[] = [];
   let granted = 0;
   let peak = 0;
-  const sessions = new Set<http2.ServerHttp2Session>();
   const job = () => {
     const n = sent.length + 1;
     sent.push(`r-${n}`);
@@ -143,11 +141,9 @@ async function startStub(): Promise<StubBroker> {
         },
       }),
   });
-  const server = http2.createServer(handler);
-  server.on("session", (session) => sessions.add(session));
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const server = await serveOnLoopback(handler);
   return {
-    address: `127.0.0.1:${(server.address() as AddressInfo).port}`,
+    address: server.address,
     sent,
     acked,
     released,
@@ -155,11 +151,7 @@ async function startStub(): Promise<StubBroker> {
     ackSizes,
     releaseSizes,
     peak: () => peak,
-    close: () =>
-      new Promise<void>((resolve) => {
-        server.close(() => resolve());
-        for (const session of sessions) session.destroy();
-      }),
+    close: server.close,
   };
 }
 
