@@ -60,6 +60,13 @@ async function drain(shard: ShardLeader, max: number, subscription = "default"):
   return ids;
 }
 
+/** Segments the stored head references that are not in the store. */
+async function referencedButMissing(store: MemoryStore): Promise<string[]> {
+  const head = JSON.parse(text.decode((await store.get(HEAD))?.body));
+  const listed = new Set((await store.list(SEG)).map((o) => o.key.slice(SEG.length)));
+  return head.segments.map((ref: { name: string }) => ref.name).filter((n: string) => !listed.has(n));
+}
+
 const inOrder = (n: number) => Array.from({ length: n }, (_, i) => `m${i}`);
 
 describe("cold segments: a backlog beyond the warm budget is not held in memory", () => {
@@ -193,11 +200,7 @@ describe("cold segments: a backlog beyond the warm budget is not held in memory"
     expect(isCasqError(failed, "unavailable"), String(failed)).toBe(true);
     store.failGets = false;
     await a.submit({ kind: "enqueue", messages: [{ id: "m999", payload: body(999) }] });
-    const head = JSON.parse(text.decode((await store.get(HEAD))?.body));
-    const listed = new Set((await store.list(SEG)).map((o) => o.key.slice(SEG.length)));
-    expect(
-      head.segments.map((ref: { name: string }) => ref.name).filter((n: string) => !listed.has(n)),
-    ).toEqual([]);
+    expect(await referencedButMissing(store)).toEqual([]);
     await a.stop({ release: true });
     const b = leader(store, "b", clock, options);
     const ids = await drain(b, 50);
@@ -222,11 +225,7 @@ describe("cold segments: a backlog beyond the warm budget is not held in memory"
     expect(isCasqError(failed, "unavailable"), String(failed)).toBe(true);
     await a.submit({ kind: "ack", subscription: "default", receipts: first.map((m) => m.receipt) });
     await a.submit({ kind: "enqueue", messages: [{ id: "m999", payload: body(999) }] });
-    const head = JSON.parse(text.decode((await store.get(HEAD))?.body));
-    const listed = new Set((await store.list(SEG)).map((o) => o.key.slice(SEG.length)));
-    expect(
-      head.segments.map((ref: { name: string }) => ref.name).filter((n: string) => !listed.has(n)),
-    ).toEqual([]);
+    expect(await referencedButMissing(store)).toEqual([]);
     await a.stop({ release: true });
     const ids = await drain(leader(store, "b", clock), 50);
     expect(ids).toEqual([...inOrder(40).slice(1), "m999"]);
