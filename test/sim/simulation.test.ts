@@ -45,6 +45,11 @@ const REGRESSIONS: { seed: number; overrides: SimConfigOverrides }[] = [
   // waited for it for ever while still leading its shards, and the drain never finished. Since
   // producers in SDK seeds are the SDK's this seed runs another world; broker-services.test.ts pins the bug.
   { seed: 800069, overrides: { sdkWorkers: "instead" } },
+  // SDK worker: its primary stream's broker crashed, the reconnect loop moved to the stream
+  // already open at the other broker and stayed there; that stream's routing named the
+  // restarted leader at the same address as before, so no routing event came and no stream
+  // to it was ever opened again: its shard's jobs waited for ever.
+  { seed: 941057, overrides: { sdkWorkers: "instead" } },
 ];
 
 describe("seeded simulation (brokers, workers, faulty store, auditor)", () => {

@@ -230,15 +230,24 @@ export class Streams {
         : new StreamClosedError("casq: work stream broke", { cause: thrown }),
     );
     this.sessions.delete(session);
-    // The primary is the reconnect loop's business.
-    if (session.primary || this.stopping()) return;
-    const error = thrown === undefined ? undefined : toCasqError(thrown);
+    if (this.stopping()) return;
     const retry = this.secondaryRetry.get(session.address) ?? { failures: 0, notBefore: 0 };
     retry.failures++;
     // Back off before this broker is tried again: the routing that sent us
     // there may be stale, and a routing event that corrects it may never come.
     retry.notBefore = this.now() + this.delayMs(retry.failures);
     this.secondaryRetry.set(session.address, retry);
+    if (session.primary) {
+      // The reconnect loop reopens the primary, but it may move on to a
+      // stream already open to another broker and stay there: the shards the
+      // ended stream served are then unserved, and the other streams' routing
+      // still names their leader at the same address (a restarted broker), so
+      // no routing event would ever ask for it again. Look once the backoff
+      // has passed; a stream the loop opened by then is found and kept.
+      this.reconcile();
+      return;
+    }
+    const error = thrown === undefined ? undefined : toCasqError(thrown);
     if (error instanceof RedirectError) {
       // That broker leads none of the queue's shards any more; the one it
       // names leads one. Tried no sooner than this broker, so that two brokers
