@@ -53,7 +53,7 @@ import {
   segmentPrefix,
   sha256Hex,
 } from "../model/segment-codec.ts";
-import { requireBody, sealCandidates, sealSegment } from "../model/segment-mechanics.ts";
+import { requireBody, sealCandidates, sealSegment, sealWrittenSegment } from "../model/segment-mechanics.ts";
 import { parseShardDocument, type SegmentRef, type ShardDocument } from "../model/shard-document-parser.ts";
 import type { SegmentState } from "../model/shard-records.ts";
 import {
@@ -93,9 +93,12 @@ export interface HeadStoreOptions {
   /** Backoff between conflict retries after the immediate ones. */
   readonly conflictBackoff: Backoff;
   /**
-   * The head's tail of newest messages is sealed into a segment once its
-   * messages exceed this many bytes; so are the head's dedup ids, into a
-   * dedup segment, and its dead letters, into dead-letter segments.
+   * Once the head's tail of newest messages holds this many bytes, they are
+   * written into a segment in the background, and the first commit after
+   * that write moves them there (see {@link ShardHeadStore.prepareSegment});
+   * a tail twice this size is sealed in the commit itself. The head's dedup
+   * ids are sealed into a dedup segment, and its dead letters into
+   * dead-letter segments, in the commit that finds them beyond this size.
    */
   readonly tailBytes: number;
   /**
@@ -104,6 +107,24 @@ export interface HeadStoreOptions {
    * their index entry stays, and they are read back when claims reach them.
    */
   readonly warmSealedMessages: number;
+}
+
+/**
+ * A segment of tail messages written ahead of the head write that will
+ * reference it (see {@link ShardHeadStore.prepareSegment}).
+ */
+interface PreparedSegment {
+  readonly name: string;
+  /** The epoch it was written under: a later epoch's head does not take it. */
+  readonly epoch: number;
+  /** The whole records written, ascending offsets. */
+  readonly records: readonly MessageRecord[];
+  readonly bytes: number;
+  readonly sha256: string;
+  readonly createdAt: number;
+  /** Settles when the put-if-absent has ended, either way (never rejects). */
+  readonly written: Promise<void>;
+  outcome: "writing" | "written" | "failed";
 }
 
 /** Untouched sealed segments looked at per commit for cooling, newest first. */
@@ -192,8 +213,10 @@ export class ShardHeadStore {
   private readonly justWarmed = new Set<SegmentState>();
   /** Set when a referenced segment was found lost: the next load reads every segment, leaving none cold. */
   private checkEverySegment = false;
-  /** Segment deletions in progress (garbage collection never delays a commit). */
+  /** Segment deletions in progress (garbage collection never delays a commit), and segments being written ahead. */
   private readonly collecting = new Set<Promise<void>>();
+  /** The tail segment being written (or written) ahead of the commit that will reference it. */
+  private prepared: PreparedSegment | undefined;
 
   /** Pages the bodies of this shard's sealed messages in and out (see `segment-pager.ts`). */
   readonly pager: SegmentPager;
@@ -310,6 +333,7 @@ export class ShardHeadStore {
         } catch {
           this.restoreCommitted(); // index-only work went wrong: rebuild the state from what was written
         }
+        if (this.committed !== undefined) this.prepareSegment(this.committed, now);
         if (takingOver) this.sweepOrphans(working);
         if (takingOver)
           this.observer?.onLeadership?.({
@@ -712,8 +736,16 @@ export class ShardHeadStore {
   private async sealTail(working: ShardState, now: number): Promise<string[]> {
     const written: string[] = [];
     const epoch = working.broker?.epoch ?? 0;
+    // A tail that outgrew the segment being written ahead waits for it (sealing
+    // its messages again here would put one offset in two segments).
+    if (this.prepared !== undefined && working.tailBytes > 2 * this.options.tailBytes)
+      await this.prepared.written;
+    const ahead = this.takePrepared(working, epoch);
+    if (ahead !== undefined) written.push(ahead);
     for (;;) {
-      const candidates = sealCandidates(working, this.options.tailBytes);
+      // Normally the segment written ahead keeps the tail within twice the budget.
+      const candidates =
+        this.prepared === undefined ? sealCandidates(working, 2 * this.options.tailBytes) : [];
       if (candidates.length === 0) break;
       const records = candidates.map((m) => requireBody(m.msg)); // the tail holds whole records
       const name = segmentName(records[0]?.offset ?? 0, epoch, this.uniquePart());
@@ -736,6 +768,77 @@ export class ShardHeadStore {
     await this.sealDedup(working, now, epoch, written);
     await this.sealDeadLetters(working, now, epoch, written);
     return written;
+  }
+
+  /**
+   * After a head write landed, with the tail at its budget: writes every
+   * tail message (but redriven ones, which stay in the head) into a segment
+   * object in the background, put-if-absent, so that the commit that seals
+   * them does not wait for that write — a commit then costs one head write
+   * even when it seals. {@link takePrepared} puts it into the first commit
+   * after the write succeeded. One at a time.
+   */
+  private prepareSegment(state: ShardState, now: number): void {
+    if (this.prepared !== undefined || state.tailBytes < this.options.tailBytes) return;
+    const candidates = sealCandidates(state, 0);
+    if (candidates.length === 0) return;
+    const records = candidates.map((m) => requireBody(m.msg)); // the tail holds whole records
+    const epoch = state.broker?.epoch ?? 0;
+    const name = segmentName(records[0]?.offset ?? 0, epoch, this.uniquePart());
+    const bytes = encodeSegment(this.queue, this.shard, records);
+    let prepared!: PreparedSegment;
+    const written = this.store
+      .put(segmentPrefix(this.queue, this.shard) + name, bytes, { ifAbsent: true })
+      .then(
+        () => {
+          prepared.outcome = "written";
+        },
+        () => {
+          prepared.outcome = "failed";
+        },
+      );
+    prepared = {
+      name,
+      epoch,
+      records,
+      bytes: bytes.byteLength,
+      sha256: sha256Hex(bytes),
+      createdAt: now,
+      written,
+      outcome: "writing",
+    };
+    this.prepared = prepared;
+    this.collecting.add(written);
+    void written.finally(() => this.collecting.delete(written));
+  }
+
+  /**
+   * Seals into `working` the segment written ahead, once its write succeeded
+   * (its messages that left the tail meanwhile are `gone` in it); returns its
+   * name, or undefined when there is none to take yet. A segment whose write
+   * failed, that another epoch wrote, or whose messages all left is deleted:
+   * no head references it.
+   */
+  private takePrepared(working: ShardState, epoch: number): string | undefined {
+    const prepared = this.prepared;
+    if (prepared === undefined || prepared.outcome === "writing") return undefined;
+    this.prepared = undefined;
+    const seg =
+      prepared.outcome === "written" && prepared.epoch === epoch
+        ? sealWrittenSegment(working, prepared.records, {
+            name: prepared.name,
+            bytes: prepared.bytes,
+            sha256: prepared.sha256,
+            createdAt: prepared.createdAt,
+          })
+        : undefined;
+    if (seg === undefined) {
+      this.collect([prepared.name]);
+      return undefined;
+    }
+    this.segments.set(prepared.name, seg.records);
+    this.pager.offer(prepared.name, prepared.records, prepared.bytes);
+    return prepared.name;
   }
 
   /** Seals the head's dedup ids into one dedup segment once they pass the budget (see {@link sealTail}). */

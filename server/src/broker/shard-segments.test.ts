@@ -72,7 +72,8 @@ describe("shard format v2: head and segments", () => {
     const { doc, bytes } = await headJson(store);
     expect(doc.format).toBe("casq.shard.v2");
     expect(doc.segments.length).toBeGreaterThan(5);
-    expect(bytes).toBeLessThan(4096 + 320 * doc.segments.length + 3000);
+    // The tail stays within twice its budget (beyond the budget, a segment is being written ahead).
+    expect(bytes).toBeLessThan(2 * 4096 + 320 * doc.segments.length + 3000);
     // every referenced segment is in the store, with the size the head says
     const keys = await segmentKeys(store);
     for (const seg of doc.segments) {

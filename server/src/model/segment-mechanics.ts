@@ -174,6 +174,45 @@ export function sealSegment(
   return seg;
 }
 
+/**
+ * Records that `written`, the whole records of tail messages that the broker
+ * wrote into the segment object `object` ahead of this commit (see
+ * `ShardHeadStore.prepareSegment`), now live there. A message that left the
+ * tail since (settled and dropped, purged, or redriven: its entry has
+ * `targets` now) is in the segment's `gone` set from the start, as if it had
+ * left after sealing. Returns the new segment, or undefined (nothing sealed)
+ * when none of them is still in the tail as written.
+ */
+export function sealWrittenSegment(
+  state: ShardData,
+  written: readonly MessageRecord[],
+  object: SealedObject,
+): SegmentState | undefined {
+  const present: (RetainedMessage | undefined)[] = [];
+  const gone = new Set<number>();
+  for (const record of written) {
+    const m = state.tail.get(record.offset);
+    const still = m !== undefined && m.msg === record && m.targets === undefined;
+    present.push(still ? m : undefined);
+    if (!still) gone.add(record.offset);
+  }
+  if (gone.size === written.length) return undefined;
+  const records = written.map(metaOf);
+  const seg = newSegmentState(object, records, gone);
+  for (const [i, m] of present.entries()) {
+    if (m === undefined) continue;
+    state.tail.delete(m.msg.offset);
+    state.tailBytes -= m.bytes;
+    state.bytes -= m.bytes;
+    forgetEncoding(written[i] as MessageRecord);
+    m.msg = records[i] as MessageMeta;
+    m.bytes = 0;
+    m.segment = seg;
+  }
+  addSegment(state, seg);
+  return seg;
+}
+
 /** Indexes a segment in the state (its messages are linked by the caller). */
 export function addSegment(state: ShardData, seg: SegmentState): void {
   state.segments.set(seg.name, seg);
