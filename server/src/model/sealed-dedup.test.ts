@@ -36,6 +36,37 @@ describe("DedupChunk", () => {
     expect(DedupChunk.from(chunk)).toBe(chunk);
   });
 
+  it("packs canonical UUIDs and broker message ids, and gives back exactly what it was given", () => {
+    const uuids = [
+      "00000000-0000-0000-0000-000000000000",
+      "ffffffff-ffff-ffff-ffff-ffffffffffff",
+      "6b4896d6-b191-407b-8821-d38e4eca180a",
+    ];
+    const ids = ["00000000000000000000000000", "ZZZZZZZZZZZZZZZZZZZZZZZZZZ", "01M8TWVAYQH46VX0ABCDEFGHJK"];
+    const entries = uuids.map((u, i) => entry(u, 2 ** 40 + i, 1.7e12 + 1_000 * (2 - i), ids[i]));
+    const chunk = DedupChunk.from(entries);
+    expect(chunk.packed).toBe(true);
+    expect(chunk.entries()).toEqual(entries);
+    for (let i = 0; i < entries.length; i++) {
+      const e = entries[i] as DedupEntry;
+      expect(chunk.hashAt(i)).toBe(dedupHash(e.dedupId));
+      expect(chunk.hasDedupId(i, e.dedupId)).toBe(true);
+      // not the same id: another case, no hyphens, one digit off
+      expect(chunk.hasDedupId(i, e.dedupId.toUpperCase())).toBe(e.dedupId === e.dedupId.toUpperCase());
+      expect(chunk.hasDedupId(i, e.dedupId.replaceAll("-", ""))).toBe(false);
+      expect(chunk.hasDedupId(i, `${e.dedupId.slice(0, 35)}${e.dedupId.endsWith("1") ? "2" : "1"}`)).toBe(
+        false,
+      );
+    }
+    expect([0, 1, 2].map((k) => chunk.byExpiry(k))).toEqual([2, 1, 0]);
+    // one id of another shape, or numbers beyond 32-bit differences: the plain layout, same answers
+    const mixed = [...entries, entry("6B4896D6-B191-407B-8821-D38E4ECA180A", 2 ** 40 + 3, 1.7e12, ids[0])];
+    expect(DedupChunk.from(mixed).packed).toBe(false);
+    expect(DedupChunk.from(mixed).entries()).toEqual(mixed);
+    const wide = [entry(uuids[0] as string, 0, 1), entry(uuids[1] as string, 2 ** 33, 2 ** 52, ids[1])];
+    expect(DedupChunk.from(wide).entries()).toEqual(wide);
+  });
+
   it("the colliding test ids do collide", () => {
     expect(dedupHash(COLLIDING[0])).toBe(dedupHash(COLLIDING[1]));
   });
@@ -64,8 +95,16 @@ describe("SealedDedup", () => {
       const pick = (n: number) => Math.floor(random.next() * n);
       const index = new SealedDedup();
       const model = new Map<string, DedupEntry>();
-      // Few distinct ids (so replacements and probe-run deletions are common), colliding ones among them.
-      const ids = [...COLLIDING, ...Array.from({ length: 60 }, (_, i) => `d${i}`)];
+      // Few distinct ids (so replacements and probe-run deletions are common): colliding ones among
+      // them, or (even seeds) UUIDs and broker-shaped message ids, which chunks pack.
+      const packable = seed % 2 === 0;
+      const ids = packable
+        ? Array.from(
+            { length: 60 },
+            (_, i) => `${i.toString(16).padStart(8, "0")}-0000-4000-8000-00000000000${i % 10}`,
+          )
+        : [...COLLIDING, ...Array.from({ length: 60 }, (_, i) => `d${i}`)];
+      const messageId = (offset: number) => (packable ? String(offset).padStart(26, "0") : `m${offset}`);
       let offset = 0;
       let now = 0;
       for (let step = 0; step < 400; step++) {
@@ -75,8 +114,13 @@ describe("SealedDedup", () => {
           const chosen = [
             ...new Set(Array.from({ length: 1 + pick(8) }, () => ids[pick(ids.length)] as string)),
           ];
-          const entries = chosen.map((d) => entry(d, offset++, now + 1 + pick(50)));
-          const no = index.addChunk(DedupChunk.from(entries));
+          const entries = chosen.map((d) => {
+            const at = offset++;
+            return entry(d, at, now + 1 + pick(50), messageId(at));
+          });
+          const chunk = DedupChunk.from(entries);
+          expect(chunk.packed).toBe(packable);
+          const no = index.addChunk(chunk);
           entries.forEach((e, pos) => {
             index.delete(e.dedupId);
             index.put(no, pos);
