@@ -15,7 +15,9 @@
  * Dead-letter segments are all read (every one the head indexes holds a
  * live dead letter), with the same checks.
  */
+
 import { CasqError } from "../errors.ts";
+import { DedupChunk } from "../model/dedup-chunk.ts";
 import { segmentPrefix, sha256Hex } from "../model/segment-codec.ts";
 import {
   parseDeadLetterSegmentDocument,
@@ -28,7 +30,7 @@ import type {
   SegmentRef,
   ShardDocument,
 } from "../model/shard-document-parser.ts";
-import type { DeadLetterRecord, DedupEntry, MessageMeta, MessageRecord } from "../model/shard-records.ts";
+import type { DeadLetterRecord, MessageMeta, MessageRecord } from "../model/shard-records.ts";
 import type { ObjectStore, StoredObject } from "../store/object-store.ts";
 import { isStoreError } from "../store/store-errors.ts";
 
@@ -50,7 +52,7 @@ export type KeepMessages = (
 
 /** Where the dedup segments a head references go, and the time that tells which are still live. */
 export interface DedupSegmentCache {
-  readonly cache: Map<string, readonly DedupEntry[]>;
+  readonly cache: Map<string, DedupChunk>;
   readonly now: number;
 }
 
@@ -123,7 +125,10 @@ export async function loadSegments(
           keep(ref.name, parseSegmentDocument(body, { ...expect, ref: w.ref }), body.byteLength),
         );
       else if (w.kind === "dedup")
-        dedup?.cache.set(ref.name, parseDedupSegmentDocument(body, { ...expect, ref: w.ref }));
+        dedup?.cache.set(
+          ref.name,
+          DedupChunk.from(parseDedupSegmentDocument(body, { ...expect, ref: w.ref })),
+        );
       else
         dead?.set(
           ref.name,

@@ -40,6 +40,7 @@ import { type Backoff, backoffDelay } from "@casq/sdk/backoff.ts";
 import { CasqError, isCasqError } from "../errors.ts";
 import { coolable, coolableRefs, coolSegment, warmSegment } from "../model/cold-segments.ts";
 import { deadLetterSealCandidates, sealDeadLetterSegment } from "../model/dead-letter-segments.ts";
+import type { DedupChunk } from "../model/dedup-chunk.ts";
 import { dedupSealCandidates, sealDedupSegment } from "../model/dedup-segments.ts";
 import type { QueueConfig } from "../model/queue-config.ts";
 import {
@@ -58,7 +59,6 @@ import { parseShardDocument, type SegmentRef, type ShardDocument } from "../mode
 import type { SegmentState } from "../model/shard-records.ts";
 import {
   type DeadLetterRecord,
-  type DedupEntry,
   type MessageMeta,
   type MessageRecord,
   metaOf,
@@ -206,7 +206,7 @@ export class ShardHeadStore {
   /** The meta of the messages of the segments the committed head references (and of ones just sealed), by name. */
   private readonly segments = new Map<string, readonly MessageMeta[]>();
   /** Entries of the live dedup segments the committed head references (and of ones just sealed), by name. */
-  private readonly dedupSegments = new Map<string, readonly DedupEntry[]>();
+  private readonly dedupSegments = new Map<string, DedupChunk>();
   /** Dead letters of the dead-letter segments the committed head references (and of ones just sealed), by name. */
   private readonly deadLetterSegments = new Map<string, readonly DeadLetterRecord[]>();
   /** Segments warmed since the last cooling pass (which leaves them warm: they were wanted). */
@@ -622,7 +622,7 @@ export class ShardHeadStore {
     this.segments.get(ref.name);
 
   /** The cached entries of a dedup segment the head references (undefined: expired when loaded). */
-  private readonly lookupDedup = (ref: { readonly name: string }): readonly DedupEntry[] | undefined =>
+  private readonly lookupDedup = (ref: { readonly name: string }): DedupChunk | undefined =>
     this.dedupSegments.get(ref.name);
 
   /** The cached dead letters of a dead-letter segment the head references. */
@@ -852,13 +852,13 @@ export class ShardHeadStore {
     } catch {
       return; // not sealed this time: the ids stay in the head
     }
-    sealDedupSegment(working, entries, {
+    const seg = sealDedupSegment(working, entries, {
       name,
       bytes: bytes.byteLength,
       sha256: sha256Hex(bytes),
       createdAt: now,
     });
-    this.dedupSegments.set(name, entries);
+    if (seg.chunk !== undefined) this.dedupSegments.set(name, seg.chunk);
     written.push(name);
   }
 

@@ -4,8 +4,9 @@
  * dedup and dead-letter segments) it references (the same loading and checks as a leader's, `segment-loader.ts`).
  * Reading never writes and never moves leadership.
  */
+import type { DedupChunk } from "../model/dedup-chunk.ts";
 import { parseShardDocument } from "../model/shard-document-parser.ts";
-import type { DeadLetterRecord, DedupEntry, MessageRecord } from "../model/shard-records.ts";
+import type { DeadLetterRecord, MessageRecord } from "../model/shard-records.ts";
 import { checkDocumentPlace, ShardState } from "../model/shard-state.ts";
 import type { ObjectStore, StoredObject } from "../store/object-store.ts";
 import { loadSegments } from "./segment-loader.ts";
@@ -28,7 +29,7 @@ export async function readShardSnapshot(
   let current: StoredObject | undefined = stored;
   const cache = new Map<string, readonly MessageRecord[]>();
   // Every dedup segment the head references (now 0): a read checks them all, as strictly as segments.
-  const dedup = { cache: new Map<string, readonly DedupEntry[]>(), now: 0 };
+  const dedup = { cache: new Map<string, DedupChunk>(), now: 0 };
   const dead = new Map<string, readonly DeadLetterRecord[]>();
   const options = {
     expected: { queue, shard },

@@ -11,7 +11,7 @@ import {
 import { dedupSealCandidates, sealDedupSegment } from "./dedup-segments.ts";
 import { parseShardDocument } from "./shard-document-parser.ts";
 import { ShardState } from "./shard-state.ts";
-import { computeStats } from "./shard-stats.ts";
+import { computeStats, nextHousekeepingAt } from "./shard-stats.ts";
 
 const WINDOW = 300_000;
 
@@ -26,7 +26,7 @@ function seal(state: ShardState, name: string, now: number) {
 
 function reload(
   state: ShardState,
-  entries: Map<string, readonly import("./shard-records.ts").DedupEntry[]>,
+  entries: ReadonlyMap<string, import("./dedup-chunk.ts").DedupEntries>,
   now?: number,
 ) {
   return ShardState.decode(state.encode(), {
@@ -155,5 +155,40 @@ describe("dedup segments", () => {
     // and a head without dedup segments has no dedup_segments field at all
     expect(parseShardDocument(newShard().encode()).dedupSegments).toEqual([]);
     expect(JSON.parse(new TextDecoder().decode(newShard().encode())).dedup_segments).toBeUndefined();
+  });
+
+  it("sealed ids are looked up exactly: an id whose hash collides with a sealed one is new, before and after a reload", () => {
+    // two dedup ids with the same 32-bit hash (the sealed lookup's: sealed-dedup.ts)
+    const [a, b] = ["job-439599", "job-622382"];
+    const s = newShard();
+    enqueue(s, T0, msg("m1", { dedupId: a }));
+    seal(s, NAME_A, T0);
+    expect(enqueue(s, T0 + 1, msg("m2", { dedupId: b }))).toEqual([
+      { id: "m2", offset: 1, duplicate: false },
+    ]);
+    expect(enqueue(s, T0 + 2, msg("m3", { dedupId: a }))).toEqual([{ id: "m1", offset: 0, duplicate: true }]);
+    seal(s, NAME_B, T0 + 2);
+    // the reload gets the state's own compact chunks, as the broker's cache hands them over
+    const loaded = reload(s, s.dedupSegmentEntries(), T0 + 3);
+    expect(new TextDecoder().decode(loaded.encode())).toBe(new TextDecoder().decode(s.encode()));
+    expect(computeStats(loaded, T0 + 3).dedupIds).toBe(2);
+    expect(enqueue(loaded, T0 + 3, msg("x", { dedupId: b }), msg("y", { dedupId: a }))).toEqual([
+      { id: "m2", offset: 1, duplicate: true },
+      { id: "m1", offset: 0, duplicate: true },
+    ]);
+    expect(enqueue(loaded, T0 + 4, msg("z", { dedupId: "job-0" }))[0]?.duplicate).toBe(false);
+  });
+
+  it("the next housekeeping time covers sealed ids, and their expiry forgets each once", () => {
+    const s = newShard({ dedupWindowMs: 1_000 });
+    enqueue(s, T0, msg("m1", { dedupId: "d1" }));
+    enqueue(s, T0 + 300, msg("m2", { dedupId: "d2" }));
+    seal(s, NAME_A, T0 + 300);
+    expect(nextHousekeepingAt(s)).toBe(T0 + 1_000);
+    expect(expire(s, T0 + 1_000).dedupPruned).toBe(1);
+    expect(nextHousekeepingAt(s)).toBe(T0 + 1_300);
+    expect(expire(s, T0 + 1_300).dedupPruned).toBe(1);
+    expect(computeStats(s, T0 + 1_300).dedupIds).toBe(0);
+    expect(expire(s, T0 + 2_000).dedupPruned).toBe(0);
   });
 });

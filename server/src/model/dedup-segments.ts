@@ -4,8 +4,11 @@
  * the head indexes (`dedup_segments`). Model-internal.
  *
  * - Every live entry is in `state.dedup` (the lookup an enqueue uses),
- *   whichever object holds it; `state.recentDedup` is the part the head
- *   carries, in ascending offset order (entries only ever join at the end).
+ *   whichever object holds it: `state.recentDedup` is the part the head
+ *   carries, in ascending offset order (entries only ever join at the end),
+ *   as objects, with their expiries in `state.dedupIndex`; the sealed ones
+ *   stay in their segments' compact chunks (`dedup-chunk.ts`), indexed by
+ *   `state.sealedDedup` (`sealed-dedup.ts`), which expires them too.
  * - When the head's entries outgrow their byte budget the broker seals all
  *   of them into a dedup segment ({@link dedupSealCandidates},
  *   {@link sealDedupSegment}): it writes the object first (put-if-absent),
@@ -20,6 +23,7 @@
  * retired; nothing here walks all live entries.
  */
 import { DEDUP_SEGMENT_ENTRY_BYTES, dedupBytes } from "./approx-size.ts";
+import { DedupChunk } from "./dedup-chunk.ts";
 import type { SealedObject } from "./segment-mechanics.ts";
 import type { ShardData } from "./shard-data.ts";
 import type { DedupEntry, DedupSegmentState } from "./shard-records.ts";
@@ -27,7 +31,6 @@ import type { DedupEntry, DedupSegmentState } from "./shard-records.ts";
 /** Stores a new dedup entry in the head's part (replacing an expired one with the same id). */
 export function putDedup(state: ShardData, e: DedupEntry): void {
   forgetDedup(state, e.dedupId);
-  state.dedup.set(e.dedupId, e);
   state.recentDedup.set(e.dedupId, e);
   const bytes = dedupBytes(e);
   state.recentDedupBytes += bytes;
@@ -35,19 +38,33 @@ export function putDedup(state: ShardData, e: DedupEntry): void {
   state.dedupIndex.push({ expiresAt: e.expiresAt, dedupId: e.dedupId });
 }
 
-/** Remembers an entry read from a dedup segment (replacing an older one with the same id). */
-export function putSealedDedup(state: ShardData, e: DedupEntry): void {
-  forgetDedup(state, e.dedupId);
-  state.dedup.set(e.dedupId, e);
-  state.dedupIndex.push({ expiresAt: e.expiresAt, dedupId: e.dedupId });
+/**
+ * Remembers the entries of a dedup segment read back with its head (its
+ * state's `chunk`), oldest first: each replaces an older entry with the same
+ * id, and one with the same id at a higher offset already remembered is a
+ * corrupt document (`fail`).
+ */
+export function putSealedDedup(state: ShardData, seg: DedupSegmentState, fail: (why: string) => never): void {
+  const chunk = seg.chunk;
+  if (chunk === undefined) return;
+  const no = state.sealedDedup.addChunk(chunk);
+  for (let pos = 0; pos < chunk.length; pos++) {
+    const dedupId = chunk.dedupIdAt(pos);
+    const known = state.dedup.get(dedupId);
+    if (known !== undefined && known.offset >= chunk.offsetAt(pos))
+      fail(`dedup id ${JSON.stringify(dedupId)} appears twice`);
+    forgetDedup(state, dedupId);
+    state.sealedDedup.put(no, pos);
+  }
 }
 
 /** Forgets a dedup entry. Returns true when the head held it (so the head changes). */
 export function forgetDedup(state: ShardData, dedupId: string): boolean {
-  const old = state.dedup.get(dedupId);
-  if (old === undefined) return false;
-  state.dedup.delete(dedupId);
-  if (state.recentDedup.get(dedupId) !== old) return false;
+  const old = state.recentDedup.get(dedupId);
+  if (old === undefined) {
+    state.sealedDedup.delete(dedupId);
+    return false;
+  }
   state.recentDedup.delete(dedupId);
   const bytes = dedupBytes(old);
   state.recentDedupBytes -= bytes;
@@ -67,26 +84,34 @@ export function dedupSealCandidates(state: ShardData, budgetBytes: number): Dedu
 /**
  * Records that `entries` (from {@link dedupSealCandidates}) now live in the
  * dedup segment object described by `object`, which the broker has already
- * written. They stay remembered (`state.dedup`); the head stops carrying them.
+ * written. They stay remembered (`state.dedup`, now through the segment's
+ * chunk: `sealed-dedup.ts`); the head stops carrying them.
  */
 export function sealDedupSegment(
   state: ShardData,
   entries: readonly DedupEntry[],
   object: SealedObject,
 ): DedupSegmentState {
-  for (const e of entries) {
-    if (state.recentDedup.get(e.dedupId) !== e) continue;
+  const chunk = DedupChunk.from(entries);
+  const seg = newDedupSegmentState(object, chunk);
+  addDedupSegment(state, seg);
+  const no = state.sealedDedup.addChunk(chunk);
+  entries.forEach((e, pos) => {
+    if (state.recentDedup.get(e.dedupId) !== e) return; // forgotten or replaced meanwhile
     state.recentDedup.delete(e.dedupId);
     const bytes = dedupBytes(e);
     state.recentDedupBytes -= bytes;
     state.bytes -= bytes;
-  }
-  const seg = newDedupSegmentState(object, entries);
-  addDedupSegment(state, seg);
+    state.sealedDedup.put(no, pos);
+  });
+  // The head's expiry heap covers the head's own entries only: rebuild it from those left (usually none).
+  state.dedupIndex.clear();
+  for (const e of state.recentDedup.values())
+    state.dedupIndex.push({ expiresAt: e.expiresAt, dedupId: e.dedupId });
   return seg;
 }
 
-/** A dedup segment record over `entries` (ascending offsets, at least one; undefined: not loaded). */
+/** A dedup segment record over `chunk` (ascending offsets, at least one entry; undefined: not loaded). */
 export function newDedupSegmentState(
   object: SealedObject & {
     readonly first?: number;
@@ -94,20 +119,19 @@ export function newDedupSegmentState(
     readonly count?: number;
     readonly expiresAt?: number;
   },
-  entries: readonly DedupEntry[] | undefined,
+  chunk: DedupChunk | undefined,
 ): DedupSegmentState {
-  let expiresAt = object.expiresAt ?? 0;
-  if (entries !== undefined) for (const e of entries) if (e.expiresAt > expiresAt) expiresAt = e.expiresAt;
+  const loaded = chunk !== undefined && chunk.length > 0 ? chunk : undefined;
   return {
     name: object.name,
-    first: entries?.[0]?.offset ?? object.first ?? 0,
-    last: entries?.[entries.length - 1]?.offset ?? object.last ?? 0,
-    count: entries?.length ?? object.count ?? 0,
+    first: loaded?.offsetAt(0) ?? object.first ?? 0,
+    last: loaded?.offsetAt(loaded.length - 1) ?? object.last ?? 0,
+    count: chunk?.length ?? object.count ?? 0,
     bytes: object.bytes,
     sha256: object.sha256,
     createdAt: object.createdAt,
-    expiresAt,
-    entries,
+    expiresAt: Math.max(object.expiresAt ?? 0, chunk?.maxExpiresAt ?? 0),
+    chunk,
     json: undefined,
   };
 }

@@ -81,10 +81,11 @@ export function applyExpire(state: ShardState, _op: ExpireOperation, now: number
     const e = state.dedupIndex.peek();
     if (e === undefined || e.expiresAt > now) break;
     state.dedupIndex.pop();
-    if (state.dedup.get(e.dedupId)?.expiresAt !== e.expiresAt) continue; // replaced since
+    if (state.recentDedup.get(e.dedupId)?.expiresAt !== e.expiresAt) continue; // replaced or sealed since
     if (forgetDedup(state, e.dedupId)) headDedupChanged = true;
     dedupPruned += 1;
   }
+  dedupPruned += state.sealedDedup.expire(now);
   // A sealed entry is forgotten in memory only; its dedup segment leaves the head once all its entries expired.
   if (retireExpiredDedupSegments(state, now) > 0) headDedupChanged = true;
 

@@ -10,6 +10,7 @@
  */
 import type { BinaryHeap } from "./binary-heap.ts";
 import type { QueueConfig } from "./queue-config.ts";
+import type { RememberedDedup, SealedDedup } from "./sealed-dedup.ts";
 import type {
   BrokerRecord,
   DedupEntry,
@@ -46,7 +47,8 @@ export interface ShardData {
   messagesSorted: boolean;
   readonly ids: Map<string, number>;
   readonly subs: Map<string, SubscriptionState>;
-  readonly dedup: Map<string, DedupEntry>;
+  readonly dedup: RememberedDedup;
+  readonly sealedDedup: SealedDedup;
   readonly recentDedup: Map<string, DedupEntry>;
   recentDedupBytes: number;
   readonly dedupSegments: Map<string, DedupSegmentState>;

@@ -9,6 +9,9 @@
  * `targets` list. See `docs/document-format.md` for how this is persisted.
  */
 import type { BinaryHeap } from "./binary-heap.ts";
+import type { DedupChunk } from "./dedup-chunk.ts";
+
+export type { DedupEntry } from "./dedup-chunk.ts";
 
 /** The broker that leads a shard, as recorded in the document. */
 export interface BrokerRecord {
@@ -164,8 +167,8 @@ export interface DedupSegmentState {
   readonly createdAt: number;
   /** Latest `expires_at` among its entries: from then on it remembers nothing and is retired. */
   readonly expiresAt: number;
-  /** Its entries (ascending offsets), or undefined when not loaded because all had expired. */
-  readonly entries: readonly DedupEntry[] | undefined;
+  /** Its entries (ascending offsets, compact), or undefined when not loaded because all had expired. */
+  readonly chunk: DedupChunk | undefined;
   /** Index: cached JSON of the head's index entry. */
   json: string | undefined;
 }
@@ -240,14 +243,6 @@ export interface DeadLetterSegmentState {
   readonly records: readonly DeadLetterRecord[];
   /** Index: cached JSON of the head's index entry; undefined after `gone` changed. */
   json: string | undefined;
-}
-
-/** A remembered dedup id. */
-export interface DedupEntry {
-  readonly dedupId: string;
-  readonly id: string;
-  readonly offset: number;
-  readonly expiresAt: number;
 }
 
 /** Monotonic counters of a subscription. */

@@ -36,6 +36,7 @@ import {
   addSealedDeadLetter,
   newDeadLetterSegmentState,
 } from "./dead-letter-segments.ts";
+import { DedupChunk, type DedupEntries } from "./dedup-chunk.ts";
 import { addDedupSegment, newDedupSegmentState, putDedup, putSealedDedup } from "./dedup-segments.ts";
 import { encodeHead } from "./head-encoder.ts";
 import {
@@ -44,6 +45,7 @@ import {
   type QueueConfig,
   type QueueConfigPatch,
 } from "./queue-config.ts";
+import { RememberedDedup, SealedDedup } from "./sealed-dedup.ts";
 import { addSegment, newSegmentState } from "./segment-mechanics.ts";
 import type { BodyLookup, ShardData } from "./shard-data.ts";
 import {
@@ -95,7 +97,7 @@ const NO_SEGMENTS: SegmentLookup = () => undefined;
 const NO_BODIES: BodyLookup = () => undefined;
 
 /** Gives a v2 decode the entries of a dedup segment the head references (undefined: not loaded). */
-export type DedupSegmentLookup = (ref: DedupSegmentRef) => readonly DedupEntry[] | undefined;
+export type DedupSegmentLookup = (ref: DedupSegmentRef) => DedupEntries | undefined;
 
 /** Gives a v2 decode the dead letters of a dead-letter segment that `subscription` indexes (undefined: not available). */
 export type DeadLetterSegmentLookup = (
@@ -211,10 +213,12 @@ export class ShardState implements ShardData {
   readonly ids = new Map<string, number>();
   /** @internal Subscriptions by name. */
   readonly subs = new Map<string, SubscriptionState>();
-  /** @internal Remembered dedup ids, wherever they are stored (head or dedup segment). */
-  readonly dedup = new Map<string, DedupEntry>();
   /** @internal The dedup ids the head itself carries, in ascending offset order (the rest are in dedup segments). */
   readonly recentDedup = new Map<string, DedupEntry>();
+  /** @internal The live entries of the dedup segments, by dedup id (compact: `sealed-dedup.ts`). */
+  readonly sealedDedup = new SealedDedup();
+  /** @internal Remembered dedup ids, wherever they are stored (head or dedup segment). */
+  readonly dedup = new RememberedDedup(this.recentDedup, this.sealedDedup);
   /** @internal Estimated encoded bytes of `recentDedup` (the broker seals it when it outgrows its budget). */
   recentDedupBytes = 0;
   /** @internal Sealed dedup segments the head indexes, by name, in ascending offset order. */
@@ -225,7 +229,7 @@ export class ShardState implements ShardData {
   readonly counters: ShardCounters = zeroShardCounters();
   /** @internal Lease deadlines, for the expiry sweep. */
   readonly leaseIndex = new BinaryHeap<LeaseEntry>(leaseBefore);
-  /** @internal Dedup expiries. */
+  /** @internal Expiries of the head's own dedup ids (the sealed ones expire in `sealedDedup`). */
   readonly dedupIndex = new BinaryHeap<DedupExpiryEntry>(dedupBefore);
   /** @internal Retention drop times of fully settled messages. */
   readonly retentionIndex = new BinaryHeap<DelayedEntry>(delayedBefore);
@@ -477,7 +481,7 @@ export class ShardState implements ShardData {
       const entries = lookupDedup(ref);
       if (entries === undefined && options.now !== undefined && ref.expiresAt > options.now)
         fail(`dedup segment ${ref.name} is referenced by the head, not expired, but was not loaded`);
-      const seg = newDedupSegmentState(ref, entries);
+      const seg = newDedupSegmentState(ref, entries === undefined ? undefined : DedupChunk.from(entries));
       if (
         seg.first !== ref.first ||
         seg.last !== ref.last ||
@@ -486,11 +490,7 @@ export class ShardState implements ShardData {
       )
         fail(`dedup segment ${ref.name} does not hold what the head says`);
       addDedupSegment(state, seg);
-      for (const e of entries ?? []) {
-        if ((state.dedup.get(e.dedupId)?.offset ?? -1) >= e.offset)
-          fail(`dedup id ${JSON.stringify(e.dedupId)} appears twice`);
-        putSealedDedup(state, e);
-      }
+      putSealedDedup(state, seg, fail);
     }
     // v1 listed dedup ids by expiry; the v2 head lists them by offset.
     const headDedup = doc.version === 1 ? [...doc.dedup].sort((a, b) => a.offset - b.offset) : doc.dedup;
@@ -548,7 +548,7 @@ export class ShardState implements ShardData {
         return seg === undefined || seg.cold ? undefined : seg.records;
       },
       cold: true,
-      dedupSegments: (ref) => this.dedupSegments.get(ref.name)?.entries,
+      dedupSegments: (ref) => this.dedupSegments.get(ref.name)?.chunk,
       deadLetterSegments: (ref, subscription) => this.deadLetterSegmentRecords(subscription, ref.name),
     });
     copy.bodies = this.bodies;
@@ -568,10 +568,9 @@ export class ShardState implements ShardData {
   }
 
   /** The entries of every loaded dedup segment the head indexes, by name (shared, immutable). */
-  dedupSegmentEntries(): Map<string, readonly DedupEntry[]> {
-    const out = new Map<string, readonly DedupEntry[]>();
-    for (const seg of this.dedupSegments.values())
-      if (seg.entries !== undefined) out.set(seg.name, seg.entries);
+  dedupSegmentEntries(): Map<string, DedupChunk> {
+    const out = new Map<string, DedupChunk>();
+    for (const seg of this.dedupSegments.values()) if (seg.chunk !== undefined) out.set(seg.name, seg.chunk);
     return out;
   }
 

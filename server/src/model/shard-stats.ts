@@ -191,7 +191,9 @@ export function hasRunnable(state: ShardState, subscription: string, now: number
  * {@link nextWakeAt}.) May report a time that turns out to need no work.
  */
 export function nextHousekeepingAt(state: ShardState): number | undefined {
-  const entry = state.dedupIndex.peek()?.expiresAt;
+  const head = state.dedupIndex.peek()?.expiresAt;
+  const sealed = state.sealedDedup.nextExpiry();
+  const entry = head === undefined ? sealed : sealed === undefined ? head : Math.min(head, sealed);
   const segment = state.dedupSegmentIndex.peek()?.expiresAt;
   const dedup = entry === undefined ? segment : segment === undefined ? entry : Math.min(entry, segment);
   const retention = state.retentionIndex.peek()?.at;

@@ -1,0 +1,168 @@
+import { describe, expect, it } from "vitest";
+import { seededRandom } from "../util/random.ts";
+import { DedupChunk, dedupHash } from "./dedup-chunk.ts";
+import { SealedDedup } from "./sealed-dedup.ts";
+import type { DedupEntry } from "./shard-records.ts";
+
+/** Two dedup ids with the same 32-bit hash (found by search). */
+const COLLIDING = ["job-439599", "job-622382"] as const;
+
+const entry = (dedupId: string, offset: number, expiresAt: number, id = `m${offset}`): DedupEntry => ({
+  dedupId,
+  id,
+  offset,
+  expiresAt,
+});
+
+describe("DedupChunk", () => {
+  it("holds its entries as they were given, whatever their characters", () => {
+    const entries = [
+      entry("a", 0, 5),
+      entry("", 1, 9, "id-é"),
+      entry("dédup-✓-🙂", 2, 7),
+      entry("01J9Z-uuid-0f9e", 3, 7),
+    ];
+    const chunk = DedupChunk.from(entries);
+    expect(chunk.length).toBe(4);
+    expect(chunk.entries()).toEqual(entries);
+    expect(chunk.maxExpiresAt).toBe(9);
+    expect(chunk.hasDedupId(2, "dédup-✓-🙂")).toBe(true);
+    expect(chunk.hasDedupId(2, "dédup-✓-")).toBe(false);
+    expect(chunk.hasDedupId(1, "")).toBe(true);
+    expect(chunk.hasDedupId(0, "")).toBe(false);
+    expect(chunk.hashAt(2)).toBe(dedupHash("dédup-✓-🙂"));
+    // expiry order: (expiresAt, dedup id)
+    expect([0, 1, 2, 3].map((k) => chunk.byExpiry(k))).toEqual([0, 3, 2, 1]);
+    expect(DedupChunk.from(chunk)).toBe(chunk);
+  });
+
+  it("packs canonical UUIDs and broker message ids, and gives back exactly what it was given", () => {
+    const uuids = [
+      "00000000-0000-0000-0000-000000000000",
+      "ffffffff-ffff-ffff-ffff-ffffffffffff",
+      "6b4896d6-b191-407b-8821-d38e4eca180a",
+    ];
+    const ids = ["00000000000000000000000000", "ZZZZZZZZZZZZZZZZZZZZZZZZZZ", "01M8TWVAYQH46VX0ABCDEFGHJK"];
+    const entries = uuids.map((u, i) => entry(u, 2 ** 40 + i, 1.7e12 + 1_000 * (2 - i), ids[i]));
+    const chunk = DedupChunk.from(entries);
+    expect(chunk.packed).toBe(true);
+    expect(chunk.entries()).toEqual(entries);
+    for (let i = 0; i < entries.length; i++) {
+      const e = entries[i] as DedupEntry;
+      expect(chunk.hashAt(i)).toBe(dedupHash(e.dedupId));
+      expect(chunk.hasDedupId(i, e.dedupId)).toBe(true);
+      // not the same id: another case, no hyphens, one digit off
+      expect(chunk.hasDedupId(i, e.dedupId.toUpperCase())).toBe(e.dedupId === e.dedupId.toUpperCase());
+      expect(chunk.hasDedupId(i, e.dedupId.replaceAll("-", ""))).toBe(false);
+      expect(chunk.hasDedupId(i, `${e.dedupId.slice(0, 35)}${e.dedupId.endsWith("1") ? "2" : "1"}`)).toBe(
+        false,
+      );
+    }
+    expect([0, 1, 2].map((k) => chunk.byExpiry(k))).toEqual([2, 1, 0]);
+    // one id of another shape, or numbers beyond 32-bit differences: the plain layout, same answers
+    const mixed = [...entries, entry("6B4896D6-B191-407B-8821-D38E4ECA180A", 2 ** 40 + 3, 1.7e12, ids[0])];
+    expect(DedupChunk.from(mixed).packed).toBe(false);
+    expect(DedupChunk.from(mixed).entries()).toEqual(mixed);
+    const wide = [entry(uuids[0] as string, 0, 1), entry(uuids[1] as string, 2 ** 33, 2 ** 52, ids[1])];
+    expect(DedupChunk.from(wide).entries()).toEqual(wide);
+  });
+
+  it("the colliding test ids do collide", () => {
+    expect(dedupHash(COLLIDING[0])).toBe(dedupHash(COLLIDING[1]));
+  });
+});
+
+describe("SealedDedup", () => {
+  it("a hash collision is never taken for the other id", () => {
+    const index = new SealedDedup();
+    const no = index.addChunk(DedupChunk.from([entry(COLLIDING[0], 0, 100, "m0")]));
+    index.put(no, 0);
+    expect(index.get(COLLIDING[1])).toBeUndefined();
+    expect(index.delete(COLLIDING[1])).toBe(false);
+    const no2 = index.addChunk(DedupChunk.from([entry(COLLIDING[1], 1, 100, "m1")]));
+    index.put(no2, 0);
+    expect(index.get(COLLIDING[0])?.id).toBe("m0");
+    expect(index.get(COLLIDING[1])?.id).toBe("m1");
+    expect(index.delete(COLLIDING[0])).toBe(true);
+    expect(index.get(COLLIDING[0])).toBeUndefined();
+    expect(index.get(COLLIDING[1])?.id).toBe("m1");
+    expect(index.size).toBe(1);
+  });
+
+  it("answers exactly as a map of the ids would, through inserts, replacements, deletes and expiries", () => {
+    for (let seed = 1; seed <= 20; seed++) {
+      const random = seededRandom(seed);
+      const pick = (n: number) => Math.floor(random.next() * n);
+      const index = new SealedDedup();
+      const model = new Map<string, DedupEntry>();
+      // Few distinct ids (so replacements and probe-run deletions are common): colliding ones among
+      // them, or (even seeds) UUIDs and broker-shaped message ids, which chunks pack.
+      const packable = seed % 2 === 0;
+      const ids = packable
+        ? Array.from(
+            { length: 60 },
+            (_, i) => `${i.toString(16).padStart(8, "0")}-0000-4000-8000-00000000000${i % 10}`,
+          )
+        : [...COLLIDING, ...Array.from({ length: 60 }, (_, i) => `d${i}`)];
+      const messageId = (offset: number) => (packable ? String(offset).padStart(26, "0") : `m${offset}`);
+      let offset = 0;
+      let now = 0;
+      for (let step = 0; step < 400; step++) {
+        const action = pick(10);
+        if (action < 5) {
+          // a chunk of fresh entries (distinct ids), as a seal would add: each replaces its id's entry
+          const chosen = [
+            ...new Set(Array.from({ length: 1 + pick(8) }, () => ids[pick(ids.length)] as string)),
+          ];
+          const entries = chosen.map((d) => {
+            const at = offset++;
+            return entry(d, at, now + 1 + pick(50), messageId(at));
+          });
+          const chunk = DedupChunk.from(entries);
+          expect(chunk.packed).toBe(packable);
+          const no = index.addChunk(chunk);
+          entries.forEach((e, pos) => {
+            index.delete(e.dedupId);
+            index.put(no, pos);
+            model.set(e.dedupId, e);
+          });
+        } else if (action < 7) {
+          const d = ids[pick(ids.length)] as string;
+          expect(index.delete(d)).toBe(model.delete(d));
+        } else {
+          now += pick(20);
+          let due = 0;
+          for (const [d, e] of model)
+            if (e.expiresAt <= now) {
+              model.delete(d);
+              due += 1;
+            }
+          expect(index.expire(now)).toBe(due);
+          const next = index.nextExpiry();
+          if (next !== undefined) expect(next).toBeGreaterThan(now);
+        }
+        expect(index.size).toBe(model.size);
+        const wrong = ids.filter((d) => JSON.stringify(index.get(d)) !== JSON.stringify(model.get(d)));
+        expect(wrong).toEqual([]);
+      }
+      const values = [...index.values()].sort((a, b) => a.offset - b.offset);
+      expect(values).toEqual([...model.values()].sort((a, b) => a.offset - b.offset));
+      // everything expires in the end, and then no chunk is held
+      index.expire(Number.MAX_SAFE_INTEGER);
+      expect(index.size).toBe(0);
+      expect(index.chunks).toBe(0);
+    }
+  });
+
+  it("grows past its initial table and still finds every id", () => {
+    const index = new SealedDedup();
+    const entries = Array.from({ length: 5_000 }, (_, i) => entry(`id-${i}`, i, 10 + (i % 7)));
+    const no = index.addChunk(DedupChunk.from(entries));
+    for (let i = 0; i < entries.length; i++) index.put(no, i);
+    expect(index.size).toBe(5_000);
+    for (const e of entries) expect(index.get(e.dedupId)).toEqual(e);
+    expect(index.get("id-5000")).toBeUndefined();
+    expect(index.expire(12)).toBe(entries.filter((e) => e.expiresAt <= 12).length);
+    for (const e of entries) expect(index.get(e.dedupId)).toEqual(e.expiresAt <= 12 ? undefined : e);
+  });
+});
