@@ -12,7 +12,9 @@
  * ranges, the head's own dedup ids (already in offset order: no sort), the
  * head's own dead letters, the tail and one cached entry per segment, dedup
  * segment and dead-letter segment. Sealed messages, dedup ids and dead
- * letters are not touched.
+ * letters are not touched. The head's dedup ids, most of a busy head (with
+ * a dedup id on every message, up to the tail budget of them), are encoded
+ * once each: a commit encodes only the ids it added (see dedupListJson).
  */
 import { SHARD_FORMAT } from "./document-formats.ts";
 import {
@@ -29,6 +31,7 @@ import type { ShardData } from "./shard-data.ts";
 import { compactAckState } from "./shard-mechanics.ts";
 import type {
   DeadLetterSegmentState,
+  DedupEntry,
   DedupSegmentState,
   SegmentState,
   SubscriptionState,
@@ -49,7 +52,7 @@ interface PartCache {
 
 /** Most commits change the subscriptions and counters only: these parts are encoded again only when they change. */
 const tailParts = new WeakMap<ShardData, PartCache>();
-const dedupParts = new WeakMap<ShardData, PartCache>();
+const dedupSegmentParts = new WeakMap<ShardData, PartCache>();
 const segmentParts = new WeakMap<ShardData, PartCache>();
 
 /** `cache`'s JSON for `state` when it was made from exactly `from` (same values, same order); else `build()`'s, remembered. */
@@ -118,20 +121,71 @@ function dedupSegmentJson(seg: DedupSegmentState): string {
   return seg.json;
 }
 
+/**
+ * The JSON of the head's dedup entries (without the brackets) from the last
+ * encode, with the entries it was made from and where each one's JSON ends.
+ */
+interface DedupListCache {
+  readonly entries: DedupEntry[];
+  /** `ends[i]`: the length of `json` through entry `i`. */
+  readonly ends: number[];
+  json: string;
+}
+
+const dedupLists = new WeakMap<ShardData, DedupListCache>();
+
+/**
+ * The head's dedup entries as JSON (without the brackets), in offset order.
+ *
+ * Entries only ever join the head's list at its end (dedup-segments.ts), and
+ * with a dedup id on every message each commit adds one or a few to a list
+ * of up to ~1,800 (the tail budget): so the JSON of the entries the last
+ * encode saw, up to the first one no longer there, is kept, and only what
+ * follows is encoded. A removal (an expired id replaced, a seal) re-encodes
+ * from the removed entry on. Records never change in place, so identity
+ * says the JSON still holds.
+ */
+function dedupListJson(state: ShardData): string {
+  let cache = dedupLists.get(state);
+  if (cache === undefined) {
+    cache = { entries: [], ends: [], json: "" };
+    dedupLists.set(state, cache);
+  }
+  const { entries, ends } = cache;
+  const current = state.recentDedup.values();
+  let next = current.next();
+  let kept = 0;
+  while (!next.done && kept < entries.length && entries[kept] === next.value) {
+    kept += 1;
+    next = current.next();
+  }
+  let out = cache.json;
+  if (kept < entries.length) {
+    entries.length = kept;
+    ends.length = kept;
+    out = kept === 0 ? "" : out.slice(0, ends[kept - 1]);
+  }
+  for (; !next.done; next = current.next()) {
+    out += (entries.length > 0 ? "," : "") + dedupEntryJson(next.value);
+    entries.push(next.value);
+    ends.push(out.length);
+  }
+  cache.json = out;
+  return out;
+}
+
 /** The head's dedup ids in offset order, then (when there are any) the index of dedup segments. */
 function dedupPartJson(state: ShardData): string {
-  const from: unknown[] = [...state.recentDedup.values(), ...state.dedupSegments.values()];
-  return cachedPart(dedupParts, state, from, () => {
-    const entries: string[] = [];
-    for (const e of state.recentDedup.values()) entries.push(dedupEntryJson(e));
-    let out = `,"dedup":[${entries.join(",")}]`;
-    if (state.dedupSegments.size > 0) {
+  let out = `,"dedup":[${dedupListJson(state)}]`;
+  if (state.dedupSegments.size > 0) {
+    const segments = [...state.dedupSegments.values()];
+    out += cachedPart(dedupSegmentParts, state, segments, () => {
       const refs: string[] = [];
-      for (const seg of state.dedupSegments.values()) refs.push(dedupSegmentJson(seg));
-      out += `,"dedup_segments":[${refs.join(",")}]`;
-    }
-    return out;
-  });
+      for (const seg of segments) refs.push(dedupSegmentJson(seg));
+      return `,"dedup_segments":[${refs.join(",")}]`;
+    });
+  }
+  return out;
 }
 
 /** The index of sealed segments (each entry cached until its `gone` set changes). */
