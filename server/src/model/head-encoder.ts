@@ -14,7 +14,7 @@
  * segment and dead-letter segment. Sealed messages, dedup ids and dead
  * letters are not touched. The head's dedup ids, most of a busy head (with
  * a dedup id on every message, up to the tail budget of them), are encoded
- * once each: a commit encodes only the ids it added (see dedupListJson).
+ * once each: a commit encodes only the ids it added (see dedupList).
  */
 import { SHARD_FORMAT } from "./document-formats.ts";
 import {
@@ -122,33 +122,48 @@ function dedupSegmentJson(seg: DedupSegmentState): string {
 }
 
 /**
- * The JSON of the head's dedup entries (without the brackets) from the last
- * encode, with the entries it was made from and where each one's JSON ends.
+ * The head's dedup entries as the last encode wrote them: the entries, where
+ * each one's JSON ends, and the bytes that encode produced (the list's JSON
+ * is `bytes[start, start + ends[last])`).
  */
 interface DedupListCache {
   readonly entries: DedupEntry[];
-  /** `ends[i]`: the length of `json` through entry `i`. */
+  /** `ends[i]`: the bytes of the list's JSON through entry `i` (the commas between entries included). */
   readonly ends: number[];
-  json: string;
+  bytes: Uint8Array;
+  start: number;
 }
 
 const dedupLists = new WeakMap<ShardData, DedupListCache>();
 
+/** The head's dedup list for one encode: a prefix kept from the last encode's bytes, then JSON of the rest. */
+interface DedupList {
+  readonly cache: DedupListCache;
+  /** Entries of the kept prefix, whose JSON is at `cache.bytes[cache.start]`. */
+  readonly kept: number;
+  readonly keptBytes: number;
+  /** The entries after the kept prefix, and where each one's JSON ends (as `DedupListCache.ends`). */
+  readonly addedEntries: DedupEntry[];
+  readonly addedEnds: number[];
+  /** Their JSON (with the leading commas). */
+  readonly added: string;
+}
+
 /**
- * The head's dedup entries as JSON (without the brackets), in offset order.
+ * The head's dedup entries (without the brackets), in offset order.
  *
  * Entries only ever join the head's list at its end (dedup-segments.ts), and
  * with a dedup id on every message each commit adds one or a few to a list
- * of up to ~1,800 (the tail budget): so the JSON of the entries the last
- * encode saw, up to the first one no longer there, is kept, and only what
- * follows is encoded. A removal (an expired id replaced, a seal) re-encodes
- * from the removed entry on. Records never change in place, so identity
- * says the JSON still holds.
+ * of up to ~1,800 (the tail budget), most of the head: so the JSON of the
+ * entries the last encode wrote, up to the first one no longer there, is
+ * copied from its bytes, and only what follows is encoded. A removal (an
+ * expired id replaced, a seal) encodes from the removed entry on. Records
+ * never change in place, so identity says the JSON still holds.
  */
-function dedupListJson(state: ShardData): string {
+function dedupList(state: ShardData): DedupList {
   let cache = dedupLists.get(state);
   if (cache === undefined) {
-    cache = { entries: [], ends: [], json: "" };
+    cache = { entries: [], ends: [], bytes: new Uint8Array(0), start: 0 };
     dedupLists.set(state, cache);
   }
   const { entries, ends } = cache;
@@ -159,33 +174,41 @@ function dedupListJson(state: ShardData): string {
     kept += 1;
     next = current.next();
   }
-  let out = cache.json;
-  if (kept < entries.length) {
-    entries.length = kept;
-    ends.length = kept;
-    out = kept === 0 ? "" : out.slice(0, ends[kept - 1]);
-  }
+  const keptBytes = kept === 0 ? 0 : (ends[kept - 1] as number);
+  let end = keptBytes;
+  const pieces: string[] = [];
+  const addedEntries: DedupEntry[] = [];
+  const addedEnds: number[] = [];
   for (; !next.done; next = current.next()) {
-    out += (entries.length > 0 ? "," : "") + dedupEntryJson(next.value);
-    entries.push(next.value);
-    ends.push(out.length);
+    const piece = (kept + addedEntries.length > 0 ? "," : "") + dedupEntryJson(next.value);
+    pieces.push(piece);
+    end += Buffer.byteLength(piece);
+    addedEntries.push(next.value);
+    addedEnds.push(end);
   }
-  cache.json = out;
-  return out;
+  return { cache, kept, keptBytes, addedEntries, addedEnds, added: pieces.join("") };
 }
 
-/** The head's dedup ids in offset order, then (when there are any) the index of dedup segments. */
-function dedupPartJson(state: ShardData): string {
-  let out = `,"dedup":[${dedupListJson(state)}]`;
-  if (state.dedupSegments.size > 0) {
-    const segments = [...state.dedupSegments.values()];
-    out += cachedPart(dedupSegmentParts, state, segments, () => {
-      const refs: string[] = [];
-      for (const seg of segments) refs.push(dedupSegmentJson(seg));
-      return `,"dedup_segments":[${refs.join(",")}]`;
-    });
-  }
-  return out;
+/** After an encode that wrote `dedup` into `bytes` at `start`: the cache describes that encode. */
+function rememberDedupList(dedup: DedupList, bytes: Uint8Array, start: number): void {
+  const { cache } = dedup;
+  cache.entries.length = dedup.kept;
+  cache.ends.length = dedup.kept;
+  for (const e of dedup.addedEntries) cache.entries.push(e);
+  for (const end of dedup.addedEnds) cache.ends.push(end);
+  cache.bytes = bytes;
+  cache.start = start;
+}
+
+/** The index of dedup segments (when there are any). */
+function dedupSegmentsPartJson(state: ShardData): string {
+  if (state.dedupSegments.size === 0) return "";
+  const segments = [...state.dedupSegments.values()];
+  return cachedPart(dedupSegmentParts, state, segments, () => {
+    const refs: string[] = [];
+    for (const seg of segments) refs.push(dedupSegmentJson(seg));
+    return `,"dedup_segments":[${refs.join(",")}]`;
+  });
 }
 
 /** The index of sealed segments (each entry cached until its `gone` set changes). */
@@ -220,6 +243,22 @@ export function encodeHead(state: ShardData): Uint8Array {
     const sub = state.subs.get(name);
     if (sub !== undefined) parts.push((i > 0 ? "," : "") + subscriptionJson(state, sub));
   });
-  parts.push("]", dedupPartJson(state), segmentsPartJson(state), tailPartJson(state), "}");
-  return encoder.encode(parts.join(""));
+  parts.push(`],"dedup":[`);
+  const dedup = dedupList(state);
+  parts.push(dedup.added);
+  const before = encoder.encode(parts.join(""));
+  const after = encoder.encode(
+    `]${dedupSegmentsPartJson(state)}${segmentsPartJson(state)}${tailPartJson(state)}}`,
+  );
+  // The head's opening, then the dedup list's kept prefix (copied from the last encode's bytes)
+  // spliced in before the JSON of the entries added since, then the rest.
+  const { cache, keptBytes } = dedup;
+  const opening = before.length - Buffer.byteLength(dedup.added);
+  const out = new Uint8Array(before.length + keptBytes + after.length);
+  out.set(before.subarray(0, opening), 0);
+  out.set(cache.bytes.subarray(cache.start, cache.start + keptBytes), opening);
+  out.set(before.subarray(opening), opening + keptBytes);
+  out.set(after, before.length + keptBytes);
+  rememberDedupList(dedup, out, opening);
+  return out;
 }
