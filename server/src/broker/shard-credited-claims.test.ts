@@ -86,6 +86,25 @@ describe("ShardLeader credited claims", () => {
     expect(credit.available).toBe(0);
   });
 
+  it("claims the messages enqueued in its batch, though it was submitted before them", async () => {
+    const store = new GatedStore();
+    const shard = leader(store);
+    await shard.submit({ kind: "createSubscription", name: "other" }); // the shard exists, nothing runnable
+    // A write in flight that makes nothing runnable: the claim and the enqueue wait for the next batch.
+    store.hold = true;
+    const inFlight = shard.submit({ kind: "createSubscription", name: "third" });
+    for (let i = 0; i < 20 && store.held === 0; i++) await flush();
+    expect(store.held).toBe(1);
+    const credit: ClaimCredit = { available: 5 };
+    const claimed = claim(shard, credit); // first in the buffer, as a Work stream's next claim is
+    const enqueued = enqueue(shard, 2);
+    const result = expectKind(await releaseUntil(store, claimed), "claim");
+    await inFlight;
+    await enqueued;
+    expect(result.messages.map((m) => m.id)).toEqual(["m0", "m1"]);
+    expect(credit.available).toBe(3);
+  });
+
   it("takes only what it claimed when fewer messages are runnable than the credit", async () => {
     const store = new GatedStore();
     const shard = leader(store);

@@ -290,9 +290,11 @@ export class ShardLeader {
    * write proceeds and the result is simply dropped by the caller.
    *
    * A claim with `credit` claims up to what the credit holds when its batch
-   * is applied (its `max` is ignored), and takes what it claimed from it
-   * then: credit a consumer gains while the claim waits for the write in
-   * flight rides in the same claim instead of waiting for the next. The
+   * is applied (its `max` is ignored; it applies after the batch's other
+   * operations, so it sees the messages they enqueued), and takes what it
+   * claimed from it then: credit a consumer gains while the claim waits for
+   * the write in flight rides in the same claim instead of waiting for the
+   * next. The
    * credit is given back when the write fails or the claimed bodies cannot
    * be read (the claim then fails).
    */
@@ -467,9 +469,16 @@ export class ShardLeader {
         taken = [];
         const expire = applyOperation(working, { kind: "expire" }, now);
         let changed = operationChangesState(expire);
+        // Credited claims (Work streams') are applied after the batch's other operations, so
+        // that they claim what those made runnable. A stream submits its next claim as soon as
+        // a commit answers the last one, usually while the next write is in flight, so it is
+        // buffered ahead of the enqueues arriving during that write: in arrival order it would
+        // find nothing, and those jobs would wait one more commit (the stream stands a claim
+        // only after the empty answer). Every operation of a batch is answered after the same
+        // write, so any order among them is one its callers could have seen. Outcomes stay in
+        // batch order, as the items are settled.
         const outcomes: Outcome[] = [];
-        for (const item of batch) {
-          if (item.kind !== "op") continue;
+        const applyItem = (item: Extract<BatchItem, { kind: "op" }>, index: number) => {
           try {
             const op = effectiveOp(item);
             const result = op === undefined ? NOTHING_CLAIMED : applyOperation(working, op, now);
@@ -478,11 +487,20 @@ export class ShardLeader {
               item.credit.available -= result.messages.length;
               taken.push({ credit: item.credit, n: result.messages.length });
             }
-            outcomes.push({ ok: true, op: op ?? item.op, result });
+            outcomes[index] = { ok: true, op: op ?? item.op, result };
           } catch (error) {
-            outcomes.push({ ok: false, error });
+            outcomes[index] = { ok: false, error };
           }
+        };
+        const credited: [Extract<BatchItem, { kind: "op" }>, number][] = [];
+        let index = 0;
+        for (const item of batch) {
+          if (item.kind !== "op") continue;
+          if (item.credit !== undefined) credited.push([item, index]);
+          else applyItem(item, index);
+          index += 1;
         }
+        for (const [item, at] of credited) applyItem(item, at);
         if (!release) fills = this.fillStanding(working, now);
         if (fills.length > 0) changed = true;
         return { value: { now, outcomes, expire, standing: fills.map((fill) => fill.applied) }, changed };

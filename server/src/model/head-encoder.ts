@@ -12,7 +12,9 @@
  * ranges, the head's own dedup ids (already in offset order: no sort), the
  * head's own dead letters, the tail and one cached entry per segment, dedup
  * segment and dead-letter segment. Sealed messages, dedup ids and dead
- * letters are not touched.
+ * letters are not touched. The head's dedup ids, most of a busy head (with
+ * a dedup id on every message, up to the tail budget of them), are encoded
+ * once each: a commit encodes only the ids it added (see dedupList).
  */
 import { SHARD_FORMAT } from "./document-formats.ts";
 import {
@@ -29,6 +31,7 @@ import type { ShardData } from "./shard-data.ts";
 import { compactAckState } from "./shard-mechanics.ts";
 import type {
   DeadLetterSegmentState,
+  DedupEntry,
   DedupSegmentState,
   SegmentState,
   SubscriptionState,
@@ -49,7 +52,7 @@ interface PartCache {
 
 /** Most commits change the subscriptions and counters only: these parts are encoded again only when they change. */
 const tailParts = new WeakMap<ShardData, PartCache>();
-const dedupParts = new WeakMap<ShardData, PartCache>();
+const dedupSegmentParts = new WeakMap<ShardData, PartCache>();
 const segmentParts = new WeakMap<ShardData, PartCache>();
 
 /** `cache`'s JSON for `state` when it was made from exactly `from` (same values, same order); else `build()`'s, remembered. */
@@ -118,19 +121,93 @@ function dedupSegmentJson(seg: DedupSegmentState): string {
   return seg.json;
 }
 
-/** The head's dedup ids in offset order, then (when there are any) the index of dedup segments. */
-function dedupPartJson(state: ShardData): string {
-  const from: unknown[] = [...state.recentDedup.values(), ...state.dedupSegments.values()];
-  return cachedPart(dedupParts, state, from, () => {
-    const entries: string[] = [];
-    for (const e of state.recentDedup.values()) entries.push(dedupEntryJson(e));
-    let out = `,"dedup":[${entries.join(",")}]`;
-    if (state.dedupSegments.size > 0) {
-      const refs: string[] = [];
-      for (const seg of state.dedupSegments.values()) refs.push(dedupSegmentJson(seg));
-      out += `,"dedup_segments":[${refs.join(",")}]`;
-    }
-    return out;
+/**
+ * The head's dedup entries as the last encode wrote them: the entries, where
+ * each one's JSON ends, and the bytes that encode produced (the list's JSON
+ * is `bytes[start, start + ends[last])`).
+ */
+interface DedupListCache {
+  readonly entries: DedupEntry[];
+  /** `ends[i]`: the bytes of the list's JSON through entry `i` (the commas between entries included). */
+  readonly ends: number[];
+  bytes: Uint8Array;
+  start: number;
+}
+
+const dedupLists = new WeakMap<ShardData, DedupListCache>();
+
+/** The head's dedup list for one encode: a prefix kept from the last encode's bytes, then JSON of the rest. */
+interface DedupList {
+  readonly cache: DedupListCache;
+  /** Entries of the kept prefix, whose JSON is at `cache.bytes[cache.start]`. */
+  readonly kept: number;
+  readonly keptBytes: number;
+  /** The entries after the kept prefix, and where each one's JSON ends (as `DedupListCache.ends`). */
+  readonly addedEntries: DedupEntry[];
+  readonly addedEnds: number[];
+  /** Their JSON (with the leading commas). */
+  readonly added: string;
+}
+
+/**
+ * The head's dedup entries (without the brackets), in offset order.
+ *
+ * Entries only ever join the head's list at its end (dedup-segments.ts), and
+ * with a dedup id on every message each commit adds one or a few to a list
+ * of up to ~1,800 (the tail budget), most of the head: so the JSON of the
+ * entries the last encode wrote, up to the first one no longer there, is
+ * copied from its bytes, and only what follows is encoded. A removal (an
+ * expired id replaced, a seal) encodes from the removed entry on. Records
+ * never change in place, so identity says the JSON still holds.
+ */
+function dedupList(state: ShardData): DedupList {
+  let cache = dedupLists.get(state);
+  if (cache === undefined) {
+    cache = { entries: [], ends: [], bytes: new Uint8Array(0), start: 0 };
+    dedupLists.set(state, cache);
+  }
+  const { entries, ends } = cache;
+  const current = state.recentDedup.values();
+  let next = current.next();
+  let kept = 0;
+  while (!next.done && kept < entries.length && entries[kept] === next.value) {
+    kept += 1;
+    next = current.next();
+  }
+  const keptBytes = kept === 0 ? 0 : (ends[kept - 1] as number);
+  let end = keptBytes;
+  const pieces: string[] = [];
+  const addedEntries: DedupEntry[] = [];
+  const addedEnds: number[] = [];
+  for (; !next.done; next = current.next()) {
+    const piece = (kept + addedEntries.length > 0 ? "," : "") + dedupEntryJson(next.value);
+    pieces.push(piece);
+    end += Buffer.byteLength(piece);
+    addedEntries.push(next.value);
+    addedEnds.push(end);
+  }
+  return { cache, kept, keptBytes, addedEntries, addedEnds, added: pieces.join("") };
+}
+
+/** After an encode that wrote `dedup` into `bytes` at `start`: the cache describes that encode. */
+function rememberDedupList(dedup: DedupList, bytes: Uint8Array, start: number): void {
+  const { cache } = dedup;
+  cache.entries.length = dedup.kept;
+  cache.ends.length = dedup.kept;
+  for (const e of dedup.addedEntries) cache.entries.push(e);
+  for (const end of dedup.addedEnds) cache.ends.push(end);
+  cache.bytes = bytes;
+  cache.start = start;
+}
+
+/** The index of dedup segments (when there are any). */
+function dedupSegmentsPartJson(state: ShardData): string {
+  if (state.dedupSegments.size === 0) return "";
+  const segments = [...state.dedupSegments.values()];
+  return cachedPart(dedupSegmentParts, state, segments, () => {
+    const refs: string[] = [];
+    for (const seg of segments) refs.push(dedupSegmentJson(seg));
+    return `,"dedup_segments":[${refs.join(",")}]`;
   });
 }
 
@@ -166,6 +243,22 @@ export function encodeHead(state: ShardData): Uint8Array {
     const sub = state.subs.get(name);
     if (sub !== undefined) parts.push((i > 0 ? "," : "") + subscriptionJson(state, sub));
   });
-  parts.push("]", dedupPartJson(state), segmentsPartJson(state), tailPartJson(state), "}");
-  return encoder.encode(parts.join(""));
+  parts.push(`],"dedup":[`);
+  const dedup = dedupList(state);
+  parts.push(dedup.added);
+  const before = encoder.encode(parts.join(""));
+  const after = encoder.encode(
+    `]${dedupSegmentsPartJson(state)}${segmentsPartJson(state)}${tailPartJson(state)}}`,
+  );
+  // The head's opening, then the dedup list's kept prefix (copied from the last encode's bytes)
+  // spliced in before the JSON of the entries added since, then the rest.
+  const { cache, keptBytes } = dedup;
+  const opening = before.length - Buffer.byteLength(dedup.added);
+  const out = new Uint8Array(before.length + keptBytes + after.length);
+  out.set(before.subarray(0, opening), 0);
+  out.set(cache.bytes.subarray(cache.start, cache.start + keptBytes), opening);
+  out.set(before.subarray(opening), opening + keptBytes);
+  out.set(after, before.length + keptBytes);
+  rememberDedupList(dedup, out, opening);
+  return out;
 }

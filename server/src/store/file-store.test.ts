@@ -6,7 +6,7 @@
  */
 import { createHash, randomBytes } from "node:crypto";
 import { existsSync } from "node:fs";
-import { chown, mkdir, mkdtemp, readdir, readFile, rm, utimes, writeFile } from "node:fs/promises";
+import { chmod, chown, mkdir, mkdtemp, readdir, readFile, rm, utimes, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
@@ -334,6 +334,33 @@ describe("FileStore", () => {
         }
       });
       expect(kind).toBe("unavailable");
+    } finally {
+      await rm(base, { recursive: true, force: true });
+    }
+  });
+
+  it("a put whose temp file cannot be written frees the key's lock (taken meanwhile) for the next call", async () => {
+    const base = await mkdtemp(path.join(tmpdir(), "casq-file-store-temp-fails-"));
+    try {
+      const { kind, next } = await asUnprivileged(base, async () => {
+        // A lock still held would make the next put wait for it, and time out.
+        const own = new FileStore({ root: path.join(base, "data"), lockTimeoutMs: 500 });
+        try {
+          const dir = path.join(own.root, "locked");
+          await mkdir(dir, { mode: 0o500 });
+          const kind = await rejectionKind(() => own.put("locked/doc.json", bytes("x"), { ifAbsent: true }));
+          await chmod(dir, 0o700);
+          const next = await own.put("locked/doc.json", bytes("y"), { ifAbsent: true }).then(
+            () => "written",
+            (error: unknown) => (isStoreError(error) ? error.kind : String(error)),
+          );
+          return { kind, next };
+        } finally {
+          await own.close();
+        }
+      });
+      expect(kind).toBe("unavailable");
+      expect(next).toBe("written");
     } finally {
       await rm(base, { recursive: true, force: true });
     }

@@ -22,8 +22,8 @@
  * ## Crash-safe writes
  *
  * A put writes header + bytes to a fresh temp file in the target's directory
- * and fsyncs it; then, under the key's lock, it checks the condition and
- * `rename`s the temp file over the target (the commit point: rename is atomic,
+ * and fsyncs it (taking the key's lock meanwhile); then, under the key's
+ * lock, it checks the condition and `rename`s the temp file over the target (the commit point: rename is atomic,
  * so readers see the old or the new file, never a mix), then fsyncs the
  * directory so the rename survives power loss. Files are never modified in
  * place, so a reader that opened one version reads its header (etag) and body
@@ -46,8 +46,8 @@
  * A put makes about twenty file-system calls, and each trip to libuv's thread
  * pool costs a turn of the event loop, which under load (a broker answering
  * thousands of calls) is most of a put. So the put's critical path keeps only
- * what must wait: create the temp file, fsync it, rename the staged lock into
- * place, rename the temp file, fsync the directory. Calls that only read
+ * what must wait: create the temp file and fsync it (the staged lock is
+ * renamed into place meanwhile), rename the temp file, fsync the directory. Calls that only read
  * (the condition check, the lock check) and the write of a body of at most
  * 1 MiB into the page cache run synchronously (microseconds on a local disk;
  * calls that change a directory can wait for the journal, so they stay on
@@ -286,15 +286,28 @@ export class FileStore implements ObjectStore {
     let committed = false;
     try {
       await this.ensureDir(dir);
+      // The key's lock is taken while the temp file is written and synced (the lock's
+      // renames need not wait for that fsync, nor it for them); it guards only the check
+      // and the rename below. If the temp file fails, the lock is released once taken.
+      const locking = this.locks.lock(key, signal, deadline);
+      locking.catch(() => {}); // its failure is seen where it is awaited
       try {
-        await this.writeTemp(temp, id, body, key, signal);
+        try {
+          await this.writeTemp(temp, id, body, key, signal);
+        } catch (error) {
+          if (errnoCode(error) !== "ENOENT" || !this.knownDirs.delete(dir)) throw error;
+          // The directory was removed since this store made it: make it again, once.
+          await this.ensureDir(dir);
+          await this.writeTemp(temp, id, body, key, signal);
+        }
       } catch (error) {
-        if (errnoCode(error) !== "ENOENT" || !this.knownDirs.delete(dir)) throw error;
-        // The directory was removed since this store made it: make it again, once.
-        await this.ensureDir(dir);
-        await this.writeTemp(temp, id, body, key, signal);
+        locking.then(
+          (lock) => this.locks.releaseLater(lock),
+          () => {},
+        );
+        throw error;
       }
-      const lock = await this.locks.lock(key, signal, deadline);
+      const lock = await locking;
       try {
         const current = readCurrent(file);
         if (current.kind === "directory")
