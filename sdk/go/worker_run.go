@@ -306,6 +306,10 @@ func (r *run) loop() error {
 				if s.open {
 					failures = 0
 					r.c.prefer(addr)
+					// The shards the lost primary served may have their
+					// leader back at the same address: no routing event
+					// would ask for it (an opening s reconciles once open).
+					r.reconcileStreams()
 				}
 				continue
 			}

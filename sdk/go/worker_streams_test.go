@@ -440,3 +440,38 @@ func TestWorkerUnaryHeartbeatNotFoundCancelsHandler(t *testing.T) {
 		}
 	})
 }
+
+// The primary's broker breaks its stream while a secondary is open at the
+// other broker: the reconnect loop moves to that stream and stays there. The
+// shard the broken stream served must still get a stream again, although no
+// routing changes (its leader restarted at the same address; found in the
+// TypeScript SDK by simulation seed 941057).
+func TestWorkerPrimaryLostWhileSecondaryOpen(t *testing.T) {
+	fa, fb := twoLeaders(t, 1, nil, nil)
+	c, err := casq.Dial(context.Background(), casq.Options{
+		Brokers: []string{fa.addr, fb.addr}, BackoffInitial: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	stop := runWorker(t, c, "q", func(context.Context, *casq.Job) error { return nil })
+	eventually(t, "a stream to each leader", func() (ok bool) {
+		fa.snapshot(func(f *fakeLeader) { ok = f.streamsOpen == 1 })
+		fb.snapshot(func(f *fakeLeader) { ok = ok && f.streamsOpen == 1 })
+		return ok
+	})
+	fa.killStreams()
+	eventually(t, "A's stream opened again", func() (ok bool) {
+		fa.snapshot(func(f *fakeLeader) { ok = f.opens == 2 && f.streamsOpen == 1 })
+		return ok
+	})
+	if err := stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	fb.snapshot(func(f *fakeLeader) {
+		if f.opens != 1 {
+			t.Errorf("B: %d streams opened, want 1 (the secondary became the primary)", f.opens)
+		}
+	})
+}
