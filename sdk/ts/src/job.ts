@@ -62,8 +62,12 @@ export interface Job {
 
 const decoder = new TextDecoder();
 
-/** Builds the {@link Job} of a delivery. */
-export function jobFromClaim(claimed: ClaimedMessage, signal: AbortSignal): Job {
+/**
+ * Builds the {@link Job} of a delivery. `signal` is called each time
+ * `job.signal` is read and must answer the same signal every time (the worker
+ * makes it on first read: see worker/lazy-abort.ts).
+ */
+export function jobFromClaim(claimed: ClaimedMessage, signal: () => AbortSignal): Job {
   const m = claimed.message;
   const payload = m?.payload ?? new Uint8Array();
   const trace = m?.traceContext;
@@ -87,7 +91,9 @@ export function jobFromClaim(claimed: ClaimedMessage, signal: AbortSignal): Job 
     enqueuedAt: m?.enqueuedAt ? timestampDate(m.enqueuedAt) : undefined,
     dedupId: m?.dedupId ?? "",
     leaseDeadline: claimed.leaseDeadline ? timestampDate(claimed.leaseDeadline) : undefined,
-    signal,
+    get signal() {
+      return signal();
+    },
     text: () => decoder.decode(payload),
     json: <T>() => JSON.parse(decoder.decode(payload)) as T,
   };

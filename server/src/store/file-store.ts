@@ -70,9 +70,18 @@
  */
 import { randomBytes } from "node:crypto";
 import { accessSync, closeSync, constants, type Dirent } from "node:fs";
-import { type FileHandle, mkdir, open, readdir, rename, unlink } from "node:fs/promises";
+import { type FileHandle, mkdir, open, readdir } from "node:fs/promises";
 import path from "node:path";
-import { fsyncDir, fsyncFd, makeDirsSync, openFd, writeAll, writeAllSync } from "./file-store/file-io.ts";
+import {
+  fsyncDir,
+  fsyncFd,
+  makeDirsSync,
+  openFd,
+  renamePath,
+  unlinkPath,
+  writeAll,
+  writeAllSync,
+} from "./file-store/file-io.ts";
 import { classify, errnoCode, ignoreMissing, throwIfAborted, unusableRoot } from "./file-store/fs-errors.ts";
 import { KeyLocks } from "./file-store/key-lock.ts";
 import {
@@ -324,7 +333,7 @@ export class FileStore implements ObjectStore {
         }
         throwIfAborted(signal, key, "before the write committed (nothing was written)");
         lock.assertHeld(key);
-        await rename(temp, file);
+        await renamePath(temp, file);
         committed = true;
         try {
           await fsyncDir(dir);
@@ -344,7 +353,7 @@ export class FileStore implements ObjectStore {
     } catch (error) {
       throw classify(error, key, committed ? "syncing the written object" : "writing the object");
     } finally {
-      if (!committed) await unlink(temp).catch(() => {});
+      if (!committed) await unlinkPath(temp).catch(() => {});
     }
   }
 
@@ -367,7 +376,7 @@ export class FileStore implements ObjectStore {
         if (current.kind !== "object") return;
         throwIfAborted(signal, key, "before the delete committed (nothing was deleted)");
         lock.assertHeld(key);
-        await ignoreMissing(unlink(file));
+        await ignoreMissing(unlinkPath(file));
         try {
           await fsyncDir(path.dirname(file));
         } catch (error) {
@@ -491,7 +500,7 @@ export class FileStore implements ObjectStore {
       if (onlyName !== undefined && name.slice(0, at) !== onlyName) continue;
       const file = path.join(dir, name);
       if (await isAbandoned(name.slice(at + TEMP_INFIX.length), file, ORPHAN_MAX_AGE_MS))
-        await unlink(file).catch(() => {});
+        await unlinkPath(file).catch(() => {});
     }
   }
 }

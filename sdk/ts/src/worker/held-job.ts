@@ -4,11 +4,13 @@
  */
 import type { Job } from "../job.ts";
 import type { Session } from "../work-session.ts";
+import type { LazyAbort } from "./lazy-abort.ts";
 
 /** A held job. */
 export interface Held {
   readonly job: Job;
-  readonly controller: AbortController;
+  /** Aborts `job.signal` (made on first read). */
+  readonly abort: LazyAbort;
   /** The stream that delivered it: its ack, nack and heartbeats go there while that stream is usable. */
   readonly session: Session;
   /**

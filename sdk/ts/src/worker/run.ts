@@ -25,6 +25,7 @@ import type { Session } from "../work-session.ts";
 import { Executor, type JobHandler } from "./executor.ts";
 import { Heartbeats } from "./heartbeats.ts";
 import type { Held } from "./held-job.ts";
+import { LazyAbort } from "./lazy-abort.ts";
 import { Reporter, type WorkerLogger } from "./reporter.ts";
 import { Settler } from "./settler.ts";
 import { Streams } from "./streams.ts";
@@ -179,10 +180,10 @@ export class Run {
 
   /** A job arrived: held, then queued to run (or given back at once while stopping). */
   private received(session: Session, claim: ClaimedMessage): void {
-    const controller = new AbortController();
+    const abort = new LazyAbort();
     const held: Held = {
-      job: jobFromClaim(claim, controller.signal),
-      controller,
+      job: jobFromClaim(claim, () => abort.signal),
+      abort,
       session,
       creditTo: session,
       creditReturned: false,
@@ -203,8 +204,8 @@ export class Run {
   /** A job's lease is lost: its handler's signal aborts; a job not started is dropped without settling. */
   private lost(receipt: string, reason: string): void {
     const held = this.held.get(receipt);
-    if (!held || held.controller.signal.aborted) return;
-    held.controller.abort(new CasqError(Code.Aborted, `casq: lease lost (${reason || "lost"})`));
+    if (!held || held.abort.aborted) return;
+    held.abort.abort(new CasqError(Code.Aborted, `casq: lease lost (${reason || "lost"})`));
     if (!held.started) {
       // Never started: drop it without settling; give its credit back.
       this.executor.withdraw(held);
@@ -238,7 +239,7 @@ export class Run {
     for (const held of this.held.values()) {
       if (held.started && !held.settled) {
         held.abandoned = true;
-        held.controller.abort(new CasqError(Code.Canceled, "casq: worker stopped"));
+        held.abort.abort(new CasqError(Code.Canceled, "casq: worker stopped"));
       }
     }
     // Let acks of finished jobs land, then half-close every stream and wait briefly for the brokers' OK.

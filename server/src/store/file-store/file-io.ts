@@ -3,14 +3,24 @@
  * loop over short writes (synchronous for small bodies, on the thread pool for
  * big ones), fsyncs of files and directories, and a `mkdir -p` that fails
  * instead of spinning.
+ *
+ * The calls of a put's critical path (open, rename, unlink, rmdir, mkdir)
+ * are Node's callback functions wrapped by `promisify`, not `node:fs/promises`:
+ * the promise API builds a `FileHandle` and more promise machinery per call,
+ * which costs several times the callback call's CPU, and a put makes about
+ * ten of them (see the file store's "Where the time goes").
  */
 import {
   closeSync,
   fsync as fsyncCallback,
+  mkdir as mkdirCallback,
   mkdirSync,
   open as openCallback,
   openSync,
+  rename as renameCallback,
+  rmdir as rmdirCallback,
   statSync,
+  unlink as unlinkCallback,
   write as writeCallback,
   writeSync,
 } from "node:fs";
@@ -55,6 +65,24 @@ export const fsyncFd = promisify(fsyncCallback);
 /** `open(path, flags)` on the thread pool; resolves to the file descriptor. */
 export const openFd = promisify(openCallback);
 const writeFd = promisify(writeCallback);
+/** `rename(from, to)` on the thread pool. */
+export const renamePath = promisify(renameCallback);
+/** `unlink(path)` on the thread pool. */
+export const unlinkPath = promisify(unlinkCallback);
+/** `rmdir(path)` on the thread pool. */
+export const rmdirPath = promisify(rmdirCallback);
+/** `mkdir(path, options)` on the thread pool; with `recursive`, resolves to the first directory made, if any. */
+export const mkdirPath = promisify(mkdirCallback);
+
+/** Creates the file `file` (it must not exist) holding `text`: one trip to the thread pool, then a synchronous write of a few bytes. */
+export async function writeNewSmallFile(file: string, text: string): Promise<void> {
+  const fd = await openFd(file, "wx");
+  try {
+    writeAllSync(fd, Buffer.from(text), 0);
+  } finally {
+    closeSync(fd);
+  }
+}
 
 /** `write` until every byte of `bytes` is at `position` (a write may be short). */
 export function writeAllSync(fd: number, bytes: Uint8Array, position: number): void {

@@ -26,11 +26,12 @@
  */
 import { createHash } from "node:crypto";
 import { statSync } from "node:fs";
-import { mkdir, readdir, rename, rm, rmdir, unlink, utimes, writeFile } from "node:fs/promises";
+import { mkdir, readdir, rm, utimes } from "node:fs/promises";
 import { hostname } from "node:os";
 import path from "node:path";
 import { type Backoff, backoffDelay } from "@casq/sdk/backoff.ts";
 import { UnavailableError } from "../store-errors.ts";
+import { mkdirPath, renamePath, rmdirPath, unlinkPath, writeNewSmallFile } from "./file-io.ts";
 import { errnoCode, ignoreMissing, throwIfAborted } from "./fs-errors.ts";
 import { KeyedMutex } from "./keyed-mutex.ts";
 import { isAbandoned, newOwnerName, ORPHAN_MAX_AGE_MS } from "./owner-liveness.ts";
@@ -85,8 +86,8 @@ export class HeldLock {
     clearInterval(this.heartbeat);
     try {
       // ENOENT: already gone (broken as stale); ENOTEMPTY/EEXIST: the next holder moved in. Both fine.
-      await unlink(this.marker).catch(() => {});
-      await rmdir(this.lockDir).catch(() => {});
+      await unlinkPath(this.marker).catch(() => {});
+      await rmdirPath(this.lockDir).catch(() => {});
     } finally {
       this.afterRelease();
     }
@@ -196,7 +197,7 @@ export class KeyLocks {
     try {
       for (;;) {
         try {
-          await rename(staged.dir, lockDir);
+          await renamePath(staged.dir, lockDir);
           return new HeldLock(lockDir, staged.owner, refreshMs, afterRelease);
         } catch (error) {
           const code = errnoCode(error);
@@ -242,9 +243,9 @@ export class KeyLocks {
     const owner = newOwnerName();
     const dir = path.join(this.stagingDir, owner);
     const at = Date.now();
-    await mkdir(dir, { recursive: true });
+    await mkdirPath(dir, { recursive: true });
     // The marker's content is for humans; the protocol only uses its name and mtime.
-    await writeFile(
+    await writeNewSmallFile(
       path.join(dir, owner),
       `${JSON.stringify({ pid: process.pid, host: hostname(), since: new Date(at).toISOString() })}\n`,
     );
@@ -282,7 +283,7 @@ export class KeyLocks {
     for (const name of names) {
       const marker = path.join(lockDir, name);
       if (await isAbandoned(name, marker, this.lockStaleMs)) {
-        await ignoreMissing(unlink(marker));
+        await ignoreMissing(unlinkPath(marker));
         await this.onBreak(key).catch(() => {});
       } else {
         live = `owner ${name}`;
