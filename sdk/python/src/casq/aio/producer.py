@@ -121,7 +121,8 @@ class Producer:
                 outcome = await wait_future(call.future)
             except BaseException:
                 # Cancelled just as the flight was handed to this call: hand it on.
-                if call.future.done() and not call.future.cancelled() and call.future.exception() is None:
+                handed = call.future.done() and not call.future.cancelled() and call.future.exception() is None
+                if handed and call.future.result() is LEAD:
                     self._hand_on(queue)
                 raise
             if outcome is not LEAD:
