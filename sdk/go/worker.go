@@ -165,7 +165,7 @@ func (w *Worker) Run(ctx context.Context, queue string, handler Handler, opts ..
 	r := &run{
 		c: w.c, ctx: ctx, queue: queue, cfg: cfg, handler: handler,
 		window: creditWindowBounds(cfg.concurrency, cfg.prefetch, cfg.maxPrefetch),
-		jobs: map[string]*held{},
+		jobs:   map[string]*held{},
 		// At most concurrency handlers report at once, so they never block
 		// on a loop that has returned.
 		done:     make(chan result, cfg.concurrency),

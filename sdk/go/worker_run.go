@@ -84,9 +84,9 @@ type session struct {
 	// adopting: jobs of lost streams counted as held in win at open, to be
 	// adopted once it is open (see activate).
 	adopting int
-	ctx     context.Context
-	cancel  context.CancelFunc
-	stream  grpc.BidiStreamingClient[casqv1.WorkRequest, casqv1.WorkResponse] // set once open
+	ctx      context.Context
+	cancel   context.CancelFunc
+	stream   grpc.BidiStreamingClient[casqv1.WorkRequest, casqv1.WorkResponse] // set once open
 
 	open       bool // Opened received (false while the handshake runs)
 	gone       bool // dropped or closed: nothing more is sent on it
