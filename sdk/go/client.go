@@ -78,6 +78,29 @@ type Options struct {
 	// set this to save that at the price of possible duplicates after an
 	// ambiguous failure.
 	NoDefaultDedupIDs bool
+	// NoEnqueueBatching sends every Producer.Enqueue as its own request. By
+	// default concurrent Enqueue calls for one queue are merged: a call goes
+	// out at once when fewer than two requests of its queue are in flight,
+	// otherwise it waits for one of them to end and goes out with every call
+	// that came meanwhile, in one request (group commit, no timer: a lone
+	// call is not delayed). Each caller still gets its own result or error:
+	// a request that fails with an error that may be about one message
+	// (INVALID_ARGUMENT, RESOURCE_EXHAUSTED, FAILED_PRECONDITION,
+	// ALREADY_EXISTS, OUT_OF_RANGE) is resent message by message, so one bad
+	// message fails only its own caller; other failures (after the usual
+	// retries) reach every caller of the request. Only calls with a dedup id
+	// (the default, see NoDefaultDedupIDs) are merged; EnqueueBatch is always
+	// sent as it is. A merged request runs within RetryTimeout, not within
+	// its callers' contexts: a caller whose ctx ends first returns at once
+	// (its message may still be stored). Each message keeps its caller's
+	// trace context.
+	NoEnqueueBatching bool
+	// EnqueueBatchMaxMessages (1..1000, default 1000) and
+	// EnqueueBatchMaxBytes (default 4 MiB; payloads, keys, headers, dedup
+	// ids) bound one merged request; a call that would pass them goes in the
+	// next. Lower the first for a queue whose max_batch is lower.
+	EnqueueBatchMaxMessages int
+	EnqueueBatchMaxBytes    int
 }
 
 // Client is a connection pool to a casq cluster. It is safe for concurrent
@@ -89,6 +112,19 @@ type Client struct {
 	conns     map[string]*grpc.ClientConn
 	preferred string
 	closed    bool
+
+	batcherOnce sync.Once
+	batcher     *enqueueBatcher // nil with NoEnqueueBatching
+}
+
+// enqueueBatcher returns the client's merger of Enqueue calls, nil when off.
+func (c *Client) enqueueBatcher() *enqueueBatcher {
+	c.batcherOnce.Do(func() {
+		if !c.opts.NoEnqueueBatching {
+			c.batcher = newEnqueueBatcher(c)
+		}
+	})
+	return c.batcher
 }
 
 // Dial validates opts and returns a Client. Connections are made lazily, on

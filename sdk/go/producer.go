@@ -70,13 +70,35 @@ type Message struct {
 
 // Enqueue stores one message durably and returns where it went. The SDK's
 // retries of the call store it once (see Options.NoDefaultDedupIDs); a retry
-// by the caller does too only with WithDedupID.
+// by the caller does too only with WithDedupID. Concurrent calls for one
+// queue are merged into one Enqueue request unless Options.NoEnqueueBatching
+// is set; the result and any error are this message's own either way.
 func (p *Producer) Enqueue(ctx context.Context, queue string, payload []byte, opts ...EnqueueOption) (EnqueueResult, error) {
-	res, err := p.EnqueueBatch(ctx, queue, []Message{{Payload: payload, Options: opts}})
+	nm := p.c.newMessage(Message{Payload: payload, Options: opts})
+	// Without a dedup id a resent merged request could store the message twice.
+	if b := p.c.enqueueBatcher(); b != nil && nm.DedupId != "" {
+		return b.enqueue(ctx, queue, nm)
+	}
+	res, err := p.c.send(ctx, queue, []*casqv1.NewMessage{nm})
 	if err != nil {
 		return EnqueueResult{}, err
 	}
 	return res[0], nil
+}
+
+// newMessage builds the request message of m, with a random dedup id unless
+// it has one or Options.NoDefaultDedupIDs is set.
+func (c *Client) newMessage(m Message) *casqv1.NewMessage {
+	nm := &casqv1.NewMessage{Payload: m.Payload}
+	for _, o := range m.Options {
+		o(nm)
+	}
+	if nm.DedupId == "" && !c.opts.NoDefaultDedupIDs {
+		// Once per call: every retry of it (and every part of a split
+		// batch) carries the same id.
+		nm.DedupId = rand.Text()
+	}
+	return nm
 }
 
 // maxBatchSplits bounds how often one EnqueueBatch splits (a part of) its
@@ -92,22 +114,20 @@ const maxBatchSplits = 3
 // as a *BatchSplitError, and other parts may have been stored then.
 func (p *Producer) EnqueueBatch(ctx context.Context, queue string, msgs []Message) ([]EnqueueResult, error) {
 	nms := make([]*casqv1.NewMessage, 0, len(msgs))
-	idx := make([]int, 0, len(msgs))
-	for i, m := range msgs {
-		nm := &casqv1.NewMessage{Payload: m.Payload}
-		for _, o := range m.Options {
-			o(nm)
-		}
-		if nm.DedupId == "" && !p.c.opts.NoDefaultDedupIDs {
-			// Once per call: every retry of it (and every part of a split
-			// batch) carries the same id.
-			nm.DedupId = rand.Text()
-		}
-		nms = append(nms, nm)
-		idx = append(idx, i)
+	for _, m := range msgs {
+		nms = append(nms, p.c.newMessage(m))
 	}
-	b := batch{c: p.c, queue: queue, giveUpAt: time.Now().Add(p.c.opts.RetryTimeout)}
-	res, err := b.enqueue(ctx, p.c.current(), nms, idx, 0)
+	return p.c.send(ctx, queue, nms)
+}
+
+// send is one Enqueue of nms with the client's failover, redirects and splits.
+func (c *Client) send(ctx context.Context, queue string, nms []*casqv1.NewMessage) ([]EnqueueResult, error) {
+	idx := make([]int, len(nms))
+	for i := range idx {
+		idx[i] = i
+	}
+	b := batch{c: c, queue: queue, giveUpAt: time.Now().Add(c.opts.RetryTimeout)}
+	res, err := b.enqueue(ctx, c.current(), nms, idx, 0)
 	if err != nil {
 		return nil, err
 	}

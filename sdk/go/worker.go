@@ -54,7 +54,8 @@ type WorkerOption func(*workerConfig)
 
 type workerConfig struct {
 	concurrency     int
-	prefetch        int
+	prefetch        int // 0: adaptive, up to maxPrefetch
+	maxPrefetch     int // 0: 20 × concurrency
 	subscription    string
 	workerID        string
 	leaseTTL        time.Duration
@@ -67,9 +68,36 @@ type workerConfig struct {
 // WithConcurrency sets how many handlers run at once (default 1).
 func WithConcurrency(n int) WorkerOption { return func(c *workerConfig) { c.concurrency = n } }
 
-// WithPrefetch sets how many jobs the worker holds at most, running or
-// waiting (default: the concurrency; at most 1000).
+// WithPrefetch fixes how many jobs the worker holds per stream: running,
+// waiting, and credit the broker has not used yet (concurrency..10 000).
+// Without it the prefetch adapts, from the concurrency up to WithMaxPrefetch.
 func WithPrefetch(n int) WorkerOption { return func(c *workerConfig) { c.prefetch = n } }
+
+// WithMaxPrefetch bounds the adaptive prefetch per stream (ignored with
+// WithPrefetch). The window grows while handlers wait for jobs the broker
+// would have sent with more credit (fast handlers, slow store: a claim
+// commit per window), and shrinks back when jobs only wait in the buffer.
+// Buffered jobs are heartbeated like running ones, so their leases hold
+// while they wait. concurrency..10 000; default 20 × concurrency (at most
+// 10 000).
+func WithMaxPrefetch(n int) WorkerOption { return func(c *workerConfig) { c.maxPrefetch = n } }
+
+// maxPrefetch is the largest prefetch (fixed or adaptive) per stream.
+const maxPrefetch = 10_000
+
+// creditWindowBounds are the bounds of each stream's credit window for the
+// options (see WithPrefetch, WithMaxPrefetch; 0 is unset).
+func creditWindowBounds(concurrency, prefetch, maxPrefetchOpt int) windowBounds {
+	clamp := func(n int) int { return min(maxPrefetch, max(concurrency, n)) }
+	if prefetch > 0 {
+		f := clamp(prefetch)
+		return windowBounds{f, f, f}
+	}
+	if maxPrefetchOpt <= 0 {
+		maxPrefetchOpt = 20 * concurrency
+	}
+	return windowBounds{initial: concurrency, min: concurrency, max: clamp(maxPrefetchOpt)}
+}
 
 // WithSubscription selects the consumer group (default "default").
 func WithSubscription(s string) WorkerOption { return func(c *workerConfig) { c.subscription = s } }
@@ -117,9 +145,10 @@ func WithLogger(l *slog.Logger) WorkerOption {
 // routing each stream reports names the leaders of the other shards, and Run
 // opens a stream to each of them (again, with backoff, while routing still
 // names one whose stream failed; LookupShards refreshes the leaders when a
-// stream is lost without a redirect). Every stream has its own prefetch
-// credits, so the worker may hold up to prefetch jobs per stream;
-// WithConcurrency bounds the handlers running at once over all of them.
+// stream is lost without a redirect). Every stream has its own credit
+// window (see WithPrefetch, WithMaxPrefetch), so the worker may hold up to
+// the prefetch per stream; WithConcurrency bounds the handlers running at
+// once over all of them.
 func (w *Worker) Run(ctx context.Context, queue string, handler Handler, opts ...WorkerOption) error {
 	cfg := workerConfig{concurrency: 1, shutdownTimeout: 30 * time.Second}
 	for _, o := range opts {
@@ -129,17 +158,14 @@ func (w *Worker) Run(ctx context.Context, queue string, handler Handler, opts ..
 		cfg.logger = slog.Default()
 	}
 	cfg.concurrency = max(cfg.concurrency, 1)
-	if cfg.prefetch <= 0 {
-		cfg.prefetch = cfg.concurrency
-	}
-	cfg.prefetch = min(max(cfg.prefetch, cfg.concurrency), 1000)
 	if cfg.workerID == "" {
 		host, _ := os.Hostname()
 		cfg.workerID = fmt.Sprintf("%s/pid-%d", host, os.Getpid())
 	}
 	r := &run{
 		c: w.c, ctx: ctx, queue: queue, cfg: cfg, handler: handler,
-		jobs: map[string]*held{},
+		window: creditWindowBounds(cfg.concurrency, cfg.prefetch, cfg.maxPrefetch),
+		jobs:   map[string]*held{},
 		// At most concurrency handlers report at once, so they never block
 		// on a loop that has returned.
 		done:     make(chan result, cfg.concurrency),

@@ -32,7 +32,7 @@ type held struct {
 	// owner is the session whose credit the job uses, given back to it when
 	// the job finishes. nil once that session is gone, until a new session
 	// adopts the job (see activate), so that the worker's holdings stay
-	// within prefetch per open stream across reconnects.
+	// within each open stream's credit window across reconnects.
 	owner *session
 	// beating is set while a unary heartbeat of the job is in flight.
 	beating bool
@@ -79,9 +79,14 @@ type session struct {
 	addr    string
 	primary bool
 	credits uint32 // asked for in Open
-	ctx     context.Context
-	cancel  context.CancelFunc
-	stream  grpc.BidiStreamingClient[casqv1.WorkRequest, casqv1.WorkResponse] // set once open
+	// win is the stream's credit window (jobs held plus credit outstanding).
+	win *creditWindow
+	// adopting: jobs of lost streams counted as held in win at open, to be
+	// adopted once it is open (see activate).
+	adopting int
+	ctx      context.Context
+	cancel   context.CancelFunc
+	stream   grpc.BidiStreamingClient[casqv1.WorkRequest, casqv1.WorkResponse] // set once open
 
 	open       bool // Opened received (false while the handshake runs)
 	gone       bool // dropped or closed: nothing more is sent on it
@@ -124,6 +129,7 @@ type run struct {
 	ctx     context.Context // the caller's, for values only after a stop
 	queue   string
 	cfg     workerConfig
+	window  windowBounds // of each stream's credit window
 	handler Handler
 
 	jobs    map[string]*held
@@ -504,8 +510,11 @@ func (r *run) event(s *session, ev *casqv1.WorkResponse, stopping bool) {
 			r.settle(s, giveBack(job))
 			return
 		}
+		s.win.arrived()
 		r.jobs[job.Receipt] = &held{job: job, from: s, owner: s}
 		r.waiting = append(r.waiting, job.Receipt)
+		// A window that grew, or waited for the broker's max_credits, grants now.
+		r.grant(s)
 	case *casqv1.WorkResponse_LeasesLost:
 		r.leasesLost(e.LeasesLost.GetReceipts(), e.LeasesLost.GetReason())
 	case *casqv1.WorkResponse_Acked, *casqv1.WorkResponse_Nacked, *casqv1.WorkResponse_Heartbeated:
@@ -568,6 +577,11 @@ func (r *run) startWaiting() {
 		hctx, h.cancel = context.WithCancel(hctx)
 		h.started = true
 		r.running++
+		for _, s := range r.sessions {
+			if s.win != nil {
+				s.win.noteStarted(len(r.waiting))
+			}
+		}
 		go func(ctx context.Context, job *Job) {
 			err := r.safeHandle(ctx, job)
 			if err != nil {
@@ -577,6 +591,14 @@ func (r *run) startWaiting() {
 			span.End()
 			r.done <- result{receipt: job.Receipt, err: err}
 		}(hctx, h.job)
+	}
+	if r.running < r.cfg.concurrency {
+		// The handlers are starved: every stream's window hears of it.
+		for _, s := range r.sessions {
+			if s.win != nil {
+				s.win.noteStarved()
+			}
+		}
 	}
 }
 
@@ -637,8 +659,9 @@ func (r *run) finished(res result, stopping bool) {
 		r.settle(h.from, pendingReq{kind: reqNack, receipts: []string{res.receipt}, jobs: []*Job{h.job}, lossReported: h.lost, nack: &casqv1.WorkNack{
 			DeadLetter: errors.Is(res.err, ErrDeadLetter), Reason: reason(res.err)}})
 	}
-	if !stopping {
-		r.credit(h.owner, 1)
+	if !stopping && h.owner != nil && !h.owner.gone {
+		h.owner.win.returned()
+		r.grant(h.owner)
 	}
 }
 

@@ -29,10 +29,13 @@ func (r *run) startOpen(addr string, primary bool) *session {
 	sctx, cancel := context.WithCancel(r.c.outgoing(context.WithoutCancel(r.ctx)))
 	s := &session{
 		addr: addr, primary: primary, ctx: sctx, cancel: cancel,
-		// The jobs of lost streams it will adopt use part of its credit.
-		credits: uint32(r.cfg.prefetch - min(orphans, r.cfg.prefetch)),
+		win:     newCreditWindow(r.window, maxCreditsDefault),
 		pending: map[uint64]pendingReq{}, serving: map[uint32]bool{},
 	}
+	// The jobs of lost streams it will adopt use part of its window.
+	s.adopting = min(orphans, s.win.size)
+	s.win.adopt(s.adopting)
+	s.credits = uint32(s.win.takeGrant())
 	r.sessions[addr] = s
 	go func() {
 		res := r.handshake(s)
@@ -98,9 +101,12 @@ func (r *run) activate(s *session, res openResult) {
 		r.hb.Reset(interval)
 		r.hbEvery = interval
 	}
-	// Open asked for prefetch minus the orphans there were then; adopt that
-	// many now, and ask for the credit of those that finished meanwhile.
-	want := r.cfg.prefetch - int(s.credits)
+	if m := res.opened.GetMaxCredits(); m > 0 {
+		s.win.maxOutstanding = int(m)
+	}
+	// Open counted the orphans there were then as held; adopt that many
+	// now, and give back the credit of those that finished meanwhile.
+	want := s.adopting
 	for _, h := range r.jobs {
 		if want == 0 {
 			break
@@ -110,7 +116,11 @@ func (r *run) activate(s *session, res openResult) {
 			want--
 		}
 	}
-	r.credit(s, want)
+	for ; want > 0; want-- {
+		s.win.returned()
+	}
+	s.adopting = 0
+	r.grant(s)
 	delete(r.failures, s.addr)
 	delete(r.retryAt, s.addr)
 	go func() {
@@ -339,8 +349,17 @@ func (r *run) send(s *session, req *casqv1.WorkRequest, p *pendingReq) {
 	}
 }
 
-func (r *run) credit(s *session, n int) {
-	if n <= 0 || s == nil || s.gone || !s.open || s.halfClosed || s.draining {
+// maxCreditsDefault is the most credit a stream may have outstanding until
+// Opened says (the protocol's max_credits).
+const maxCreditsDefault = 1000
+
+// grant sends s the credit its window allows now, if any.
+func (r *run) grant(s *session) {
+	if s == nil || s.gone || !s.open || s.halfClosed || s.draining {
+		return
+	}
+	n := s.win.takeGrant()
+	if n <= 0 {
 		return
 	}
 	r.send(s, &casqv1.WorkRequest{Command: &casqv1.WorkRequest_Credit{Credit: &casqv1.WorkCredit{Credits: uint32(n)}}}, nil)

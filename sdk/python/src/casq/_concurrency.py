@@ -10,8 +10,8 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, TypeVar
 
 import grpc
 
@@ -68,3 +68,18 @@ def run_parallel(calls: Sequence[Callable[[], T]]) -> list[T]:
     with ThreadPoolExecutor(max_workers=len(calls), thread_name_prefix="casq-parallel") as pool:
         futures = [pool.submit(call) for call in calls]
         return [future.result() for future in futures]
+
+
+def new_future() -> Future[Any]:
+    """A future for one caller of a merged enqueue (set from another thread)."""
+    return Future()
+
+
+def wait_future(future: Future[Any]) -> Any:
+    """Blocks for the future's result (raises its exception)."""
+    return future.result()
+
+
+def detached(call: Callable[[], T]) -> T:
+    """Runs ``call`` (a thread is not cancelled: as it is)."""
+    return call()

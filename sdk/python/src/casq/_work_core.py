@@ -29,6 +29,7 @@ from typing import Protocol
 import grpc
 
 from casq._backoff import backoff_delay
+from casq._credit_window import CreditWindow, credit_window_bounds
 from casq._messages import to_duration
 from casq._settle import ack_failures, nack_failures
 from casq.errors import CasqError, LeaseLostError, RedirectError, StreamTimeoutError, UnavailableError, error_from_status
@@ -100,6 +101,7 @@ class Stream:
     address: str
     outbox: Outbox
     started_at: float
+    credit: CreditWindow  # jobs held plus credit outstanding, adapting (see _credit_window.py)
     pending: dict[int, Pending] = field(default_factory=dict)
     opened: bool = False
     # Set by the watchdog when the broker left the open or a request unanswered
@@ -221,17 +223,22 @@ class WorkCore:
         subscription: str,
         worker_id: str,
         concurrency: int,
-        prefetch: int,
+        prefetch: int | None,
         lease_ttl: float | None,
+        max_prefetch: int | None = None,
         clock: Clock = time.monotonic,
         rng: random.Random | None = None,
     ) -> None:
-        """``client`` gives the timeout (the watchdog's), the broker count and the backoff."""
+        """``client`` gives the timeout (the watchdog's), the broker count and the backoff.
+
+        ``prefetch`` fixes each stream's credit window; None lets it adapt from
+        ``concurrency`` up to ``max_prefetch`` (see ``credit_window_bounds``).
+        """
         self.queue = queue
         self.subscription = subscription
         self.worker_id = worker_id
         self.concurrency = concurrency
-        self.prefetch = prefetch
+        self.window = credit_window_bounds(concurrency, prefetch, max_prefetch)
         self.lease_ttl = lease_ttl
         self.timeout = client.timeout
         self.brokers = len(client.brokers)
@@ -259,19 +266,19 @@ class WorkCore:
             return None
         if lane != PRIMARY and (lane in self.streams or address in {s.address for s in self.streams.values()}):
             return None
-        stream = Stream(lane, address, outbox, self.clock())
+        stream = Stream(lane, address, outbox, self.clock(), CreditWindow(self.window, MAX_CREDITS))
         # Jobs still held from the lane's earlier stream keep their leases; those
-        # whose credit has not come back yet count against prefetch, and their
-        # credit comes back to this stream.
+        # whose credit has not come back yet count as held in its window, and
+        # their credit comes back to this stream.
         mine = [held for held in self.held.values() if held.lane == lane]
         for held in mine:
             held.stream = stream
-        mine = [held for held in mine if not held.credited]
+        stream.credit.adopt(sum(1 for held in mine if not held.credited))
         open_request = work_pb2.WorkOpen(
             queue=self.queue,
             subscription=self.subscription,
             worker_id=self.worker_id,
-            credits=max(0, min(MAX_CREDITS, self.prefetch - len(mine))),
+            credits=stream.credit.take_grant(),
         )
         if self.lease_ttl is not None:
             open_request.lease_ttl.CopyFrom(to_duration(self.lease_ttl))
@@ -297,6 +304,9 @@ class WorkCore:
         event = response.WhichOneof("event")
         if event == "opened":
             stream.opened = True
+            if response.opened.max_credits > 0:
+                stream.credit.max_outstanding = response.opened.max_credits
+                self._grant(stream)
             if stream.lane == PRIMARY:
                 self.failures = self.redirects = 0
             self.recheck_failures.pop(stream.address, None)
@@ -306,6 +316,7 @@ class WorkCore:
                 self.heartbeats_started = reaction.start_heartbeats = True
             reaction.streams = self.route(stream, response.opened.routing, new_outbox)
         elif event == "job":
+            stream.credit.arrived()
             held = Held(Job(response.job), stream.lane, stream)
             self.held[held.job.receipt] = held
             if self.stopping:
@@ -313,6 +324,8 @@ class WorkCore:
             else:
                 self.waiting.append(held)
                 reaction.start = self.runnable()
+                # A window that grew, or waited for the broker's max_credits, grants now.
+                self._grant(stream)
         elif event == "leases_lost":
             self.lost(response.leases_lost.receipts)
         elif event in ("heartbeated", "acked", "nacked", "request_failed"):
@@ -437,6 +450,12 @@ class WorkCore:
             held.started = held.in_handler = True
             self.running += 1
             start.append(held)
+            for stream in self.streams.values():
+                stream.credit.note_started(len(self.waiting))
+        if not self.stopping and self.running < self.concurrency:
+            # The handlers are starved: every stream's window hears of it.
+            for stream in self.streams.values():
+                stream.credit.note_starved()
         return start
 
     def handler_done(self, held: Held) -> list[Held]:
@@ -505,8 +524,17 @@ class WorkCore:
             return
         held.credited = True
         stream = held.stream
-        if not self.stopping and stream is not None and stream.usable:
-            stream.outbox.put_nowait(work_pb2.WorkRequest(credit=work_pb2.WorkCredit(credits=1)))
+        if stream is not None:
+            stream.credit.returned()
+            self._grant(stream)
+
+    def _grant(self, stream: Stream) -> None:
+        """Sends ``stream`` the credit its window allows now, if any (not while stopping)."""
+        if self.stopping or not stream.usable:
+            return
+        credits = stream.credit.take_grant()
+        if credits > 0:
+            stream.outbox.put_nowait(work_pb2.WorkRequest(credit=work_pb2.WorkCredit(credits=credits)))
 
     def lost(self, receipts: Iterable[str]) -> None:
         """The broker no longer leases these to us: ``job.lost`` is set; one not started yet is dropped unsettled."""

@@ -13,7 +13,18 @@ import functools
 import time
 from collections.abc import Iterable, Mapping
 
-from casq._connection import Metadata
+from casq._connection import Metadata, build_metadata
+from casq._enqueue_merge import (
+    DEFAULT_BATCH_BYTES,
+    DEFAULT_BATCH_MESSAGES,
+    LEAD,
+    MAY_BE_ONE_MESSAGES_FAULT,
+    Call,
+    Lanes,
+    by_key,
+    merged_request,
+    settle,
+)
 from casq._messages import (
     EnqueueResult,
     NewMessage,
@@ -24,10 +35,11 @@ from casq._messages import (
     to_results,
 )
 from casq._retry import attempt_timeout
-from casq.errors import BatchRedirectError
+from casq._tracing import trace_metadata
+from casq.errors import BatchRedirectError, CasqError
 from casq.v1 import queue_service_pb2
 
-from ._concurrency import run_parallel
+from ._concurrency import detached, new_future, new_lock, run_parallel, wait_future
 from .client import Client
 
 
@@ -51,11 +63,37 @@ class Producer:
     says ``duplicate``. The id costs ~150 bytes of the shard document for the
     queue's dedup window (5 min by default); ``auto_dedup=False`` saves that
     at the price of possible duplicates after such retries.
+
+    With ``batching`` (the default), concurrent :meth:`enqueue` calls for one
+    queue are merged into one Enqueue request (see casq/_enqueue_merge.py):
+    a call goes out at once when fewer than two requests of its queue are in
+    flight, otherwise it waits for one of them to end and goes out with every
+    call that came meanwhile (group commit, no timer: a lone call is not
+    delayed). Each caller still gets its own result or error: a request that
+    fails with an error that may be about one message (``INVALID_ARGUMENT``,
+    ``RESOURCE_EXHAUSTED``, ``FAILED_PRECONDITION``, ``ALREADY_EXISTS``,
+    ``OUT_OF_RANGE``) is resent message by message, so one bad message fails
+    only its own caller; other failures (after the usual retries) reach every
+    caller of the request. Only calls with a dedup id (``auto_dedup`` or
+    ``dedup_id``) are merged; :meth:`enqueue_batch` is always sent as it is.
+    Each message keeps its caller's trace context. ``max_batch_messages``
+    (1..1000, default 1000) and ``max_batch_bytes`` (default 4 MiB) bound one
+    merged request. ``batching=False`` sends every call as its own request.
     """
 
-    def __init__(self, client: Client, *, auto_dedup: bool = True) -> None:
+    def __init__(
+        self,
+        client: Client,
+        *,
+        auto_dedup: bool = True,
+        batching: bool = True,
+        max_batch_messages: int = DEFAULT_BATCH_MESSAGES,
+        max_batch_bytes: int = DEFAULT_BATCH_BYTES,
+    ) -> None:
         self.client = client
         self.auto_dedup = auto_dedup
+        self._lanes = Lanes(max_batch_messages, max_batch_bytes) if batching else None
+        self._lock = new_lock()
 
     def enqueue(
         self,
@@ -72,8 +110,76 @@ class Producer:
         tracestate: str | None = None,
     ) -> EnqueueResult:
         message = NewMessage(payload, key, priority, delay, headers, max_attempts, dedup_id)
-        results = self.enqueue_batch(queue, [message], traceparent=traceparent, tracestate=tracestate)
-        return results[0]
+        # Without a dedup id a resent merged request could store the message twice.
+        if self._lanes is None or not (dedup_id or self.auto_dedup):
+            results = self.enqueue_batch(queue, [message], traceparent=traceparent, tracestate=tracestate)
+            return results[0]
+        parent, state = trace_metadata(traceparent, tracestate)
+        call = Call(build_batch(queue, [message], self.auto_dedup), parent, state, new_future())
+        with self._lock:
+            lead = self._lanes.join(queue, call)
+        if not lead:
+            try:
+                outcome = wait_future(call.future)
+            except BaseException:
+                # Cancelled just as the flight was handed to this call: hand it on.
+                handed = call.future.done() and not call.future.cancelled() and call.future.exception() is None
+                if handed and call.future.result() is LEAD:
+                    self._hand_on(queue)
+                raise
+            if outcome is not LEAD:
+                return outcome  # type: ignore[no-any-return]
+            call.future = new_future()
+        # Led to its end even if this caller is cancelled: the other callers wait for it.
+        detached(functools.partial(self._lead, queue, call))
+        return wait_future(call.future)  # type: ignore[no-any-return]
+
+    def _hand_on(self, queue: str) -> None:
+        """A leader is done: its flight goes to the next waiting call, if any."""
+        assert self._lanes is not None
+        with self._lock:
+            nxt = self._lanes.release(queue)
+        if nxt is not None:
+            nxt.future.set_result(LEAD)
+
+    def _lead(self, queue: str, leader: Call) -> None:
+        """Sends the leader's message with the calls waiting in its lane and settles each of them."""
+        assert self._lanes is not None
+        with self._lock:
+            calls = self._lanes.take(queue, leader)
+        try:
+            request, parent, state = merged_request(queue, calls)
+            metadata = build_metadata(self.client.token, parent, state)
+            deadline = time.monotonic() + self.client.retry_timeout
+            try:
+                results = self._send(request, metadata, deadline, None, 0)
+            except CasqError as error:
+                if len(calls) == 1 or error.code not in MAY_BE_ONE_MESSAGES_FAULT:
+                    for c in calls:
+                        settle(c, error=error)
+                    return
+                run_parallel([functools.partial(self._send_each, group) for group in by_key(calls)])
+                return
+            except BaseException as error:
+                for c in calls:
+                    settle(c, error=error)
+                raise
+            for c, result in zip(calls, results, strict=True):
+                settle(c, c.batch.results([result])[0])
+        finally:
+            self._hand_on(queue)
+
+    def _send_each(self, calls: list[Call]) -> None:
+        """One request per call, one after another (``calls`` share a key: their order in the shard)."""
+        for c in calls:
+            metadata = build_metadata(self.client.token, c.traceparent, c.tracestate)
+            deadline = time.monotonic() + self.client.retry_timeout
+            try:
+                results = self._send(c.batch.request, metadata, deadline, None, 0)
+            except CasqError as error:
+                settle(c, error=error)
+                continue
+            settle(c, c.batch.results(results)[0])
 
     def enqueue_batch(
         self,

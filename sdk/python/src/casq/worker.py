@@ -23,7 +23,7 @@ from casq._log import log_handler_failure, report_failure
 from casq._retry import is_outage
 from casq._settle import ack_failures, nack_failures
 from casq._tracing import processing_span
-from casq._work_core import FATAL_CODES, MAX_CREDITS, PRIMARY, Held, Heartbeat, Reaction, Stream, StreamClosed, WorkCore
+from casq._work_core import FATAL_CODES, PRIMARY, Held, Heartbeat, Reaction, Stream, StreamClosed, WorkCore
 from casq.client import Client
 from casq.errors import (
     CasqError,
@@ -362,15 +362,20 @@ class Worker:
         subscription: str = "default",
         concurrency: int = 1,
         prefetch: int | None = None,
+        max_prefetch: int | None = None,
         lease_ttl: float | None = None,
         on_error: ErrorCallback | None = None,
     ) -> None:
         """Run until :meth:`stop`; raises only for failures retrying cannot fix.
 
         Up to ``concurrency`` handlers run at once, across all streams.
-        ``prefetch`` (default ``concurrency``, at most 1000) is how many jobs
-        each stream may hand over before they are finished: a worker whose
-        queue's shards are led by *n* brokers holds up to ``n * prefetch`` jobs.
+        Each stream holds up to its prefetch of jobs: running, waiting, and
+        credit the broker has not used yet. By default the prefetch adapts, from
+        ``concurrency`` up to ``max_prefetch`` (default 20 × ``concurrency``, at
+        most 10 000): it grows while handlers wait for jobs the broker would
+        have sent with more credit and shrinks back when jobs only wait.
+        ``prefetch`` fixes it instead (``concurrency``..10 000). A worker whose
+        queue's shards are led by *n* brokers holds up to ``n`` times that.
         """
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
@@ -380,7 +385,8 @@ class Worker:
             subscription=subscription,
             worker_id=self.worker_id,
             concurrency=concurrency,
-            prefetch=min(MAX_CREDITS, prefetch if prefetch is not None else concurrency),
+            prefetch=prefetch,
+            max_prefetch=max_prefetch,
             lease_ttl=lease_ttl,
         )
         run = _Run(self.client, core, handler, on_error, concurrency)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import grpc
 from grpc import aio
@@ -59,3 +59,18 @@ async def run_parallel(calls: Sequence[Callable[[], Awaitable[T]]]) -> list[T]:
             raise outcome
         results.append(outcome)
     return results
+
+
+def new_future() -> asyncio.Future[Any]:
+    """A future of the running loop, for one caller of a merged enqueue."""
+    return asyncio.get_running_loop().create_future()
+
+
+async def wait_future(future: asyncio.Future[Any]) -> Any:
+    """The future's result (raises its exception)."""
+    return await future
+
+
+async def detached(call: Callable[[], Awaitable[T]]) -> T:
+    """Runs ``call`` to its end even if the caller is cancelled (it then raises CancelledError at once)."""
+    return await asyncio.shield(asyncio.ensure_future(call()))

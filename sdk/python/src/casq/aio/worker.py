@@ -21,7 +21,6 @@ from casq._retry import is_outage
 from casq._settle import ack_failures, nack_failures
 from casq._tracing import processing_span
 from casq._work_core import (
-    MAX_CREDITS,
     PRIMARY,
     Held,
     Heartbeat,
@@ -55,7 +54,6 @@ ErrorCallback = Callable[[Exception, "Job | None"], None]
 # long it waits for the broker's OK after the half-close before cancelling.
 _SETTLE_GRACE = 5.0
 _CLOSE_GRACE = 2.0
-_MAX_CREDITS = MAX_CREDITS
 
 WorkCall = aio.StreamStreamCall[work_pb2.WorkRequest, work_pb2.WorkResponse]
 
@@ -404,14 +402,20 @@ class Worker:
         subscription: str = "default",
         concurrency: int = 1,
         prefetch: int | None = None,
+        max_prefetch: int | None = None,
         lease_ttl: float | None = None,
         on_error: ErrorCallback | None = None,
     ) -> None:
         """Work on ``queue`` until :meth:`stop`, running up to ``concurrency`` handlers at once.
 
-        ``prefetch`` (default ``concurrency``, at most 1000) is how many jobs
-        each stream holds at once, running or waiting: a worker whose queue's
-        shards are led by *n* brokers holds up to ``n * prefetch`` jobs, while
+        Each stream holds up to its prefetch of jobs: running, waiting, and
+        credit the broker has not used yet. By default the prefetch adapts, from
+        ``concurrency`` up to ``max_prefetch`` (default 20 × ``concurrency``, at
+        most 10 000): it grows while handlers wait for jobs the broker would
+        have sent with more credit (fast handlers, slow store) and shrinks back
+        when jobs only wait; waiting jobs are heartbeated like running ones.
+        ``prefetch`` fixes it instead (``concurrency``..10 000). A worker whose
+        queue's shards are led by *n* brokers holds up to ``n`` times that, while
         ``concurrency`` bounds the running handlers across all streams. Each job runs in an
         OpenTelemetry ``process <queue>`` span. Returning from the handler acks
         the job; raising nacks it (retry with the queue's backoff);
@@ -425,9 +429,6 @@ class Worker:
         """
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
-        credits = prefetch if prefetch is not None else concurrency
-        if not 1 <= credits <= _MAX_CREDITS:
-            raise ValueError(f"prefetch must be between 1 and {_MAX_CREDITS}")
         if self._run is not None:
             raise RuntimeError("this casq.aio.Worker is already running")
         core = WorkCore(
@@ -436,7 +437,8 @@ class Worker:
             subscription=subscription,
             worker_id=self.worker_id,
             concurrency=concurrency,
-            prefetch=credits,
+            prefetch=prefetch,
+            max_prefetch=max_prefetch,
             lease_ttl=lease_ttl,
         )
         run = _Run(self.client, core, handler, on_error)

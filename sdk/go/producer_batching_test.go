@@ -1,0 +1,129 @@
+package casq_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	casq "github.com/casq/casq/sdk/go"
+	casqv1 "github.com/casq/casq/sdk/go/gen/casq/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+)
+
+// dialEnqueues dials with opts and counts the client's Enqueue RPCs and the
+// messages they carried.
+func dialEnqueues(t *testing.T, opts casq.Options) (c *casq.Client, rpcs, msgs *atomic.Int64) {
+	t.Helper()
+	rpcs, msgs = &atomic.Int64{}, &atomic.Int64{}
+	count := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, o ...grpc.CallOption) error {
+		if r, ok := req.(*casqv1.EnqueueRequest); ok {
+			rpcs.Add(1)
+			msgs.Add(int64(len(r.GetMessages())))
+		}
+		return invoker(ctx, method, req, reply, cc, o...)
+	}
+	opts.Brokers = []string{serverAddr}
+	opts.Timeout = 5 * time.Second
+	opts.DialOptions = []grpc.DialOption{grpc.WithChainUnaryInterceptor(count)}
+	c, err := casq.Dial(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c, rpcs, msgs
+}
+
+// enqueueAll makes n concurrent Enqueue calls; payload i is "i", and call
+// bad (if >= 0) has an invalid priority. It returns each call's result and error.
+func enqueueAll(t *testing.T, c *casq.Client, queue string, n, bad int) ([]casq.EnqueueResult, []error) {
+	t.Helper()
+	res := make([]casq.EnqueueResult, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			var opts []casq.EnqueueOption
+			if i == bad {
+				opts = append(opts, casq.WithPriority(5000))
+			}
+			res[i], errs[i] = c.Producer().Enqueue(context.Background(), queue, []byte{byte(i)}, opts...)
+		})
+	}
+	close(start)
+	wg.Wait()
+	return res, errs
+}
+
+// Concurrent calls share requests, and each caller gets its own message's result.
+func TestEnqueueCallsAreMerged(t *testing.T) {
+	c, rpcs, msgs := dialEnqueues(t, casq.Options{})
+	queue := queueName(t)
+	res, errs := enqueueAll(t, c, queue, 64, -1)
+	ids := map[string]bool{}
+	for i := range res {
+		if errs[i] != nil {
+			t.Fatalf("call %d: %v", i, errs[i])
+		}
+		ids[res[i].ID] = true
+	}
+	if len(ids) != 64 {
+		t.Fatalf("%d distinct ids for 64 calls", len(ids))
+	}
+	if rpcs.Load() >= 64 || msgs.Load() != 64 {
+		t.Fatalf("%d Enqueue RPCs carried %d messages, want fewer than 64 RPCs for 64", rpcs.Load(), msgs.Load())
+	}
+	// Each result is its caller's: the job with payload i has the id call i got.
+	got := make(chan *casq.Job, 64)
+	stop := runWorker(t, c, queue, func(ctx context.Context, job *casq.Job) error { got <- job; return nil }, casq.WithConcurrency(8))
+	for range 64 {
+		job := wait(t, got)
+		if res[job.Payload[0]].ID != job.ID {
+			t.Fatalf("call %d got id %s, its message is %s", job.Payload[0], res[job.Payload[0]].ID, job.ID)
+		}
+	}
+	_ = stop()
+}
+
+// One bad message fails its own caller only.
+func TestMergedEnqueueErrorReachesItsCaller(t *testing.T) {
+	c, _, _ := dialEnqueues(t, casq.Options{})
+	_, errs := enqueueAll(t, c, queueName(t), 32, 7)
+	for i, err := range errs {
+		switch {
+		case i == 7 && casq.Code(err) != codes.InvalidArgument:
+			t.Fatalf("bad call: %v, want INVALID_ARGUMENT", err)
+		case i != 7 && err != nil:
+			t.Fatalf("call %d: %v", i, err)
+		}
+	}
+}
+
+// A failure of the whole request reaches every caller of it.
+func TestMergedEnqueueRequestFailureReachesAll(t *testing.T) {
+	c, _, _ := dialEnqueues(t, casq.Options{})
+	_, errs := enqueueAll(t, c, "Not A Queue Name", 16, -1)
+	for i, err := range errs {
+		if casq.Code(err) != codes.InvalidArgument {
+			t.Fatalf("call %d: %v, want INVALID_ARGUMENT", i, err)
+		}
+	}
+}
+
+// NoEnqueueBatching: one request per call.
+func TestEnqueueBatchingOff(t *testing.T) {
+	c, rpcs, _ := dialEnqueues(t, casq.Options{NoEnqueueBatching: true})
+	_, errs := enqueueAll(t, c, queueName(t), 16, -1)
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if rpcs.Load() != 16 {
+		t.Fatalf("%d RPCs for 16 calls", rpcs.Load())
+	}
+}

@@ -1,0 +1,114 @@
+"""Merged enqueues: concurrent calls share requests, and each caller gets its own outcome (both producers)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import uuid
+from typing import Any
+
+import pytest
+
+import casq
+import casq.aio
+from casq.v1 import queue_service_pb2
+
+
+def _queue() -> str:
+    return f"py-merge-{uuid.uuid4().hex[:12]}"
+
+
+def _count_requests(producer: Any) -> list[int]:
+    """Wraps the producer's request sender: the list gets each Enqueue request's message count."""
+    sizes: list[int] = []
+    send = producer._send
+
+    def counting(request: queue_service_pb2.EnqueueRequest, *args: Any) -> Any:
+        sizes.append(len(request.messages))
+        return send(request, *args)
+
+    producer._send = counting
+    return sizes
+
+
+def _threads_enqueue(producer: casq.Producer, queue: str, n: int, bad: int = -1) -> list[Any]:
+    outcomes: list[Any] = [None] * n
+    start = threading.Barrier(n)
+
+    def one(i: int) -> None:
+        start.wait()
+        try:
+            outcomes[i] = producer.enqueue(queue, f"m{i}", priority=5000 if i == bad else 0)
+        except casq.CasqError as error:
+            outcomes[i] = error
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return outcomes
+
+
+def test_threaded_calls_are_merged_and_each_gets_its_own_result(client: casq.Client) -> None:
+    producer = casq.Producer(client)
+    sizes = _count_requests(producer)
+    queue = _queue()
+    outcomes = _threads_enqueue(producer, queue, 32)
+    assert all(isinstance(o, casq.EnqueueResult) for o in outcomes)
+    assert len({o.id for o in outcomes}) == 32
+    assert sum(sizes) == 32 and len(sizes) < 32
+    # Each result is its caller's: the message with payload m<i> has the id call i got.
+    ids = {o.id: f"m{i}" for i, o in enumerate(outcomes)}
+    got: dict[str, str] = {}
+    worker = casq.Worker(client)
+
+    def handle(job: casq.Job) -> None:
+        got[job.id] = job.payload.decode()
+        if len(got) == 32:
+            threading.Thread(target=worker.stop, daemon=True).start()
+
+    worker.run(queue, handle, concurrency=4)
+    assert got == ids
+
+
+def test_one_bad_message_fails_only_its_caller(client: casq.Client) -> None:
+    outcomes = _threads_enqueue(casq.Producer(client), _queue(), 16, bad=5)
+    assert isinstance(outcomes[5], casq.CasqError) and outcomes[5].code.name == "INVALID_ARGUMENT"
+    assert all(isinstance(o, casq.EnqueueResult) for i, o in enumerate(outcomes) if i != 5)
+
+
+def test_a_failed_request_reaches_every_caller(client: casq.Client) -> None:
+    outcomes = _threads_enqueue(casq.Producer(client), "Not A Queue Name", 8)
+    assert all(isinstance(o, casq.CasqError) and o.code.name == "INVALID_ARGUMENT" for o in outcomes)
+
+
+def test_batching_off_sends_one_request_per_call(client: casq.Client) -> None:
+    producer = casq.Producer(client, batching=False)
+    sizes = _count_requests(producer)
+    _threads_enqueue(producer, _queue(), 8)
+    assert sizes == [1] * 8
+
+
+def test_asyncio_calls_are_merged(server_address: str) -> None:
+    async def main() -> None:
+        async with casq.aio.Client(brokers=[server_address], timeout=10.0) as c:
+            producer = casq.aio.Producer(c)
+            sizes = _count_requests(producer)
+            queue = _queue()
+            results = await asyncio.gather(*(producer.enqueue(queue, f"m{i}") for i in range(64)))
+            assert len({r.id for r in results}) == 64
+            assert sum(sizes) == 64 and len(sizes) < 64
+            # A cancelled caller does not stop the others' request.
+            tasks = [asyncio.create_task(producer.enqueue(queue, f"c{i}")) for i in range(8)]
+            await asyncio.sleep(0)
+            tasks[0].cancel()
+            done = await asyncio.gather(*tasks, return_exceptions=True)
+            assert all(isinstance(r, casq.EnqueueResult) for r in done[1:])
+
+    asyncio.run(main())
+
+
+def test_limits_are_checked(client: casq.Client) -> None:
+    with pytest.raises(ValueError):
+        casq.Producer(client, max_batch_messages=1001)
