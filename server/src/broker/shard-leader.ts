@@ -81,6 +81,24 @@ export interface CommitOptions {
 /** Lease expiries due this soon after a batch starts have their bodies paged in with it (ms). */
 const PAGE_IN_SLACK_MS = 1000;
 
+/** Writes at least this slow (ms) that handed out jobs make the next batch gather their settles. */
+const GATHER_MIN_WRITE_MS = 20;
+/** A gathering waits at most this fraction of the write's latency... */
+const GATHER_WRITE_FRACTION = 0.5;
+/** ...and at most this long (ms). */
+const GATHER_MAX_MS = 50;
+/** A gathering ends once settles for this fraction of the jobs handed out are in. */
+const GATHER_SETTLED_FRACTION = 0.9;
+
+/** Settles awaited after a slow write that handed out jobs (see ShardLeader.gatherSettles). */
+interface Gathering {
+  /** Receipts of pending acks and nacks that end the gathering. */
+  readonly expected: number;
+  /** Clock time at which it ends anyway. */
+  readonly until: number;
+  done?: () => void;
+}
+
 /** Rounds of warming claim fronts before one batch (each warms the cold segments at the fronts). */
 const MAX_WARM_ROUNDS = 4;
 
@@ -243,6 +261,12 @@ export class ShardLeader {
   private warmFailures = 0;
   private readonly commitListeners = new Set<(state: ShardState) => void>();
   private readonly standing = new Set<StandingClaim>();
+  /** After a slow write that handed out jobs: the settles the next batch waits for (see {@link gatherSettles}). */
+  private gathering: Gathering | undefined;
+  /** Receipts of the acks and nacks in `pending`. */
+  private pendingSettles = 0;
+  /** `stop` was called: no more gathering. */
+  private stopRequested = false;
 
   constructor(params: ShardLeaderParams) {
     this.queue = params.queue;
@@ -308,6 +332,8 @@ export class ShardLeader {
       if (options?.credit && op.kind === "claim") item.credit = options.credit;
       if (this.tracing) item.trace = this.tracing.capture(); // Telemetry: tracing
       this.pending.push(item);
+      if (op.kind === "ack" || op.kind === "nack") this.pendingSettles += op.receipts.length;
+      if (this.gathering !== undefined) this.gathered();
       this.kick();
     });
   }
@@ -357,6 +383,8 @@ export class ShardLeader {
   async stop(options: { release: boolean }): Promise<void> {
     if (this.stopped) return;
     this.releaseRequested = options.release && this.head.mode === "leading";
+    this.stopRequested = true;
+    this.gathering?.done?.();
     this.kick();
     while (this.loop) await this.loop;
     // The loop may have been past its last check of `releaseRequested` when it was set.
@@ -368,6 +396,7 @@ export class ShardLeader {
     await this.head.settled();
     this.timer?.abort(TIMER_STOPPED);
     this.timer = undefined;
+    this.pendingSettles = 0;
     for (const item of this.pending.splice(0)) item.reject(shuttingDown(this.queue, this.shard));
   }
 
@@ -405,7 +434,11 @@ export class ShardLeader {
         await this.clock.sleep(this.options.lingerMs);
       // Let callers answered by the previous write submit their next operation
       // first, so that it joins this batch instead of waiting for the next.
-      else await nextTurn();
+      else {
+        if (this.gathering !== undefined) await this.gatherSettles(this.gathering);
+        await nextTurn();
+      }
+      this.gathering = undefined;
       const batch = this.takeBatch();
       const release = this.releaseRequested && this.pending.length === 0;
       if (release) this.releaseRequested = false;
@@ -440,6 +473,8 @@ export class ShardLeader {
         ops += 1;
       }
       this.pending.shift();
+      if (next.kind === "op" && (next.op.kind === "ack" || next.op.kind === "nack"))
+        this.pendingSettles -= next.op.receipts.length;
       if (next.kind === "op" && next.signal?.aborted) {
         next.reject(cancelled());
         continue;
@@ -507,6 +542,7 @@ export class ShardLeader {
       },
       { release, prepare: (state, now) => this.pageInFor(batch, state, now) },
     );
+    const writeMs = this.now() - started;
     this.head.pager.unpin();
     if (result.kind === "failed") {
       giveBack();
@@ -522,11 +558,60 @@ export class ShardLeader {
       if (unfilled === undefined) fill.claim.deliver(fill.messages);
       else fill.claim.credit.available += fill.messages.length; // nothing sent: the leases run out
     this.readAhead();
+    if (result.kind === "written" && unfilled === undefined) this.gatherAfter(writeMs, applied, fills);
     this.observer?.onCommit?.(
       result.kind === "written"
         ? this.commitInfo(batch, started, result.casAttempts, "ok", result.bytes, applied)
         : this.commitInfo(batch, started, 0, "no_write", 0, applied),
     );
+  }
+
+  /**
+   * After a slow write that handed out jobs: the next batch waits (a while,
+   * see {@link gatherSettles}) for their settles, so that their acks and the
+   * claims of the credit they give back ride in one write instead of trailing
+   * into the next ones.
+   */
+  private gatherAfter(writeMs: number, applied: AppliedBatch, fills: readonly StandingFill[]): void {
+    if (writeMs < GATHER_MIN_WRITE_MS || this.stopped || this.releaseRequested) return;
+    // Only deliveries whose leases still run are sent (and then settled); the others are dropped.
+    const now = this.now();
+    let handedOut = 0;
+    const count = (messages: readonly ClaimedMessage[]) => {
+      for (const m of messages) if (m.leaseDeadline > now) handedOut += 1;
+    };
+    for (const outcome of applied.outcomes)
+      if (outcome.ok && outcome.result.kind === "claim") count(outcome.result.messages);
+    for (const fill of fills) count(fill.messages);
+    if (handedOut === 0) return;
+    const waitMs = Math.min(GATHER_MAX_MS, writeMs * GATHER_WRITE_FRACTION);
+    this.gathering = { expected: Math.ceil(handedOut * GATHER_SETTLED_FRACTION), until: now + waitMs };
+  }
+
+  /** Counts the settles a gathering waits for, and ends it once they are in (or a batch is full). */
+  private gathered(): void {
+    const gathering = this.gathering as Gathering;
+    if (this.pendingSettles >= gathering.expected || this.pending.length >= this.options.maxBatch)
+      gathering.done?.();
+  }
+
+  /**
+   * Waits until the settles of the jobs the last write handed out are in,
+   * or until the gathering's deadline (a fraction of that write's latency,
+   * capped): on a slow store, jobs handed out by one write come back acked
+   * (with their credit) within a few ms, while the next write takes a whole
+   * store round trip. A fast write never gathers.
+   */
+  private async gatherSettles(gathering: Gathering): Promise<void> {
+    if (this.stopRequested || this.pendingSettles >= gathering.expected) return;
+    const timer = new AbortController();
+    const ready = new Promise<void>((resolve) => {
+      gathering.done = resolve;
+    });
+    const remaining = gathering.until - this.now();
+    if (remaining <= 0) return;
+    await Promise.race([ready, this.clock.sleep(remaining, timer.signal).catch(() => {})]);
+    timer.abort(TIMER_STOPPED);
   }
 
   /**

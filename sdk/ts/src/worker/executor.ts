@@ -114,7 +114,10 @@ export class Executor {
     }
     this.runningCount--;
     if (held.abandoned) return; // stopped hard: the lease expires and the job is redelivered
-    await this.settler.complete(held, outcome);
+    // The slot is free once the handler finished: the next job starts now, not
+    // after this one's ack is durable (a whole commit later on a slow store).
+    const settled = this.settler.complete(held, outcome);
     this.pump();
+    await settled;
   }
 }

@@ -1,0 +1,133 @@
+/**
+ * Gathering settles after a slow write: a write of at least 20 ms (on the
+ * injected clock) that handed out jobs makes the next batch wait for their
+ * acks and nacks (90% of them) or half the write's latency (at most 50 ms),
+ * so that they ride in one write instead of the first one starting a write
+ * of its own and the rest trailing into the next. A fast write never waits.
+ */
+import { describe, expect, it } from "vitest";
+import { flush, makeShardLeader } from "../../testing/broker-test-support.ts";
+import { ManualClock } from "../../testing/manual-clock.ts";
+import type { Receipt } from "../model/operations.ts";
+import { MemoryStore } from "../store/memory-store.ts";
+import type { PutCondition, PutResult } from "../store/object-store.ts";
+import { expectKind } from "./operation-effects.ts";
+import type { ShardLeader } from "./shard-leader.ts";
+
+/** A memory store whose every PUT takes `putMs` on the manual clock, counting them. */
+class SlowStore extends MemoryStore {
+  puts = 0;
+  constructor(
+    private readonly clock: ManualClock,
+    readonly putMs: number,
+  ) {
+    super();
+  }
+
+  override async put(key: string, body: Uint8Array, condition: PutCondition): Promise<PutResult> {
+    this.puts += 1;
+    this.clock.advance(this.putMs);
+    return super.put(key, body, condition);
+  }
+}
+
+const payload = (text: string) => new TextEncoder().encode(text);
+
+async function setUp(putMs: number) {
+  const clock = new ManualClock();
+  const store = new SlowStore(clock, putMs);
+  const shard = makeShardLeader(store, "a", { clock });
+  await shard.submit({
+    kind: "enqueue",
+    messages: Array.from({ length: 10 }, (_, i) => ({ id: `m${i}`, payload: payload(String(i)) })),
+  });
+  const claimed = expectKind(
+    await shard.submit({ kind: "claim", subscription: "default", workerId: "w", max: 4 }),
+    "claim",
+  );
+  expect(claimed.messages).toHaveLength(4);
+  return { clock, store, shard, receipts: claimed.messages.map((m) => m.receipt) };
+}
+
+function ack(shard: ShardLeader, receipts: readonly Receipt[]) {
+  return shard.submit({ kind: "ack", subscription: "default", receipts: [...receipts] });
+}
+
+async function settle(times = 5): Promise<void> {
+  for (let i = 0; i < times; i++) await flush();
+}
+
+describe("ShardLeader gathering settles after a slow write", () => {
+  it("waits for the acks of the jobs a slow write handed out, then writes them (and a claim) in one write", async () => {
+    const { store, shard, receipts } = await setUp(100);
+    const puts = store.puts;
+    const first = ack(shard, receipts.slice(0, 1));
+    const second = ack(shard, receipts.slice(1, 3));
+    const next = shard.submit({ kind: "claim", subscription: "default", workerId: "w", max: 4 });
+    await settle();
+    // 3 of 4 settles are in (under 90%): nothing is written yet.
+    expect(store.puts).toBe(puts);
+    const last = ack(shard, receipts.slice(3));
+    const results = await Promise.all([first, second, last]);
+    for (const result of results) expect(result.kind).toBe("ack");
+    expect(expectKind(await next, "claim").messages).toHaveLength(4);
+    expect(store.puts).toBe(puts + 1);
+  });
+
+  it("writes when half the slow write's latency has passed, settles or not", async () => {
+    const { clock, store, shard, receipts } = await setUp(60);
+    const puts = store.puts;
+    let acked = false;
+    const first = ack(shard, receipts.slice(0, 1)).then((result) => {
+      acked = true;
+      return result;
+    });
+    await settle();
+    clock.advance(29);
+    await settle();
+    expect(store.puts).toBe(puts);
+    expect(acked).toBe(false);
+    clock.advance(1);
+    expect((await first).kind).toBe("ack");
+    expect(store.puts).toBe(puts + 1);
+  });
+
+  it("waits at most 50 ms after a very slow write", async () => {
+    const { clock, store, shard, receipts } = await setUp(400);
+    const puts = store.puts;
+    const first = ack(shard, receipts.slice(0, 1));
+    await settle();
+    clock.advance(49);
+    await settle();
+    expect(store.puts).toBe(puts);
+    clock.advance(1);
+    expect((await first).kind).toBe("ack");
+    expect(store.puts).toBe(puts + 1);
+  });
+
+  it("never waits after a fast write", async () => {
+    const { store, shard, receipts } = await setUp(5);
+    const puts = store.puts;
+    // No clock advance: this write would hang if it waited.
+    expect((await ack(shard, receipts.slice(0, 1))).kind).toBe("ack");
+    expect(store.puts).toBe(puts + 1);
+  });
+
+  it("does not wait after a slow write that handed out nothing", async () => {
+    const clock = new ManualClock();
+    const store = new SlowStore(clock, 100);
+    const shard = makeShardLeader(store, "a", { clock });
+    await shard.submit({ kind: "enqueue", messages: [{ id: "m0", payload: payload("0") }] });
+    expect(
+      (await shard.submit({ kind: "enqueue", messages: [{ id: "m1", payload: payload("1") }] })).kind,
+    ).toBe("enqueue");
+  });
+
+  it("stops without waiting for the gathering", async () => {
+    const { shard, receipts } = await setUp(100);
+    const first = ack(shard, receipts.slice(0, 1));
+    await settle();
+    await shard.stop({ release: false });
+    expect((await first).kind).toBe("ack");
+  });
+});
