@@ -11,11 +11,12 @@ import { jobFromClaim } from "../job.ts";
 import type { Session } from "../work-session.ts";
 import { Executor } from "./executor.ts";
 import type { Held } from "./held-job.ts";
+import { LazyAbort } from "./lazy-abort.ts";
 import { Reporter } from "./reporter.ts";
 import type { Outcome, Settler } from "./settler.ts";
 
 function held(id: string): Held {
-  const controller = new AbortController();
+  const abort = new LazyAbort();
   const claim = create(ClaimedMessageSchema, {
     message: create(MessageSchema, { id, queue: "jobs" }),
     subscription: "default",
@@ -23,8 +24,8 @@ function held(id: string): Held {
   });
   const session = {} as Session;
   return {
-    job: jobFromClaim(claim, controller.signal),
-    controller,
+    job: jobFromClaim(claim, () => abort.signal),
+    abort,
     session,
     creditTo: session,
     creditReturned: false,
