@@ -123,6 +123,23 @@ describe("ShardLeader gathering settles after a slow write", () => {
     ).toBe("enqueue");
   });
 
+  it("skips the gathering after one that ran out of time (handlers slower than the wait)", async () => {
+    const { clock, store, shard, receipts } = await setUp(60);
+    const first = ack(shard, receipts.slice(0, 1));
+    await settle();
+    clock.advance(30); // the gathering runs out with 1 of 4 settles
+    expect((await first).kind).toBe("ack");
+    const claimed = expectKind(
+      await shard.submit({ kind: "claim", subscription: "default", workerId: "w", max: 2 }),
+      "claim",
+    );
+    expect(claimed.messages).toHaveLength(2);
+    const puts = store.puts;
+    // No clock advance: this write would hang if it waited for the other settles.
+    expect((await ack(shard, [claimed.messages[0]?.receipt as Receipt])).kind).toBe("ack");
+    expect(store.puts).toBe(puts + 1);
+  });
+
   it("stops without waiting for the gathering", async () => {
     const { shard, receipts } = await setUp(100);
     const first = ack(shard, receipts.slice(0, 1));

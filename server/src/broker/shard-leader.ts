@@ -89,6 +89,8 @@ const GATHER_WRITE_FRACTION = 0.5;
 const GATHER_MAX_MS = 50;
 /** A gathering ends once settles for this fraction of the jobs handed out are in. */
 const GATHER_SETTLED_FRACTION = 0.9;
+/** After gatherings that ran out of time, at most this many slow writes in a row skip gathering. */
+const GATHER_MAX_SKIPS = 16;
 
 /** Settles awaited after a slow write that handed out jobs (see ShardLeader.gatherSettles). */
 interface Gathering {
@@ -267,6 +269,10 @@ export class ShardLeader {
   private pendingSettles = 0;
   /** `stop` was called: no more gathering. */
   private stopRequested = false;
+  /** Slow writes that skip gathering after the last ran out of time: doubles per miss, 0 after a gathering that got its settles. */
+  private gatherSkips = 0;
+  /** Slow writes still to skip gathering. */
+  private gatherSkipsLeft = 0;
 
   constructor(params: ShardLeaderParams) {
     this.queue = params.queue;
@@ -584,6 +590,11 @@ export class ShardLeader {
       if (outcome.ok && outcome.result.kind === "claim") count(outcome.result.messages);
     for (const fill of fills) count(fill.messages);
     if (handedOut === 0) return;
+    // Handlers slower than the wait: waiting only delays everyone else's operations.
+    if (this.gatherSkipsLeft > 0) {
+      this.gatherSkipsLeft -= 1;
+      return;
+    }
     const waitMs = Math.min(GATHER_MAX_MS, writeMs * GATHER_WRITE_FRACTION);
     this.gathering = { expected: Math.ceil(handedOut * GATHER_SETTLED_FRACTION), until: now + waitMs };
   }
@@ -600,7 +611,10 @@ export class ShardLeader {
    * or until the gathering's deadline (a fraction of that write's latency,
    * capped): on a slow store, jobs handed out by one write come back acked
    * (with their credit) within a few ms, while the next write takes a whole
-   * store round trip. A fast write never gathers.
+   * store round trip. A fast write never gathers. A gathering that runs out
+   * of time makes the next slow writes (1, then 2, 4 … 16 in a row while
+   * they keep running out) skip it: handlers slower than the wait would only
+   * delay everyone else's operations.
    */
   private async gatherSettles(gathering: Gathering): Promise<void> {
     if (this.stopRequested || this.pendingSettles >= gathering.expected) return;
@@ -610,8 +624,17 @@ export class ShardLeader {
     });
     const remaining = gathering.until - this.now();
     if (remaining <= 0) return;
-    await Promise.race([ready, this.clock.sleep(remaining, timer.signal).catch(() => {})]);
+    let gathered = false;
+    await Promise.race([
+      ready.then(() => {
+        gathered = true;
+      }),
+      this.clock.sleep(remaining, timer.signal).catch(() => {}),
+    ]);
     timer.abort(TIMER_STOPPED);
+    if (this.stopRequested) return;
+    this.gatherSkips = gathered ? 0 : Math.min(GATHER_MAX_SKIPS, Math.max(1, this.gatherSkips * 2));
+    this.gatherSkipsLeft = this.gatherSkips;
   }
 
   /**
