@@ -20,6 +20,12 @@ export interface CasqSystemOptions {
    * from `slow-store-server.ts`, the file store behind the fault-injecting wrapper.
    */
   readonly putLatencyMs?: number;
+  /**
+   * The `casq` launcher to run (without `putLatencyMs`): default this
+   * checkout's `server/bin/casq.js`, which runs the source through tsx;
+   * `bench/lib/built-server.ts` gives an installed build's.
+   */
+  readonly serverBin?: string;
 }
 
 /** Waits for a line matching `pattern` on the child's stdout. */
@@ -67,7 +73,7 @@ export class CasqSystem implements QueueSystem {
           String(this.options.putLatencyMs),
         ]
       : [
-          join(ROOT, "server", "bin", "casq.js"),
+          this.options.serverBin ?? join(ROOT, "server", "bin", "casq.js"),
           "serve",
           "--store",
           `file:${this.dir}`,
