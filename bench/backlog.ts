@@ -40,8 +40,10 @@
  * its resident memory now and at its peak (`/proc/<pid>/status` VmRSS and
  * VmHWM) after the load, after enqueue and after processing, and once more
  * when settled: the worker stopped and the broker idle for
- * `--settle-seconds` (V8's memory reducer runs full collections in a process
- * whose allocation rate fell), with its JS heap in use and external memory
+ * `--settle-seconds`, default 60 (V8's memory reducer runs full collections
+ * in a process whose allocation rate fell: measured, 20 s after a 1M load the
+ * heap still held ~140 MB of garbage, after 45-60 s it did not), with its JS
+ * heap in use and external memory
  * from its metrics; and the head's
  * size, read from the store directory (`queues/<queue>/0.json`) after the
  * load and at the end.
@@ -82,20 +84,20 @@ const { values } = parseArgs({
     "dead-letters": { type: "string", default: "100000" },
     "dedup-ids": { type: "string", default: "on" },
     server: { type: "string", default: "built" },
-    "settle-seconds": { type: "string", default: "20" },
+    "settle-seconds": { type: "string", default: "60" },
     help: { type: "boolean", short: "h", default: false },
   },
 });
 if (values.help) {
   console.log(`usage: npm run bench:backlog -- [--json] [--sizes 1000,10000,100000,1000000] [--latency 0,100]
                                  [--seconds 5] [--dead-letters 100000] [--dedup-ids on|off]
-                                 [--server built|source] [--settle-seconds 20]
+                                 [--server built|source] [--settle-seconds 60]
 For each backlog size and PUT latency (ms): a fresh casq serve on the file store, the backlog loaded
 through the TypeScript SDK, then enqueue jobs/s from 64 callers and claim+ack jobs/s from one SDK Worker
 at concurrency 50, --seconds each; per phase the broker's commit ms p50/p99, bytes per commit, PUTs and
 GETs per 1,000 jobs (from its metrics), its RSS now/peak and the head's bytes; at the end, with the
-worker stopped and the broker idle for --settle-seconds (V8 collects an idle process's garbage), its
-settled RSS, JS heap used and external memory.
+worker stopped and the broker idle for --settle-seconds (V8's memory reducer collects an idle
+process's garbage, here 20-60 s after the work stopped), its settled RSS, JS heap used and external memory.
 --server built (default): casq serve as users install it: this checkout built, packed and installed
 from the npm tarballs into a temporary directory, run by plain node (~30 s first); source: the
 checkout's server/bin/casq.js, which runs the TypeScript through tsx (~45 MiB more RSS). Cases with
