@@ -26,6 +26,8 @@ export interface CasqSystemOptions {
    * `bench/lib/built-server.ts` gives an installed build's.
    */
   readonly serverBin?: string;
+  /** Node options for the server process (before any from `CASQ_BENCH_BROKER_NODE_ARGS`). */
+  readonly nodeArgs?: readonly string[];
 }
 
 /** Waits for a line matching `pattern` on the child's stdout. */
@@ -86,7 +88,10 @@ export class CasqSystem implements QueueSystem {
         ];
     // For profiling the broker under a shape, e.g.
     // CASQ_BENCH_BROKER_NODE_ARGS="--cpu-prof --cpu-prof-dir=/tmp/prof".
-    const nodeArgs = (process.env.CASQ_BENCH_BROKER_NODE_ARGS ?? "").split(" ").filter(Boolean);
+    const nodeArgs = [
+      ...(this.options.nodeArgs ?? []),
+      ...(process.env.CASQ_BENCH_BROKER_NODE_ARGS ?? "").split(" ").filter(Boolean),
+    ];
     const child = spawn(process.execPath, [...nodeArgs, ...args], {
       stdio: ["ignore", "pipe", "inherit"],
       cwd: ROOT,

@@ -97,6 +97,11 @@ describe("bench:backlog", () => {
             after_enqueue: memory,
             after_process: memory,
             settled: { ...memory, heap_used_mib: expect.any(Number), external_mib: expect.any(Number) },
+            after_gc: {
+              rss_mib: expect.any(Number),
+              heap_used_mib: expect.any(Number),
+              external_mib: expect.any(Number),
+            },
           },
         },
       ],
@@ -113,6 +118,9 @@ describe("bench:backlog", () => {
     expect(c.head_bytes).toBeGreaterThan(0);
     expect(c.broker_memory.after_process.rss_mib).toBeGreaterThan(0);
     expect(c.broker_memory.settled.heap_used_mib).toBeGreaterThan(0);
+    // the forced collections reached the broker: its heap is no larger after them than before
+    expect(c.broker_memory.after_gc.heap_used_mib).toBeGreaterThan(0);
+    expect(c.broker_memory.after_gc.heap_used_mib).toBeLessThanOrEqual(c.broker_memory.settled.heap_used_mib);
     expect(c.broker_memory.settled.peak_mib).toBeGreaterThanOrEqual(c.broker_memory.after_process.peak_mib);
     expect(c.broker_memory.after_process.peak_mib).toBeGreaterThanOrEqual(
       c.broker_memory.after_load.peak_mib,
