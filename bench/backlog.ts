@@ -12,7 +12,9 @@
  * Each case (one backlog size, one PUT latency) gets a `casq serve` process
  * of its own on a fresh file-store directory (every write fsync'd), started
  * as `npm run bench` starts it (`bench/systems/casq.ts`; with latency, the
- * file store behind the fault-injecting wrapper, `slow-store-server.ts`), and
+ * file store behind the fault-injecting wrapper, `slow-store-server.ts`,
+ * from source), by default from this checkout's build installed as users
+ * install it (`--server built`, `lib/built-server.ts`: plain node, no tsx), and
  * a queue of one shard with the default config. The benchmark talks to it only
  * through the TypeScript SDK over gRPC, with the SDK's default options (a
  * default dedup id on every job):
@@ -36,7 +38,16 @@
  * nothing are in it too) and operations per commit
  * (`casq_commit_batch_operations`); the broker's CPU seconds from `/proc`;
  * its resident memory now and at its peak (`/proc/<pid>/status` VmRSS and
- * VmHWM) after the load, after enqueue and after processing; and the head's
+ * VmHWM) after the load, after enqueue and after processing, and once more
+ * when settled: the worker stopped and the broker idle for
+ * `--settle-seconds`, default 30 (V8's memory reducer runs full collections
+ * in a process whose allocation rate fell, but when is its own affair:
+ * measured, 20 s after a 1M load the heap still held ~140 MB of garbage,
+ * after 45-60 s it mostly did not, once after 60 s it still held ~60 MB), with
+ * its JS heap in use and external memory, and then right after two full
+ * collections forced through the broker's inspector (`--inspect` on
+ * loopback, `lib/collect-garbage.ts`): the GC-settled point
+ * from its metrics; and the head's
  * size, read from the store directory (`queues/<queue>/0.json`) after the
  * load and at the end.
  *
@@ -54,6 +65,8 @@ import { Broker, NO_MANIFESTS } from "../server/src/broker/broker.ts";
 import { FileStore } from "../server/src/store/file-store.ts";
 import { systemClock } from "../server/src/util/clock.ts";
 import { seededRandom } from "../server/src/util/random.ts";
+import { type BuiltServer, installBuiltServer } from "./lib/built-server.ts";
+import { collectGarbage, freePort } from "./lib/collect-garbage.ts";
 import { cpuSecondsOf } from "./lib/process-cpu.ts";
 import { processMemory } from "./lib/process-memory.ts";
 import {
@@ -74,16 +87,27 @@ const { values } = parseArgs({
     seconds: { type: "string", default: "5" },
     "dead-letters": { type: "string", default: "100000" },
     "dedup-ids": { type: "string", default: "on" },
+    server: { type: "string", default: "built" },
+    "settle-seconds": { type: "string", default: "30" },
     help: { type: "boolean", short: "h", default: false },
   },
 });
 if (values.help) {
   console.log(`usage: npm run bench:backlog -- [--json] [--sizes 1000,10000,100000,1000000] [--latency 0,100]
                                  [--seconds 5] [--dead-letters 100000] [--dedup-ids on|off]
+                                 [--server built|source] [--settle-seconds 30]
 For each backlog size and PUT latency (ms): a fresh casq serve on the file store, the backlog loaded
 through the TypeScript SDK, then enqueue jobs/s from 64 callers and claim+ack jobs/s from one SDK Worker
 at concurrency 50, --seconds each; per phase the broker's commit ms p50/p99, bytes per commit, PUTs and
-GETs per 1,000 jobs (from its metrics), its RSS now/peak and the head's bytes.
+GETs per 1,000 jobs (from its metrics), its RSS now/peak and the head's bytes; at the end, with the
+worker stopped and the broker idle for --settle-seconds (V8's memory reducer collects an idle
+process's garbage, here 20-60 s after the work stopped, or not), its settled RSS, JS heap used and external
+memory; then again right after two full collections forced through the broker's inspector (started on
+loopback for that): the GC-settled point.
+--server built (default): casq serve as users install it: this checkout built, packed and installed
+from the npm tarballs into a temporary directory, run by plain node (~30 s first); source: the
+checkout's server/bin/casq.js, which runs the TypeScript through tsx (~45 MiB more RSS). Cases with
+a PUT latency always run the source (bench/systems/slow-store-server.ts).
 --dead-letters N: the head-size case, N jobs with dedup ids all dead-lettered (0: skip it).
 --dedup-ids off: the producers give jobs no dedup id (the SDK's default is one per job; each live id
 costs the broker memory for the queue's dedup window).
@@ -94,12 +118,15 @@ const deadLetters = Number(values["dead-letters"]);
 const sizes = values.sizes.split(",").map(Number);
 const latencies = values.latency.split(",").map(Number);
 const seconds = Number(values.seconds);
+const settleSeconds = Number(values["settle-seconds"]);
 for (const [flag, ok] of [
   ["--sizes", sizes.every((n) => Number.isInteger(n) && n >= 0)],
   ["--latency", latencies.every((n) => Number.isFinite(n) && n >= 0)],
   ["--seconds", Number.isFinite(seconds) && seconds > 0],
   ["--dead-letters", Number.isInteger(deadLetters) && deadLetters >= 0],
   ["--dedup-ids", values["dedup-ids"] === "on" || values["dedup-ids"] === "off"],
+  ["--server", values.server === "built" || values.server === "source"],
+  ["--settle-seconds", Number.isFinite(settleSeconds) && settleSeconds >= 0],
 ] as const) {
   if (!ok) {
     console.error(`bench:backlog: bad ${flag} (see --help)`);
@@ -139,15 +166,37 @@ interface Memory {
   peak_mib: number;
 }
 
+/** The broker's memory when settled (idle for --settle-seconds after the last phase), MiB. */
+interface Settled extends Memory {
+  /** V8's JS heap in use, and the memory outside it that JS objects hold (buffers), from its metrics. */
+  heap_used_mib: number;
+  external_mib: number;
+}
+
+/** The broker's memory right after two forced full collections (after {@link Settled}), MiB. */
+interface Collected {
+  rss_mib: number;
+  heap_used_mib: number;
+  external_mib: number;
+}
+
 interface Case {
   backlog: number;
   put_latency_ms: number;
+  /** Which server ran: the installed build (plain node) or the source through tsx. */
+  server: "built" | "source";
   load_seconds: number;
   enqueue: Phase;
   process: Phase;
   head_bytes_after_load: number;
   head_bytes: number;
-  broker_memory: { after_load: Memory; after_enqueue: Memory; after_process: Memory };
+  broker_memory: {
+    after_load: Memory;
+    after_enqueue: Memory;
+    after_process: Memory;
+    settled: Settled;
+    after_gc: Collected;
+  };
 }
 
 /** What one scrape of the broker says, plus its CPU time then. */
@@ -230,9 +279,34 @@ async function load(producer: Producer, jobs: number, what: string): Promise<voi
   }
 }
 
-async function runCase(backlog: number, latencyMs: number): Promise<Case> {
-  const what = `backlog ${backlog.toLocaleString("en")}, PUT +${latencyMs} ms`;
-  const casq = new CasqSystem(latencyMs > 0 ? { putLatencyMs: latencyMs } : {});
+/** The broker's JS heap in use and external memory, MiB, from its metrics. */
+async function heapOf(casq: CasqSystem): Promise<{ heap_used_mib: number; external_mib: number }> {
+  const samples = await scrape(casq.metricsEndpoint);
+  const mib = (name: string) => Math.round(sumOf(samples, name) / 1024 / 1024);
+  return {
+    heap_used_mib: mib("casq_nodejs_heap_size_used_bytes"),
+    external_mib: mib("casq_nodejs_external_memory_bytes"),
+  };
+}
+
+/** The broker's memory after it has been idle for {@link settleSeconds}, then after forced collections. */
+async function settledMemory(casq: CasqSystem, inspectPort: number): Promise<[Settled, Collected]> {
+  await new Promise((r) => setTimeout(r, settleSeconds * 1000));
+  const settled = { ...memoryOf(casq), ...(await heapOf(casq)) };
+  await collectGarbage(inspectPort);
+  await new Promise((r) => setTimeout(r, 1000));
+  return [settled, { rss_mib: memoryOf(casq).rss_mib, ...(await heapOf(casq)) }];
+}
+
+async function runCase(backlog: number, latencyMs: number, built: BuiltServer | undefined): Promise<Case> {
+  const server = latencyMs > 0 || built === undefined ? "source" : "built";
+  const what = `backlog ${backlog.toLocaleString("en")}, PUT +${latencyMs} ms, ${server} server`;
+  // The inspector (loopback) only so that the settled point can force full collections.
+  const inspectPort = await freePort();
+  const casq = new CasqSystem({
+    ...(latencyMs > 0 ? { putLatencyMs: latencyMs } : built ? { serverBin: built.bin } : {}),
+    nodeArgs: [`--inspect=127.0.0.1:${inspectPort}`],
+  });
   await casq.start();
   try {
     const brokers = [casq.brokerAddress];
@@ -290,16 +364,27 @@ async function runCase(backlog: number, latencyMs: number): Promise<Case> {
     await worker.stop({ timeoutMs: 5_000 });
     await run;
     if (failed !== undefined) throw failed;
-    log(`${what}: process ${processing.jobs_per_s} jobs/s`);
+    log(`${what}: process ${processing.jobs_per_s} jobs/s; settling ${settleSeconds} s`);
+    const [settled, afterGc] = await settledMemory(casq, inspectPort);
+    log(
+      `${what}: settled RSS ${settled.rss_mib} MiB (peak ${settled.peak_mib}); after forced GC ${afterGc.rss_mib} MiB`,
+    );
     return {
       backlog,
       put_latency_ms: latencyMs,
+      server,
       load_seconds: round(loadSeconds),
       enqueue,
       process: processing,
       head_bytes_after_load: headAfterLoad,
       head_bytes: headBytes(casq),
-      broker_memory: { after_load: afterLoad, after_enqueue: afterEnqueue, after_process: afterProcess },
+      broker_memory: {
+        after_load: afterLoad,
+        after_enqueue: afterEnqueue,
+        after_process: afterProcess,
+        settled,
+        after_gc: afterGc,
+      },
     };
   } finally {
     await casq.stop();
@@ -390,11 +475,19 @@ async function runHeadCase(jobs: number): Promise<HeadCase> {
 }
 
 const cases: Case[] = [];
-for (const latency of latencies) {
-  for (const size of sizes) {
-    if (size <= 0) continue;
-    cases.push(await runCase(size, latency));
+const built =
+  values.server === "built" && latencies.includes(0) && sizes.some((n) => n > 0)
+    ? installBuiltServer(log)
+    : undefined;
+try {
+  for (const latency of latencies) {
+    for (const size of sizes) {
+      if (size <= 0) continue;
+      cases.push(await runCase(size, latency, built));
+    }
   }
+} finally {
+  built?.remove();
 }
 const heads = deadLetters > 0 ? await runHeadCase(deadLetters) : undefined;
 if (heads !== undefined) log(`head case: ${deadLetters} dead letters done`);
@@ -407,6 +500,7 @@ if (values.json) {
         enqueue_callers: CALLERS,
         worker_concurrency: CONCURRENCY,
         dedup_ids: values["dedup-ids"] === "on",
+        settle_seconds: settleSeconds,
         cases,
         ...(heads ? { heads } : {}),
       },
@@ -416,7 +510,7 @@ if (values.json) {
   );
 } else if (cases.length > 0) {
   console.log(
-    "backlog  put_ms |  enq/s  p50/p99 ms  B/commit PUT/1k GET/1k | proc/s  p50/p99 ms  B/commit PUT/1k GET/1k | head bytes | broker RSS/peak MiB: load   enqueue   process",
+    "backlog  put_ms server |  enq/s  p50/p99 ms  B/commit PUT/1k GET/1k | proc/s  p50/p99 ms  B/commit PUT/1k GET/1k | head bytes | broker RSS/peak MiB: load   enqueue   process   settled | settled heap/external MiB | after GC: RSS heap/external MiB",
   );
   for (const c of cases) {
     const p = (x: Phase) =>
@@ -424,7 +518,7 @@ if (values.json) {
     const m = (x: Memory) => `${x.rss_mib}/${x.peak_mib}`.padStart(9);
     const mem = c.broker_memory;
     console.log(
-      `${String(c.backlog).padStart(7)} ${String(c.put_latency_ms).padStart(7)} |${p(c.enqueue)} |${p(c.process)} | ${String(c.head_bytes).padStart(10)} |                 ${m(mem.after_load)} ${m(mem.after_enqueue)} ${m(mem.after_process)}`,
+      `${String(c.backlog).padStart(7)} ${String(c.put_latency_ms).padStart(7)} ${c.server.padStart(6)} |${p(c.enqueue)} |${p(c.process)} | ${String(c.head_bytes).padStart(10)} |                 ${m(mem.after_load)} ${m(mem.after_enqueue)} ${m(mem.after_process)} ${m(mem.settled)} | ${`${mem.settled.heap_used_mib}/${mem.settled.external_mib}`.padStart(9)} | ${String(mem.after_gc.rss_mib).padStart(4)} ${`${mem.after_gc.heap_used_mib}/${mem.after_gc.external_mib}`.padStart(9)}`,
     );
   }
 }

@@ -20,6 +20,14 @@ export interface CasqSystemOptions {
    * from `slow-store-server.ts`, the file store behind the fault-injecting wrapper.
    */
   readonly putLatencyMs?: number;
+  /**
+   * The `casq` launcher to run (without `putLatencyMs`): default this
+   * checkout's `server/bin/casq.js`, which runs the source through tsx;
+   * `bench/lib/built-server.ts` gives an installed build's.
+   */
+  readonly serverBin?: string;
+  /** Node options for the server process (before any from `CASQ_BENCH_BROKER_NODE_ARGS`). */
+  readonly nodeArgs?: readonly string[];
 }
 
 /** Waits for a line matching `pattern` on the child's stdout. */
@@ -67,7 +75,7 @@ export class CasqSystem implements QueueSystem {
           String(this.options.putLatencyMs),
         ]
       : [
-          join(ROOT, "server", "bin", "casq.js"),
+          this.options.serverBin ?? join(ROOT, "server", "bin", "casq.js"),
           "serve",
           "--store",
           `file:${this.dir}`,
@@ -80,7 +88,10 @@ export class CasqSystem implements QueueSystem {
         ];
     // For profiling the broker under a shape, e.g.
     // CASQ_BENCH_BROKER_NODE_ARGS="--cpu-prof --cpu-prof-dir=/tmp/prof".
-    const nodeArgs = (process.env.CASQ_BENCH_BROKER_NODE_ARGS ?? "").split(" ").filter(Boolean);
+    const nodeArgs = [
+      ...(this.options.nodeArgs ?? []),
+      ...(process.env.CASQ_BENCH_BROKER_NODE_ARGS ?? "").split(" ").filter(Boolean),
+    ];
     const child = spawn(process.execPath, [...nodeArgs, ...args], {
       stdio: ["ignore", "pipe", "inherit"],
       cwd: ROOT,

@@ -3,7 +3,9 @@
  * 200-job backlog, 1 s phases, no latency) through a real `casq serve` and
  * the SDK prints one JSON object of the documented shape, with numbers read
  * from the broker. Only the shape and that the broker was seen working are
- * checked, never how fast it was.
+ * checked, never how fast it was. It runs the source server (`--server
+ * source`): the default, `built`, runs `npm run build` in the checkout, which
+ * would race with the packaging tests that build it too.
  */
 import { execFile } from "node:child_process";
 import { dirname, join, resolve } from "node:path";
@@ -40,6 +42,14 @@ describe("bench:backlog", () => {
     const { stdout } = await run(["--help"]);
     expect(stdout).toContain("usage: npm run bench:backlog");
     expect(stdout).toContain("--dedup-ids");
+    expect(stdout).toContain("--server built|source");
+    expect(stdout).toContain("--settle-seconds");
+  });
+
+  test("a bad --server is a usage error", async () => {
+    const failed = await run(["--server", "tsx"]).catch((e: { code?: number; stderr?: string }) => e);
+    expect(failed).toMatchObject({ code: 2 });
+    expect(String((failed as { stderr?: string }).stderr)).toContain("--server");
   });
 
   test("a bad --dedup-ids is a usage error", async () => {
@@ -58,6 +68,10 @@ describe("bench:backlog", () => {
       "0",
       "--dead-letters",
       "0",
+      "--server",
+      "source",
+      "--settle-seconds",
+      "1",
       "--json",
     ]);
     const out = JSON.parse(stdout);
@@ -67,16 +81,28 @@ describe("bench:backlog", () => {
       enqueue_callers: 64,
       worker_concurrency: 50,
       dedup_ids: true,
+      settle_seconds: 1,
       cases: [
         {
           backlog: 200,
           put_latency_ms: 0,
+          server: "source",
           load_seconds: expect.any(Number),
           enqueue: phase,
           process: phase,
           head_bytes_after_load: expect.any(Number),
           head_bytes: expect.any(Number),
-          broker_memory: { after_load: memory, after_enqueue: memory, after_process: memory },
+          broker_memory: {
+            after_load: memory,
+            after_enqueue: memory,
+            after_process: memory,
+            settled: { ...memory, heap_used_mib: expect.any(Number), external_mib: expect.any(Number) },
+            after_gc: {
+              rss_mib: expect.any(Number),
+              heap_used_mib: expect.any(Number),
+              external_mib: expect.any(Number),
+            },
+          },
         },
       ],
     });
@@ -91,6 +117,11 @@ describe("bench:backlog", () => {
     }
     expect(c.head_bytes).toBeGreaterThan(0);
     expect(c.broker_memory.after_process.rss_mib).toBeGreaterThan(0);
+    expect(c.broker_memory.settled.heap_used_mib).toBeGreaterThan(0);
+    // the forced collections reached the broker: its heap is no larger after them than before
+    expect(c.broker_memory.after_gc.heap_used_mib).toBeGreaterThan(0);
+    expect(c.broker_memory.after_gc.heap_used_mib).toBeLessThanOrEqual(c.broker_memory.settled.heap_used_mib);
+    expect(c.broker_memory.settled.peak_mib).toBeGreaterThanOrEqual(c.broker_memory.after_process.peak_mib);
     expect(c.broker_memory.after_process.peak_mib).toBeGreaterThanOrEqual(
       c.broker_memory.after_load.peak_mib,
     );

@@ -16,8 +16,15 @@
  */
 import type { MessageRecord } from "../model/shard-records.ts";
 
-/** Default budget of {@link SegmentBodyCache}: 64 MiB. */
-export const DEFAULT_SEGMENT_CACHE_BYTES = 64 * 1024 * 1024;
+/**
+ * Default budget of {@link SegmentBodyCache} (and of `--segment-cache-mib`):
+ * 32 MiB. Each shard's read-ahead holds up to 4 MiB (`segment-pager.ts`), so
+ * this keeps the read-ahead of 8 busy shard subscriptions; a broker leading
+ * more should be given ~4 MiB more for each. One shard at a 1M backlog
+ * claimed as fast with 32 MiB as with 64 (no more GETs), and the broker's
+ * resident memory was ~35 MiB lower (docs/operations.md, "Memory").
+ */
+export const DEFAULT_SEGMENT_CACHE_BYTES = 32 * 1024 * 1024;
 
 interface Entry {
   /** Ascending offsets. */

@@ -140,10 +140,13 @@ export class DedupChunk {
     return this.#text.slice(this.#start(i), (this.#ends as Uint32Array)[2 * i]);
   }
 
-  /** True when entry i's dedup id is `dedupId` (no allocation). */
-  hasDedupId(i: number, dedupId: string): boolean {
+  /**
+   * True when entry i's dedup id is `dedupId` (no allocation). `uuid` is
+   * `isUuid(dedupId)`, for a caller that compares one id with many entries.
+   */
+  hasDedupId(i: number, dedupId: string, uuid: boolean = isUuid(dedupId)): boolean {
     const packed = this.#packed;
-    if (packed !== undefined) return isUuid(dedupId) && uuidEquals(dedupId, packed, i * PACKED_BYTES);
+    if (packed !== undefined) return uuid && uuidEquals(dedupId, packed, i * PACKED_BYTES);
     const start = this.#start(i);
     return (
       ((this.#ends as Uint32Array)[2 * i] as number) - start === dedupId.length &&

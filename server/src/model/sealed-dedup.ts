@@ -3,12 +3,14 @@
  * segments the head indexes, found by dedup id (model-internal).
  *
  * The entries themselves stay in their segments' {@link DedupChunk}s; this
- * index holds, per live entry, its 32-bit hash and where it is (chunk,
- * position): an open-addressing hash table of three typed arrays, linear
- * probing, at most 70% full, so ~12-35 bytes per entry. A lookup compares
- * the id it is asked for with the chunk's own copy of each entry whose hash
- * matches, so a hash collision is never taken for a duplicate: the answer is
- * exactly that of a map of the ids.
+ * index holds, per live entry, only where it is (chunk, position): an
+ * open-addressing hash table of two Int32Arrays (8 bytes a slot), linear
+ * probing, at most 70% full, so ~11-23 bytes per entry. A slot's hash is not
+ * stored: the chunk computes it from its copy of the id when it is needed
+ * (moving entries on a delete, growing the table). A lookup compares the id
+ * it is asked for with the chunk's own copy of each entry of its probe run,
+ * so a hash collision is never taken for a duplicate: the answer is exactly
+ * that of a map of the ids.
  *
  * Expiry: a chunk's entries are forgotten in expiry order
  * ((expiresAt, dedup id), `DedupChunk.byExpiry`); one heap entry per chunk
@@ -21,7 +23,7 @@
  * whose next expiry passed (c chunks), O(1) per entry expired.
  */
 import { BinaryHeap } from "./binary-heap.ts";
-import { type DedupChunk, dedupHash } from "./dedup-chunk.ts";
+import { type DedupChunk, dedupHash, isUuid } from "./dedup-chunk.ts";
 import type { DedupEntry } from "./shard-records.ts";
 
 /** Slot marker: empty. */
@@ -37,14 +39,15 @@ interface ChunkDue {
 
 /** Live sealed dedup entries, by dedup id (see module header). */
 export class SealedDedup {
-  readonly #chunks = new Map<number, DedupChunk>();
+  /** The chunks by number (a slot of the table names its chunk by number); numbers are reused once free. */
+  readonly #chunks: (DedupChunk | undefined)[] = [];
+  readonly #free: number[] = [];
+  #live = 0;
   /** Per chunk, how many of its entries (in expiry order) the expiry step has passed. */
   readonly #cursor = new Map<number, number>();
   readonly #due = new BinaryHeap<ChunkDue>((a, b) => (a.at !== b.at ? a.at < b.at : a.no < b.no));
-  #nextChunk = 0;
   #size = 0;
   #mask = MIN_CAPACITY - 1;
-  #hash = new Uint32Array(MIN_CAPACITY);
   #chunk = new Int32Array(MIN_CAPACITY).fill(EMPTY);
   #pos = new Int32Array(MIN_CAPACITY);
 
@@ -55,14 +58,23 @@ export class SealedDedup {
 
   /** Chunks the index refers to (or may still expire entries of). */
   get chunks(): number {
-    return this.#chunks.size;
+    return this.#live;
   }
 
-  /** Makes `chunk`'s entries indexable with {@link put}; returns its number. None is indexed yet. */
+  /** Bytes of the hash table itself (the chunks aside): 8 a slot. */
+  get tableBytes(): number {
+    return this.#chunk.byteLength + this.#pos.byteLength;
+  }
+
+  /**
+   * Makes `chunk`'s entries indexable with {@link put}; returns its number
+   * (valid until its last entry expired; -1 for an empty chunk). None is indexed yet.
+   */
   addChunk(chunk: DedupChunk): number {
-    const no = this.#nextChunk++;
-    if (chunk.length === 0) return no;
-    this.#chunks.set(no, chunk);
+    if (chunk.length === 0) return EMPTY;
+    const no = this.#free.pop() ?? this.#chunks.length;
+    this.#chunks[no] = chunk;
+    this.#live += 1;
     this.#cursor.set(no, 0);
     this.#due.push({ at: chunk.expiresAtAt(chunk.byExpiry(0)), no });
     return no;
@@ -70,14 +82,12 @@ export class SealedDedup {
 
   /** Indexes entry `pos` of chunk `no`. Its dedup id must not be indexed already. */
   put(no: number, pos: number): void {
-    const chunk = this.#chunks.get(no);
+    const chunk = no >= 0 ? this.#chunks[no] : undefined;
     if (chunk === undefined || pos < 0 || pos >= chunk.length)
       throw new Error(`no entry ${pos} in chunk ${no}`);
     if ((this.#size + 1) / (this.#mask + 1) > MAX_LOAD) this.#resize(2 * (this.#mask + 1));
-    const hash = chunk.hashAt(pos);
-    let i = hash & this.#mask;
+    let i = chunk.hashAt(pos) & this.#mask;
     while (this.#chunk[i] !== EMPTY) i = (i + 1) & this.#mask;
-    this.#hash[i] = hash;
     this.#chunk[i] = no;
     this.#pos[i] = pos;
     this.#size += 1;
@@ -87,7 +97,7 @@ export class SealedDedup {
   get(dedupId: string): DedupEntry | undefined {
     const slot = this.#find(dedupId);
     if (slot === EMPTY) return undefined;
-    return (this.#chunks.get(this.#chunk[slot] as number) as DedupChunk).entryAt(this.#pos[slot] as number);
+    return (this.#chunks[this.#chunk[slot] as number] as DedupChunk).entryAt(this.#pos[slot] as number);
   }
 
   /** Forgets the sealed entry of `dedupId`; false when there was none. */
@@ -105,7 +115,7 @@ export class SealedDedup {
       const top = this.#due.peek();
       if (top === undefined || top.at > now) return forgotten;
       this.#due.pop();
-      const chunk = this.#chunks.get(top.no) as DedupChunk;
+      const chunk = this.#chunks[top.no] as DedupChunk;
       let k = this.#cursor.get(top.no) as number;
       for (; k < chunk.length; k++) {
         const pos = chunk.byExpiry(k);
@@ -121,7 +131,9 @@ export class SealedDedup {
         this.#due.push({ at: chunk.expiresAtAt(chunk.byExpiry(k)), no: top.no });
       } else {
         this.#cursor.delete(top.no);
-        this.#chunks.delete(top.no);
+        this.#chunks[top.no] = undefined;
+        this.#free.push(top.no);
+        this.#live -= 1;
       }
     }
   }
@@ -135,22 +147,19 @@ export class SealedDedup {
   *values(): IterableIterator<DedupEntry> {
     for (let i = 0; i <= this.#mask; i++) {
       const no = this.#chunk[i] as number;
-      if (no !== EMPTY) yield (this.#chunks.get(no) as DedupChunk).entryAt(this.#pos[i] as number);
+      if (no !== EMPTY) yield (this.#chunks[no] as DedupChunk).entryAt(this.#pos[i] as number);
     }
   }
 
   /** The slot holding `dedupId`, or EMPTY. */
   #find(dedupId: string): number {
     const hash = dedupHash(dedupId);
+    const uuid = isUuid(dedupId);
     const mask = this.#mask;
     for (let i = hash & mask; ; i = (i + 1) & mask) {
       const no = this.#chunk[i] as number;
       if (no === EMPTY) return EMPTY;
-      if (
-        this.#hash[i] === hash &&
-        (this.#chunks.get(no) as DedupChunk).hasDedupId(this.#pos[i] as number, dedupId)
-      )
-        return i;
+      if ((this.#chunks[no] as DedupChunk).hasDedupId(this.#pos[i] as number, dedupId, uuid)) return i;
     }
   }
 
@@ -169,11 +178,10 @@ export class SealedDedup {
     const mask = this.#mask;
     let i = slot;
     for (let j = (i + 1) & mask; this.#chunk[j] !== EMPTY; j = (j + 1) & mask) {
-      const home = (this.#hash[j] as number) & mask;
+      const home = this.#hashOf(j) & mask;
       // The entry at j stays when its home lies cyclically in (i, j].
       const stays = i <= j ? i < home && home <= j : i < home || home <= j;
       if (stays) continue;
-      this.#hash[i] = this.#hash[j] as number;
       this.#chunk[i] = this.#chunk[j] as number;
       this.#pos[i] = this.#pos[j] as number;
       i = j;
@@ -182,21 +190,31 @@ export class SealedDedup {
     this.#size -= 1;
   }
 
+  /** The hash of the entry in (non-empty) slot `i`, from its chunk. */
+  #hashOf(i: number): number {
+    return (this.#chunks[this.#chunk[i] as number] as DedupChunk).hashAt(this.#pos[i] as number);
+  }
+
   #resize(capacity: number): void {
-    const [hashes, chunks, positions] = [this.#hash, this.#chunk, this.#pos];
+    const [chunks, positions] = [this.#chunk, this.#pos];
     this.#mask = capacity - 1;
-    this.#hash = new Uint32Array(capacity);
     this.#chunk = new Int32Array(capacity).fill(EMPTY);
     this.#pos = new Int32Array(capacity);
+    // Entry by entry, one chunk at a time (one map lookup a chunk, not a slot).
+    let no = EMPTY;
+    let chunk: DedupChunk | undefined;
     for (let s = 0; s < chunks.length; s++) {
-      const no = chunks[s] as number;
-      if (no === EMPTY) continue;
-      const hash = hashes[s] as number;
-      let i = hash & this.#mask;
+      const at = chunks[s] as number;
+      if (at === EMPTY) continue;
+      if (at !== no) {
+        no = at;
+        chunk = this.#chunks[at] as DedupChunk;
+      }
+      const pos = positions[s] as number;
+      let i = (chunk as DedupChunk).hashAt(pos) & this.#mask;
       while (this.#chunk[i] !== EMPTY) i = (i + 1) & this.#mask;
-      this.#hash[i] = hash;
-      this.#chunk[i] = no;
-      this.#pos[i] = positions[s] as number;
+      this.#chunk[i] = at;
+      this.#pos[i] = pos;
     }
   }
 }

@@ -11,6 +11,7 @@
  */
 import { accessSync, constants } from "node:fs";
 import { type Command, InvalidArgumentError, Option } from "commander";
+import { DEFAULT_SEGMENT_CACHE_BYTES } from "../../broker/segment-body-cache.ts";
 import type { StoreUrl } from "../../store/open-store.ts";
 import { CliError, ExitCode, usageError } from "../cli-error.ts";
 import { systemErrorCode } from "../client.ts";
@@ -152,7 +153,7 @@ export function registerServe(program: Command): void {
         "memory for the bodies of sealed messages (payloads, headers), all shards together; the rest are read from their segments when claimed",
       )
         .env("CASQ_SEGMENT_CACHE_MIB")
-        .default(64)
+        .default(DEFAULT_SEGMENT_CACHE_BYTES / 1024 / 1024)
         .argParser(segmentCacheMib),
     )
     .addOption(

@@ -1,0 +1,69 @@
+/**
+ * The casq server as users install it, for benchmarks that measure the
+ * broker process itself (its memory above all): the JavaScript build, packed
+ * into the npm tarballs (`npm run build`, `scripts/pack-npm.mjs`) and
+ * installed from them into a temporary directory, run with plain `node` and
+ * no TypeScript loader.
+ *
+ * A checkout's `server/bin/casq.js` runs the TypeScript source through tsx's
+ * in-process loader (no build step for tests and development), which costs
+ * the process ~45 MiB of resident memory and some CPU that an installed
+ * `casq serve` does not have.
+ */
+import { execFileSync } from "node:child_process";
+import { mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+
+const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..");
+
+/** An installed build of this checkout's server. */
+export interface BuiltServer {
+  /** The `casq` launcher of the installed package (run it with `node`). */
+  readonly bin: string;
+  /** Removes the installation. */
+  remove(): void;
+}
+
+/**
+ * Builds this checkout, packs its npm packages and installs them into a
+ * fresh temporary directory (~30 s; npm may fetch the server's dependencies
+ * from its cache or the registry). `log` gets one line per step.
+ */
+export function installBuiltServer(log: (line: string) => void): BuiltServer {
+  const dir = mkdtempSync(join(tmpdir(), "casq-bench-built-"));
+  const run = (command: string, args: string[], cwd: string) =>
+    execFileSync(command, args, { cwd, stdio: ["ignore", "ignore", "inherit"] });
+  try {
+    log("built server: npm run build");
+    run("npm", ["run", "--silent", "build"], ROOT);
+    const tarballs = join(dir, "tarballs");
+    mkdirSync(tarballs);
+    log("built server: packing the npm packages");
+    run(process.execPath, [join(ROOT, "scripts", "pack-npm.mjs"), tarballs], ROOT);
+    const install = join(dir, "install");
+    mkdirSync(install);
+    writeFileSync(join(install, "package.json"), '{ "private": true }\n');
+    log("built server: npm install of the tarballs");
+    run(
+      "npm",
+      [
+        "install",
+        "--no-audit",
+        "--no-fund",
+        "--prefer-offline",
+        "--loglevel=error",
+        ...readdirSync(tarballs).map((name) => join(tarballs, name)),
+      ],
+      install,
+    );
+  } catch (error) {
+    rmSync(dir, { recursive: true, force: true });
+    throw error;
+  }
+  return {
+    bin: join(dir, "install", "node_modules", "casq", "bin", "casq.js"),
+    remove: () => rmSync(dir, { recursive: true, force: true }),
+  };
+}
