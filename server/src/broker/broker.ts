@@ -56,7 +56,7 @@ export interface BrokerParams {
   /**
    * Bytes of sealed messages' bodies (payloads, headers, trace contexts) this
    * broker keeps in memory, all shards together; the rest are read from their
-   * segments when needed (`segment-body-cache.ts`). Default 64 MiB.
+   * segments when needed (`segment-body-cache.ts`). Default 32 MiB.
    */
   readonly segmentCacheBytes?: number;
 }

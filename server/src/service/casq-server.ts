@@ -130,7 +130,7 @@ export interface CasqServerOptions {
   readonly autoCreateQueues?: boolean;
   /** Tuning of every shard's commit loop. */
   readonly commit?: Partial<CommitOptions>;
-  /** Memory for sealed messages' bodies, all shards together (default 64 MiB). */
+  /** Memory for sealed messages' bodies, all shards together (default 32 MiB). */
   readonly segmentCacheBytes?: number;
   /** Clock of the engine. Default: the system clock. */
   readonly clock?: Clock;
