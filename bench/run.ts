@@ -9,7 +9,8 @@
  *   npm run bench -- --chart docs/benchmarks.svg
  *
  * casq runs as its own `casq serve` process on the file store (fsync before
- * every answer) and is driven through the TypeScript SDK's Producer and
+ * every answer): by default the installed build of this checkout, as users
+ * run it (`--server source`: the checkout's tsx launcher). It is driven through the TypeScript SDK's Producer and
  * Worker. Peers: BullMQ on Redis (AOF everysec), pg-boss on PostgreSQL and
  * NATS JetStream (file storage), each started by the script on loopback when
  * its server is installed (`bash scripts/setup-bench-peers.sh`), skipped with
@@ -22,6 +23,7 @@ import { cpus, totalmem } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
+import { installBuiltServer } from "./lib/built-server.ts";
 import {
   type ManyClientsResult,
   measureManyClients,
@@ -48,6 +50,7 @@ const { values } = parseArgs({
     shapes: { type: "string", default: SHAPES.join(",") },
     chart: { type: "string" },
     clients: { type: "string" },
+    server: { type: "string", default: "built" },
     // Node 20's parseArgs has no --no-X negation: the flag is its own option.
     "no-other-sdks": { type: "boolean", default: false },
     help: { type: "boolean", short: "h", default: false },
@@ -57,15 +60,23 @@ const { values } = parseArgs({
 if (values.help) {
   console.log(`usage: npm run bench -- [--quick] [--json] [--runs N] [--jobs N]
                           [--systems casq,bullmq,pg-boss,jetstream,casq-put100ms] [--shapes ${SHAPES.join(",")}]
-                          [--chart FILE.svg] [--clients 100,1000] [--no-other-sdks]
+                          [--chart FILE.svg] [--clients 100,1000] [--no-other-sdks] [--server built|source]
 Runs each shape --runs times (default 3; 1 with --quick) against casq and each installed peer,
 prints min/median/max, CPU, casq's PUTs per job and casq's ratio to each peer.
 casq-put100ms is casq with every store PUT delayed 100 ms (the S3-like profile).
 With casq: the process shape with the Go and Python SDK workers (--no-other-sdks to skip), and the
-many-clients case with --clients streams (default 100,1000; 100 with --quick; "" to skip).`);
+many-clients case with --clients streams (default 100,1000; 100 with --quick; "" to skip).
+--server built (default): the casq system runs casq serve as users install it (this checkout built,
+packed and installed from the npm tarballs into a temporary directory, plain node; ~30 s first);
+--server source: the checkout's launcher (TypeScript through tsx). casq-put100ms always runs the
+source (its slow store wraps the engine in-process).`);
   process.exit(0);
 }
 
+if (values.server !== "built" && values.server !== "source") {
+  console.error(`--server takes built or source; got ${values.server}`);
+  process.exit(2);
+}
 const quick = values.quick;
 const runs = Number(values.runs ?? (quick ? 1 : 3));
 const sizes: ShapeSizes = {
@@ -118,9 +129,13 @@ const manyClients: ManyClientsResult[] = [];
 const skipped: Record<string, string> = {};
 const durability: Record<string, string> = {};
 
+const built = values.server === "built" && wanted.includes("casq") ? installBuiltServer(log) : undefined;
+const server = built ? "built" : "source";
+process.once("exit", () => built?.remove());
 for (const name of wanted) {
   let system: QueueSystem;
-  if (name === "casq") system = new (await import("./systems/casq.ts")).CasqSystem();
+  if (name === "casq")
+    system = new (await import("./systems/casq.ts")).CasqSystem(built ? { serverBin: built.bin } : {});
   else if (name === CASQ_S3_LIKE)
     system = new (await import("./systems/casq.ts")).CasqSystem({ putLatencyMs: 100 });
   else if ((PEERS as readonly string[]).includes(name))
@@ -175,6 +190,7 @@ if (values.json) {
     JSON.stringify(
       {
         machine,
+        server,
         sizes,
         runs,
         durability,
@@ -192,6 +208,9 @@ if (values.json) {
     `machine: ${machine.cpus} cores (${machine.cpu_model}), ${machine.memory_gib} GiB; ${runs} run(s) per shape`,
   );
   console.log(`sizes: ${JSON.stringify(sizes)}`);
+  console.log(
+    `casq serve: ${built ? "the installed build (plain node)" : "the checkout's source (through tsx)"}`,
+  );
   for (const [name, d] of Object.entries(durability)) console.log(`durability of ${name}: ${d}`);
   for (const [name, why] of Object.entries(skipped)) console.log(`${name}: ${why}`);
   console.log(textTable(results, shapes));
