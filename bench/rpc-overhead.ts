@@ -12,7 +12,8 @@
  * Servers, each started once and warmed up:
  * - **casq**: `casq serve --store memory:` (no other flags: no auth, metrics or
  *   tracing); its gRPC clients are served by @grpc/grpc-js through casq's
- *   adapter, with casq's interceptors;
+ *   adapter, with casq's interceptors; by default the installed build of this
+ *   checkout (plain node), `--server source` for the checkout's tsx launcher;
  * - **grpc-js**: bench/rpc/plain-grpc-js-server.ts, the same methods on a bare
  *   @grpc/grpc-js server (Check answers SERVING; Enqueue decodes the request
  *   and answers without queue work): the yardstick;
@@ -42,6 +43,7 @@ import { create, type DescFile, toBinary } from "@bufbuild/protobuf";
 import { FileDescriptorSetSchema } from "@bufbuild/protobuf/wkt";
 import { file_casq_v1_queue_service } from "@casq/api/casq/v1/queue_service_pb.ts";
 import { file_grpc_health_v1_health } from "@casq/api/grpc/health/v1/health_pb.ts";
+import { installBuiltServer } from "./lib/built-server.ts";
 import { cpuSecondsOf } from "./lib/process-cpu.ts";
 import { spread } from "./lib/report.ts";
 
@@ -60,14 +62,21 @@ const { values } = parseArgs({
     servers: { type: "string", default: "casq,grpc-js,connect" },
     "cpu-prof": { type: "string" },
     "serve-args": { type: "string", default: "" },
+    server: { type: "string", default: "built" },
     help: { type: "boolean", short: "h", default: false },
   },
 });
 if (values.help) {
   console.log(`usage: npm run bench:rpc -- [--json] [--runs N] [--duration SECONDS] [--enqueue-calls N] [--concurrency N]
                               [--connections N] [--cases health,enqueue] [--servers casq,grpc-js,connect]
-                              [--cpu-prof DIR] [--serve-args "ARGS"]`);
+                              [--cpu-prof DIR] [--serve-args "ARGS"] [--server built|source]
+--server built (default): casq serve as users install it (this checkout built, packed and installed
+from its npm tarballs, plain node; ~30 s first); source: the checkout's launcher (TypeScript through tsx).`);
   process.exit(0);
+}
+if (values.server !== "built" && values.server !== "source") {
+  console.error(`--server takes built or source; got ${values.server}`);
+  process.exit(2);
 }
 const runs = Number(values.runs);
 const durationS = Number(values.duration);
@@ -75,6 +84,11 @@ const enqueueCalls = Number(values["enqueue-calls"]);
 const concurrency = Number(values.concurrency);
 const connections = Number(values.connections);
 const progress = (line: string) => process.stderr.write(`${line}\n`);
+const built =
+  values.server === "built" && values.servers.split(",").includes("casq")
+    ? installBuiltServer(progress)
+    : undefined;
+process.once("exit", () => built?.remove());
 
 type ServerName = "casq" | "grpc-js" | "connect";
 type CaseName = "health" | "enqueue";
@@ -169,7 +183,7 @@ async function startServer(name: ServerName): Promise<Server> {
     name === "casq"
       ? [
           ...prof,
-          join(ROOT, "server", "bin", "casq.js"),
+          built?.bin ?? join(ROOT, "server", "bin", "casq.js"),
           "serve",
           "--store",
           "memory:",
@@ -322,6 +336,7 @@ async function main() {
             enqueueCalls,
             runs,
             serveArgs: values["serve-args"],
+            server: built ? "built" : "source",
             summary,
             results,
           },
@@ -331,7 +346,10 @@ async function main() {
       );
     } else {
       console.log(
-        `\nmedians of ${runs} alternating runs (health: ${durationS} s each; enqueue: ${enqueueCalls} calls each, a fresh queue), ${concurrency} concurrent calls on ${connections} connection(s) (ghz)`,
+        `\ncasq serve: ${built ? "the installed build (plain node)" : "the checkout's source (through tsx)"}`,
+      );
+      console.log(
+        `medians of ${runs} alternating runs (health: ${durationS} s each; enqueue: ${enqueueCalls} calls each, a fresh queue), ${concurrency} concurrent calls on ${connections} connection(s) (ghz)`,
       );
       console.log("case     server    calls/s (min-max)         p50 ms   p99 ms   server CPU µs/call");
       for (const s of summary) {
