@@ -89,7 +89,7 @@ const GATHER_WRITE_FRACTION = 0.5;
 const GATHER_MAX_MS = 50;
 /** A gathering ends once settles for this fraction of the jobs handed out are in. */
 const GATHER_SETTLED_FRACTION = 0.9;
-/** After gatherings that ran out of time, at most this many slow writes in a row skip gathering. */
+/** After gatherings that ran out of time with under half their settles, at most this many slow writes in a row skip gathering. */
 const GATHER_MAX_SKIPS = 16;
 
 /** Settles awaited after a slow write that handed out jobs (see ShardLeader.gatherSettles). */
@@ -612,9 +612,9 @@ export class ShardLeader {
    * capped): on a slow store, jobs handed out by one write come back acked
    * (with their credit) within a few ms, while the next write takes a whole
    * store round trip. A fast write never gathers. A gathering that runs out
-   * of time makes the next slow writes (1, then 2, 4 … 16 in a row while
-   * they keep running out) skip it: handlers slower than the wait would only
-   * delay everyone else's operations.
+   * of time with fewer than half its settles in makes the next slow writes
+   * (1, then 2, 4 … 16 in a row while that repeats) skip it: handlers slower
+   * than the wait would only delay everyone else's operations.
    */
   private async gatherSettles(gathering: Gathering): Promise<void> {
     if (this.stopRequested || this.pendingSettles >= gathering.expected) return;
@@ -633,7 +633,9 @@ export class ShardLeader {
     ]);
     timer.abort(TIMER_STOPPED);
     if (this.stopRequested) return;
-    this.gatherSkips = gathered ? 0 : Math.min(GATHER_MAX_SKIPS, Math.max(1, this.gatherSkips * 2));
+    // Most settles in, the rest just late: worth waiting for next time too.
+    const worthIt = gathered || this.pendingSettles * 2 >= gathering.expected;
+    this.gatherSkips = worthIt ? 0 : Math.min(GATHER_MAX_SKIPS, Math.max(1, this.gatherSkips * 2));
     this.gatherSkipsLeft = this.gatherSkips;
   }
 
