@@ -313,12 +313,13 @@ func TestWorkerSecondaryStreamLost(t *testing.T) {
 	started := make(chan struct{})
 	release := make(chan struct{})
 	var handled atomic.Int32
+	// Prefetch fixed at the fake's 1: an adaptive window may grow past it.
 	stop := runWorker(t, c, "q", func(context.Context, *casq.Job) error {
 		handled.Add(1)
 		close(started)
 		<-release
 		return nil
-	})
+	}, casq.WithPrefetch(1))
 	wait(t, started)
 	// B's stream ends while its job runs. The worker opens B again (A's
 	// routing still names it) and acks the job by a unary call, which goes
