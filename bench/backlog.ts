@@ -65,7 +65,7 @@ import { Broker, NO_MANIFESTS } from "../server/src/broker/broker.ts";
 import { FileStore } from "../server/src/store/file-store.ts";
 import { systemClock } from "../server/src/util/clock.ts";
 import { seededRandom } from "../server/src/util/random.ts";
-import { type BuiltServer, installBuiltServer } from "./lib/built-server.ts";
+import { type BuiltServer, serverFromOption } from "./lib/built-server.ts";
 import { collectGarbage, freePort } from "./lib/collect-garbage.ts";
 import { cpuSecondsOf } from "./lib/process-cpu.ts";
 import { processMemory } from "./lib/process-memory.ts";
@@ -125,7 +125,6 @@ for (const [flag, ok] of [
   ["--seconds", Number.isFinite(seconds) && seconds > 0],
   ["--dead-letters", Number.isInteger(deadLetters) && deadLetters >= 0],
   ["--dedup-ids", values["dedup-ids"] === "on" || values["dedup-ids"] === "off"],
-  ["--server", values.server === "built" || values.server === "source"],
   ["--settle-seconds", Number.isFinite(settleSeconds) && settleSeconds >= 0],
 ] as const) {
   if (!ok) {
@@ -475,10 +474,7 @@ async function runHeadCase(jobs: number): Promise<HeadCase> {
 }
 
 const cases: Case[] = [];
-const built =
-  values.server === "built" && latencies.includes(0) && sizes.some((n) => n > 0)
-    ? installBuiltServer(log)
-    : undefined;
+const built = serverFromOption(values.server, latencies.includes(0) && sizes.some((n) => n > 0), log);
 try {
   for (const latency of latencies) {
     for (const size of sizes) {

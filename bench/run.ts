@@ -23,7 +23,7 @@ import { cpus, totalmem } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
-import { installBuiltServer } from "./lib/built-server.ts";
+import { serverFromOption } from "./lib/built-server.ts";
 import {
   type ManyClientsResult,
   measureManyClients,
@@ -73,10 +73,6 @@ source (its slow store wraps the engine in-process).`);
   process.exit(0);
 }
 
-if (values.server !== "built" && values.server !== "source") {
-  console.error(`--server takes built or source; got ${values.server}`);
-  process.exit(2);
-}
 const quick = values.quick;
 const runs = Number(values.runs ?? (quick ? 1 : 3));
 const sizes: ShapeSizes = {
@@ -129,9 +125,8 @@ const manyClients: ManyClientsResult[] = [];
 const skipped: Record<string, string> = {};
 const durability: Record<string, string> = {};
 
-const built = values.server === "built" && wanted.includes("casq") ? installBuiltServer(log) : undefined;
+const built = serverFromOption(values.server, wanted.includes("casq"), log);
 const server = built ? "built" : "source";
-process.once("exit", () => built?.remove());
 for (const name of wanted) {
   let system: QueueSystem;
   if (name === "casq")

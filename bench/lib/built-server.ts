@@ -67,3 +67,25 @@ export function installBuiltServer(log: (line: string) => void): BuiltServer {
     remove: () => rmSync(dir, { recursive: true, force: true }),
   };
 }
+
+/**
+ * The benchmarks' `--server built|source` option in one place: checks its
+ * value (a clear message and exit code 2 otherwise) and, for `built` when
+ * the run starts casq at all (`needed`), installs the build
+ * ({@link installBuiltServer}) and removes it when the process exits.
+ * `undefined` means: run the checkout's source launcher.
+ */
+export function serverFromOption(
+  value: string,
+  needed: boolean,
+  log: (line: string) => void,
+): BuiltServer | undefined {
+  if (value !== "built" && value !== "source") {
+    console.error(`--server takes built or source; got ${value}`);
+    process.exit(2);
+  }
+  if (value === "source" || !needed) return undefined;
+  const built = installBuiltServer(log);
+  process.once("exit", () => built.remove());
+  return built;
+}
