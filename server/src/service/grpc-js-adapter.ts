@@ -47,17 +47,16 @@ import { createMethodSerializationLookup, transformInvokeImplementation } from "
 import { setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
 import * as grpc from "@grpc/grpc-js";
 import { batchStreamWrites } from "./grpc-js-batched-writes.ts";
-import {
-  CallSignals,
-  type CancellableCall,
-  createGrpcCallContext,
-  type GrpcCallContext,
-} from "./grpc-js-call-context.ts";
-import { invokeUnary, type UnaryImplSpec } from "./unary-invocation.ts";
+import { CallSignals, type CancellableCall, GrpcJsCallContext } from "./grpc-js-call-context.ts";
+import { createUnaryInvoker, type UnaryImplSpec, type UnaryInvoker } from "./unary-invocation.ts";
 
 /** Options of {@link registerConnectService}. */
 export interface GrpcJsAdapterOptions {
-  /** Connect interceptors run around every call, outermost first (as connect-node's `interceptors`). */
+  /**
+   * Connect interceptors run around every call, outermost first (as connect-node's `interceptors`).
+   * For unary methods each is applied once per method, not per call: per-call state belongs in the
+   * function an interceptor returns.
+   */
   readonly interceptors: readonly Interceptor[];
   /** Aborts the context of every call when the server shuts down. */
   readonly shutdownSignal?: AbortSignal;
@@ -85,8 +84,6 @@ export type GrpcJsCall =
   | grpc.ServerReadableStream<Buffer, unknown>
   | grpc.ServerWritableStream<Buffer, unknown>
   | grpc.ServerDuplexStream<Buffer, unknown>;
-
-type CallContext = GrpcCallContext;
 
 type Serialization = ReturnType<ReturnType<typeof createMethodSerializationLookup>["getI"]>;
 
@@ -163,6 +160,8 @@ export function registerConnectService<S extends DescService>(
 /** The calls of one method. */
 class MethodCalls {
   private readonly interceptors: Interceptor[];
+  /** The interceptors applied to the implementation, once for all calls of a unary method. */
+  private readonly invokeUnary: UnaryInvoker | undefined;
 
   constructor(
     private readonly service: DescService,
@@ -174,6 +173,8 @@ class MethodCalls {
     private readonly signals: CallSignals,
   ) {
     this.interceptors = [...options.interceptors];
+    this.invokeUnary =
+      spec.kind === "unary" ? createUnaryInvoker(spec as UnaryImplSpec, this.interceptors) : undefined;
   }
 
   unary(call: grpc.ServerUnaryCall<Buffer, unknown>, callback: grpc.sendUnaryData<unknown>): void {
@@ -188,7 +189,7 @@ class MethodCalls {
       callback(statusOf(mapped, context.responseTrailerIfAny()));
       return;
     }
-    invokeUnary(this.spec as UnaryImplSpec, context, request, this.interceptors).then(
+    (this.invokeUnary as UnaryInvoker)(context, request).then(
       (message) => {
         sendHeader(call, context);
         callback(null, message, metadataOf(context.responseTrailerIfAny()));
@@ -221,9 +222,10 @@ class MethodCalls {
     callback: grpc.sendUnaryData<unknown>,
   ): void {
     const context = this.context(call);
+    // Connect's invocation copies the context with a spread: it gets a plain one.
     const output = transformInvokeImplementation(
       this.spec as never,
-      context,
+      context.toPlainContext(),
       this.interceptors,
     )(readRequests(call, this.input) as never);
     (async () => {
@@ -246,7 +248,7 @@ class MethodCalls {
   /** Runs a streaming-response handler and writes its messages to `call`, then its status. */
   private async respond(
     call: grpc.ServerWritableStream<Buffer, unknown> | grpc.ServerDuplexStream<Buffer, unknown>,
-    context: CallContext,
+    context: GrpcJsCallContext,
     requests: AsyncIterable<unknown>,
   ): Promise<void> {
     let wake: (() => void) | undefined;
@@ -262,11 +264,11 @@ class MethodCalls {
     call.on("drain", onDrain);
     // Messages written while one is on its way go out together (grpc-js alone sends one per turn).
     batchStreamWrites(call);
-    // Read the signal now, so that it is aborted when the call is cancelled.
-    void context.signal;
+    // Connect's invocation copies the context with a spread: it gets a plain one. That reads the
+    // signal now, so it is aborted when the call is cancelled.
     const output = transformInvokeImplementation(
       this.spec as never,
-      context,
+      context.toPlainContext(),
       this.interceptors,
     )(requests as never)[Symbol.asyncIterator]();
     let headerSent = false;
@@ -301,18 +303,17 @@ class MethodCalls {
     }
   }
 
-  private context(call: GrpcJsCall): CallContext {
+  private context(call: GrpcJsCall): GrpcJsCallContext {
     const deadline = call.getDeadline();
-    return createGrpcCallContext({
-      service: this.service,
-      method: this.method,
-      url: call.getPath(),
-      requestHeader: () => call.metadata.toHttp2Headers() as Record<string, string | string[]>,
-      deadline: deadline instanceof Date ? deadline.getTime() : deadline,
-      values: this.options.contextValues?.(call) ?? createContextValues(),
-      signals: this.signals,
-      call: call as CancellableCall,
-    });
+    return new GrpcJsCallContext(
+      this.service,
+      this.method,
+      call.getPath(),
+      this.options.contextValues?.(call) ?? createContextValues(),
+      deadline instanceof Date ? deadline.getTime() : deadline,
+      this.signals,
+      call as CancellableCall,
+    );
   }
 }
 
@@ -391,7 +392,7 @@ function readRequests(
 }
 
 /** Sends the response headers a handler set, if any (grpc-js sends empty ones by itself). */
-function sendHeader(call: GrpcJsCall, context: CallContext): void {
+function sendHeader(call: GrpcJsCall, context: GrpcJsCallContext): void {
   const metadata = metadataOf(context.responseHeaderIfAny());
   if (metadata) call.sendMetadata(metadata);
 }
