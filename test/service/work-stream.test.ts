@@ -106,7 +106,7 @@ describe("Work stream", () => {
     work.send(open("jobs", 2));
     const opened = await work.next("opened");
     expect(opened.requestId).toBe(1n);
-    expect(opened.event.value).toMatchObject({ queue: "jobs", subscription: "default", maxCredits: 1000 });
+    expect(opened.event.value).toMatchObject({ queue: "jobs", subscription: "default", maxCredits: 10_000 });
     expect(durationMs(opened.event.value.leaseTtl ?? ({ seconds: 0n, nanos: 0 } as never))).toBe(60_000);
     expect(durationMs(opened.event.value.heartbeatInterval ?? ({ seconds: 0n, nanos: 0 } as never))).toBe(
       20_000,
@@ -165,6 +165,29 @@ describe("Work stream", () => {
     await work.next("nacked");
     expect(await work.end()).toBeUndefined();
     await eventually(() => s.work.openStreams === 0);
+  });
+
+  it("lets a stream hold up to max_credits (10,000) of credit, claimed in claims of max_batch", async () => {
+    // A slow store needs a window of thousands of jobs per stream (the bandwidth-delay product).
+    const s = await server();
+    const clients = grpcClients(s.address);
+    await clients.admin.createQueue({ queue: "wide" });
+    for (let i = 0; i < 3; i++)
+      await clients.queue.enqueue({
+        queue: "wide",
+        messages: Array.from({ length: 1000 }, (_, j) => ({ payload: bytes(`${i}-${j}`) })),
+      });
+    const work = new WorkClient(clients);
+    work.send(open("wide", 2500));
+    expect((await work.next("opened")).event.value.maxCredits).toBe(10_000);
+    for (let i = 0; i < 2500; i++) await work.next("job");
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    expect(work.pending("job")).toHaveLength(0); // no credit left
+    // A grant up to max_credits outstanding is accepted; the last 500 jobs come with it.
+    work.send({ requestId: 0n, command: { case: "credit", value: { credits: 10_000 } } });
+    for (let i = 0; i < 500; i++) await work.next("job");
+    work.halfClose();
+    expect(await work.end()).toBeUndefined();
   });
 
   it("waits with credit and sends a job as soon as one is enqueued", async () => {
@@ -272,12 +295,16 @@ describe("Work stream", () => {
     expect((await noOpen.end())?.code).toBe(Code.InvalidArgument);
 
     const tooMuch = new WorkClient(clients);
-    tooMuch.send(open("strict", 1000));
+    tooMuch.send(open("strict", 10_000));
     await tooMuch.next("opened");
     tooMuch.send({ requestId: 0n, command: { case: "credit", value: { credits: 1 } } });
     const error = await tooMuch.end();
     expect(error?.code).toBe(Code.InvalidArgument);
-    expect(error?.rawMessage).toMatch(/max_credits 1000/);
+    expect(error?.rawMessage).toMatch(/max_credits 10000/);
+
+    const openedTooMuch = new WorkClient(clients);
+    openedTooMuch.send(open("strict", 10_001));
+    expect((await openedTooMuch.end())?.code).toBe(Code.InvalidArgument);
 
     const missing = new WorkClient(clients);
     missing.send(open("no-such-queue", 1));

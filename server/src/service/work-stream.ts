@@ -70,7 +70,7 @@ import {
 import type { WorkSessionHandle } from "./work-registry.ts";
 
 /** Most credit a worker may have outstanding. */
-export const MAX_CREDITS = 1000;
+export const MAX_CREDITS = 10_000;
 
 /** With credit and nothing runnable, re-visit every shard at least this often (to pick up orphaned shards). */
 const PROBE_INTERVAL_MS = 5_000;
