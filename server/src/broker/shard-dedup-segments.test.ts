@@ -109,6 +109,26 @@ describe("shard format v2: dedup ids in dedup segments", () => {
     await b.stop({ release: true });
   }, 60_000);
 
+  it("keeps few dedup ids in the head while the window holds few, and seals larger dedup segments as it fills", async () => {
+    const store = new MemoryStore();
+    const clock = new ManualClock();
+    const a = leader(store, "a", clock); // the default tail budget, 256 KiB
+    await enqueue(a, 0, 300);
+    let { doc } = await head(store);
+    // 300 ids are ~40 KiB: past the 16 KiB a shard with no dedup segments keeps in its head.
+    expect(doc.dedup_segments.length).toBeGreaterThanOrEqual(1);
+    expect(await a.read((s) => s.recentDedupSize)).toBeLessThanOrEqual(16 * 1024 + 2048);
+    await enqueue(a, 300, 19_700, 50);
+    ({ doc } = await head(store));
+    const counts: number[] = doc.dedup_segments.map((s: { count: number }) => s.count);
+    // With ~2.5 MB of ids sealed, a balanced budget is ~34 KiB: segments twice the first ones.
+    expect(counts.at(-1)).toBeGreaterThan(1.5 * (counts[0] as number));
+    expect(await a.read((s) => s.recentDedupSize)).toBeLessThan(64 * 1024);
+    await expectDuplicate(a, 7, store);
+    await expectDuplicate(a, 19_999, store);
+    await a.stop({ release: true });
+  });
+
   it("refuses a duplicate of a sealed message after a takeover, a restart, and after it was acked and its segment collected", async () => {
     const store = new MemoryStore();
     const clock = new ManualClock();

@@ -127,6 +127,15 @@ interface PreparedSegment {
   outcome: "writing" | "written" | "failed";
 }
 
+/**
+ * The head's own dedup ids are sealed into a dedup segment once they pass a
+ * budget between this (bytes: a dedup segment PUT per ~130 ids of 36
+ * characters at most) and the tail budget; see {@link ShardHeadStore.dedupBudget}.
+ */
+const MIN_DEDUP_BUDGET = 16 * 1024;
+/** About the bytes of one dedup segment's entry in the head's index. */
+const DEDUP_INDEX_ENTRY_BYTES = 230;
+
 /** Untouched sealed segments looked at per commit for cooling, newest first. */
 const COOLING_CANDIDATES = 4;
 
@@ -841,9 +850,30 @@ export class ShardHeadStore {
     return prepared.name;
   }
 
+  /**
+   * The bytes of dedup ids the head carries before they are sealed. Every
+   * commit writes them, while each dedup segment of the window adds an index
+   * entry to every head: the head's ids average half the budget `B`, the
+   * index holds `sealed / B` entries, so their sum is least at
+   * `B = sqrt(2 × entry × sealed)` (`sealed`: the bytes of the live dedup
+   * segments, about the window's ids). So a shard with few ids in its window
+   * keeps few in its head (at 200 jobs/s, a 10 s burst: 16 KiB, not 256),
+   * and one with a busy window seals larger dedup segments (5 min at
+   * 200 jobs/s: ~60 KiB; at 2,000 jobs/s: ~190 KiB), within
+   * [{@link MIN_DEDUP_BUDGET}, the tail budget].
+   */
+  private dedupBudget(state: ShardState): number {
+    const cap = this.options.tailBytes;
+    if (state.recentDedupBytes <= Math.min(cap, MIN_DEDUP_BUDGET)) return cap; // nothing to seal either way
+    let sealed = 0;
+    for (const seg of state.dedupSegments.values()) sealed += seg.bytes;
+    const balanced = Math.sqrt(2 * DEDUP_INDEX_ENTRY_BYTES * sealed);
+    return Math.min(cap, Math.max(MIN_DEDUP_BUDGET, balanced));
+  }
+
   /** Seals the head's dedup ids into one dedup segment once they pass the budget (see {@link sealTail}). */
   private async sealDedup(working: ShardState, now: number, epoch: number, written: string[]): Promise<void> {
-    const entries = dedupSealCandidates(working, this.options.tailBytes);
+    const entries = dedupSealCandidates(working, this.dedupBudget(working));
     if (entries.length === 0) return;
     const name = dedupSegmentName(entries[0]?.offset ?? 0, epoch, this.uniquePart());
     const bytes = encodeDedupSegment(this.queue, this.shard, entries);

@@ -92,6 +92,15 @@ const GATHER_SETTLED_FRACTION = 0.9;
 /** After gatherings that ran out of time with under half their settles, at most this many slow writes in a row skip gathering. */
 const GATHER_MAX_SKIPS = 16;
 
+/**
+ * A batch of settles only waits at most this long (ms) for an enqueue or a
+ * claim to ride with (see ShardLeader.holdSettles): about the gap between
+ * jobs at a few hundred jobs a second, a few fast writes.
+ */
+const SETTLE_HOLD_MS = 5;
+/** Weight of the newest fast write in the running write latency (whether writes cost time at all). */
+const WRITE_EWMA_WEIGHT = 0.2;
+
 /** Settles awaited after a slow write that handed out jobs (see ShardLeader.gatherSettles). */
 interface Gathering {
   /** Receipts of pending acks and nacks that end the gathering. */
@@ -273,6 +282,14 @@ export class ShardLeader {
   private gatherSkips = 0;
   /** Slow writes still to skip gathering. */
   private gatherSkipsLeft = 0;
+  /** Running latency of fast writes (ms, fractional): settle-only batches are held only when writes cost time. */
+  private writeMsAverage = 0;
+  /** The last write was slow (gathering's domain): settle-only batches are not held. */
+  private lastWriteSlow = false;
+  /** Clock time until which the buffered settles are held (see {@link holdSettles}); undefined: not holding. */
+  private holdUntil: number | undefined;
+  /** Ends the current hold's wait early (something that is not a settle came in). */
+  private holdWake: (() => void) | undefined;
 
   constructor(params: ShardLeaderParams) {
     this.queue = params.queue;
@@ -340,6 +357,8 @@ export class ShardLeader {
       this.pending.push(item);
       if (op.kind === "ack" || op.kind === "nack") this.pendingSettles += op.receipts.length;
       if (this.gathering !== undefined) this.gathered();
+      if (this.holdWake !== undefined && (!holdable(item) || this.pending.length >= this.options.maxBatch))
+        this.holdWake();
       this.kick();
     });
   }
@@ -353,6 +372,7 @@ export class ShardLeader {
       const refusal = this.admission();
       if (refusal) return reject(refusal);
       this.pending.push({ kind: "read", read, resolve: resolve as (value: unknown) => void, reject });
+      this.holdWake?.();
       this.kick();
     });
   }
@@ -391,6 +411,7 @@ export class ShardLeader {
     this.releaseRequested = options.release && this.head.mode === "leading";
     this.stopRequested = true;
     this.gathering?.done?.();
+    this.holdWake?.();
     this.kick();
     while (this.loop) await this.loop;
     // The loop may have been past its last check of `releaseRequested` when it was set.
@@ -441,31 +462,120 @@ export class ShardLeader {
       // Let callers answered by the previous write submit their next operation
       // first, so that it joins this batch instead of waiting for the next.
       else {
+        const gathered = this.gathering !== undefined;
         if (this.gathering !== undefined) await this.gatherSettles(this.gathering);
         await nextTurn();
+        this.gathering = undefined;
+        const hold = gathered ? "none" : this.holdSettles();
+        if (hold === "wait") {
+          await this.waitHold();
+          continue;
+        }
+        if (hold === "others") {
+          await this.runBatch(this.takeUnheld(), false);
+          continue;
+        }
       }
       this.gathering = undefined;
+      this.holdUntil = undefined;
       const batch = this.takeBatch();
       const release = this.releaseRequested && this.pending.length === 0;
       if (release) this.releaseRequested = false;
-      // Telemetry: tracing — one commit trace per batch, linked to the calls it carries.
-      const trace = this.tracing?.begin(
-        this.queue,
-        this.shard,
-        batch.length,
-        batch.map((item) => (item.kind === "op" ? item.trace : undefined)),
-      );
-      this.batchFailure = undefined;
-      try {
-        await (trace ? trace.run(() => this.commitBatch(batch, release)) : this.commitBatch(batch, release));
-      } catch (error) {
-        // commitBatch settles every item itself; this is a last line of defence.
-        this.batchFailure = error;
-        for (const item of batch) item.reject(asCasqError(error, this.queue, this.shard));
-      }
-      trace?.end(this.batchFailure);
+      await this.runBatch(batch, release);
     }
     this.armTimer();
+  }
+
+  /** Commits one batch inside its commit trace. */
+  private async runBatch(batch: BatchItem[], release: boolean): Promise<void> {
+    // Telemetry: tracing — one commit trace per batch, linked to the calls it carries.
+    const trace = this.tracing?.begin(
+      this.queue,
+      this.shard,
+      batch.length,
+      batch.map((item) => (item.kind === "op" ? item.trace : undefined)),
+    );
+    this.batchFailure = undefined;
+    try {
+      await (trace ? trace.run(() => this.commitBatch(batch, release)) : this.commitBatch(batch, release));
+    } catch (error) {
+      // commitBatch settles every item itself; this is a last line of defence.
+      this.batchFailure = error;
+      for (const item of batch) item.reject(asCasqError(error, this.queue, this.shard));
+    }
+    trace?.end(this.batchFailure);
+  }
+
+  /**
+   * Whether the buffered operations wait before they are written: acks and
+   * nacks alone change nothing anyone waits for but their callers, and on
+   * a fast store each would otherwise be a write of its own, keeping the
+   * writer busy when the next enqueue or claim comes in (which then waits
+   * for it). So a batch of settles only is held, for up to
+   * {@link SETTLE_HOLD_MS}, until something else comes in to ride with:
+   * "wait". Claims that would find nothing and heartbeats
+   * do not end the hold; they are committed on their own at once (usually
+   * without a write): "others". "none": take the batch now. Settles are
+   * still answered only after their write lands. A slow write never holds
+   * (the gathering after it already waited), nor does a stopping shard.
+   */
+  private holdSettles(): "none" | "wait" | "others" {
+    const state = this.head.state;
+    if (
+      this.lastWriteSlow ||
+      this.stopRequested ||
+      this.releaseRequested ||
+      !this.options.groupCommit ||
+      this.head.mode !== "leading" ||
+      state === undefined ||
+      this.pending.length >= this.options.maxBatch
+    )
+      return "none";
+    const now = this.clock.now();
+    if (this.holdUntil === undefined) {
+      // A store that answers at once (a memory store, a test's) gains nothing from fewer writes.
+      if (this.writeMsAverage <= 0) return "none";
+      this.holdUntil = now + SETTLE_HOLD_MS;
+    }
+    if (now >= this.holdUntil) return "none";
+    const at = Math.floor(now);
+    let held = 0;
+    let others = 0;
+    for (const item of this.pending) {
+      if (holdable(item)) held += 1;
+      else if (passesHold(item, state, at)) others += 1;
+      else return "none";
+    }
+    if (held === 0) return "none";
+    for (const claim of this.standing)
+      if (claim.credit.available > 0 && hasRunnable(state, claim.subscription, at)) return "none";
+    return others > 0 ? "others" : "wait";
+  }
+
+  /** Waits until the hold ends, or something that ends it comes in (see {@link holdSettles}). */
+  private async waitHold(): Promise<void> {
+    const remaining = (this.holdUntil ?? 0) - this.clock.now();
+    if (remaining <= 0) return;
+    const timer = new AbortController();
+    const woken = new Promise<void>((resolve) => {
+      this.holdWake = resolve;
+    });
+    await Promise.race([woken, this.clock.sleep(remaining, timer.signal).catch(() => {})]);
+    timer.abort(TIMER_STOPPED);
+    this.holdWake = undefined;
+  }
+
+  /** Takes the buffered operations that do not wait with held settles (see {@link holdSettles}). */
+  private takeUnheld(): BatchItem[] {
+    const batch: BatchItem[] = [];
+    const kept: BatchItem[] = [];
+    for (const item of this.pending) {
+      if (holdable(item)) kept.push(item);
+      else if (item.kind === "op" && item.signal?.aborted) item.reject(cancelled());
+      else batch.push(item);
+    }
+    this.pending = kept;
+    return batch;
   }
 
   private takeBatch(): BatchItem[] {
@@ -493,6 +603,7 @@ export class ShardLeader {
   /** Applies one batch and writes it through the head store; settles every item. */
   private async commitBatch(batch: BatchItem[], release: boolean): Promise<void> {
     const started = this.now();
+    const startedExact = this.clock.now();
     // The standing claims filled by the latest attempt (the head store may
     // apply a batch again after a lost race: the earlier attempt's fills are
     // given back first).
@@ -549,6 +660,7 @@ export class ShardLeader {
       { release, prepare: (state, now) => this.pageInFor(batch, state, now) },
     );
     const writeMs = this.now() - started;
+    if (result.kind === "written") this.noteWrite(this.clock.now() - startedExact);
     this.head.pager.unpin();
     if (result.kind === "failed") {
       giveBack();
@@ -570,6 +682,14 @@ export class ShardLeader {
         ? this.commitInfo(batch, started, result.casAttempts, "ok", result.bytes, applied)
         : this.commitInfo(batch, started, 0, "no_write", 0, applied),
     );
+  }
+
+  /** Tracks the latency of writes that landed (see {@link holdSettles}). */
+  private noteWrite(ms: number): void {
+    this.lastWriteSlow = ms >= GATHER_MIN_WRITE_MS;
+    if (this.lastWriteSlow) return;
+    this.writeMsAverage =
+      this.writeMsAverage === 0 ? ms : this.writeMsAverage + WRITE_EWMA_WEIGHT * (ms - this.writeMsAverage);
   }
 
   /**
@@ -925,4 +1045,22 @@ function effectiveOp(item: Extract<BatchItem, { kind: "op" }>): Operation | unde
   if (item.credit === undefined || item.op.kind !== "claim") return item.op;
   const max = Math.floor(item.credit.available);
   return max >= 1 ? { ...item.op, max } : undefined;
+}
+
+/** An ack or a nack (but a release): held while nothing else is buffered (see ShardLeader.holdSettles). */
+function holdable(item: BatchItem): boolean {
+  if (item.kind !== "op") return false;
+  return item.op.kind === "ack" || (item.op.kind === "nack" && item.op.release !== true);
+}
+
+/**
+ * A heartbeat, or a claim that would find nothing now: committed at once
+ * while settles are held, as they need no write of theirs (acks make nothing
+ * runnable, and held nacks are not written yet).
+ */
+function passesHold(item: BatchItem, state: ShardState, now: number): boolean {
+  if (item.kind !== "op") return false;
+  if (item.op.kind === "heartbeat") return true;
+  if (item.op.kind !== "claim") return false;
+  return effectiveOp(item) === undefined || !hasRunnable(state, item.op.subscription, now);
 }
