@@ -1,6 +1,11 @@
 import { describe, expect, it } from "vitest";
-import { docJson, enqueue, msg, newShard, T0 } from "../../testing/model-test-helpers.ts";
+import { ack, claim, docJson, enqueue, msg, newShard, T0 } from "../../testing/model-test-helpers.ts";
+import { referenceEncodeHead } from "../../testing/reference-head-encoder.ts";
+import { applyOperation } from "./apply-operation.ts";
+import { coolable, coolSegment } from "./cold-segments.ts";
 import { dedupSealCandidates, forgetDedup, sealDedupSegment } from "./dedup-segments.ts";
+import { sealCandidates, sealSegment, sealWrittenSegment } from "./segment-mechanics.ts";
+import type { MessageRecord } from "./shard-records.ts";
 import { ShardState } from "./shard-state.ts";
 
 /** The head's dedup list as the state holds it, in the document's shape. */
@@ -67,5 +72,128 @@ describe("head encoder: the head's dedup ids", () => {
     const bytes = s.encode();
     expect(docJson(s).dedup.map((e: { dedup_id: string }) => e.dedup_id)).toEqual(["d1", "d2", "d3", "d4"]);
     expect(ShardState.decode(bytes).encode()).toEqual(bytes);
+  });
+});
+
+describe("head encoder: copying from the last encode", () => {
+  it("writes byte for byte what a from-scratch encode writes, through enqueues, claims, acks, seals, redrives and cooling", () => {
+    const s = newShard({ maxAttempts: 1 });
+    applyOperation(s, { kind: "createSubscription", name: "other" }, T0);
+    const wholes = new Map<number, MessageRecord>(); // the bodies of sealed messages, "paged in"
+    s.bodies = (_segment, offset) => wholes.get(offset);
+    let now = T0;
+    const tick = (ms = 10) => {
+      now += ms;
+      return now;
+    };
+    let n = 0;
+    let sealed = 0;
+    const unique = () => {
+      sealed += 1;
+      return sealed;
+    };
+    const steps: string[] = [];
+    const check = (what: string) => {
+      steps.push(what);
+      const bytes = s.encode();
+      expect(new TextDecoder().decode(bytes), steps.join(" > ")).toBe(
+        new TextDecoder().decode(referenceEncodeHead(s)),
+      );
+      expect(s.encode(), "an unchanged state encodes to the same bytes again").toEqual(bytes);
+    };
+    const add = (count: number) => {
+      const batch = Array.from({ length: count }, () => {
+        n += 1;
+        return msg(`m${n}`, {
+          dedupId: n % 3 === 0 ? `d${n}-é` : `d${n}`,
+          ...(n % 5 === 0 ? { priority: 1 } : {}),
+        });
+      });
+      enqueue(s, tick(), ...batch);
+      check(`enqueue ${count}`);
+    };
+    const seal = (budget: number) => {
+      const candidates = sealCandidates(s, budget);
+      if (candidates.length === 0) return;
+      for (const m of candidates) wholes.set(m.msg.offset, m.msg as MessageRecord);
+      const name = `${String(candidates[0]?.msg.offset).padStart(20, "0")}-1-${unique()}.json`;
+      sealSegment(s, candidates, { name, bytes: 1000, sha256: "0".repeat(64), createdAt: now });
+      check("seal");
+    };
+    for (let round = 0; round < 6; round++) {
+      add(1);
+      add(7);
+      add(2);
+      const got = claim(s, tick(), { max: 4 });
+      check("claim");
+      ack(
+        s,
+        tick(),
+        got.slice(0, 2).map((c) => c.receipt),
+      );
+      check("ack two");
+      ack(
+        s,
+        tick(),
+        got.slice(3).map((c) => c.receipt),
+        "default",
+      );
+      check("ack one more");
+      const other = claim(s, tick(), { max: 3, subscription: "other" });
+      check("claim other");
+      // Dead-lettered (maxAttempts 1), then redriven: back in the tail with `targets`.
+      applyOperation(
+        s,
+        { kind: "nack", subscription: "other", receipts: other.map((c) => c.receipt), deadLetter: true },
+        tick(),
+      );
+      check("dead-letter");
+      applyOperation(s, { kind: "redrive", subscription: "other", limit: 2 }, tick());
+      check("redrive");
+      seal(s.tailBytes / 2);
+      add(3);
+      // A segment written ahead, then sealed with the messages still in the tail (as the broker does).
+      const ahead = sealCandidates(s, 0).map((m) => m.msg as MessageRecord);
+      for (const m of ahead) wholes.set(m.offset, m);
+      add(1);
+      const acked = claim(s, tick(), { max: 1 });
+      ack(
+        s,
+        tick(),
+        acked.map((c) => c.receipt),
+      );
+      check("ack after writing ahead");
+      if (ahead.length > 0)
+        sealWrittenSegment(s, ahead, {
+          name: `${String(ahead[0]?.offset).padStart(20, "0")}-1-${unique()}.json`,
+          bytes: 2000,
+          sha256: "1".repeat(64),
+          createdAt: now,
+        });
+      check("seal written ahead");
+      const entries = dedupSealCandidates(s, round % 2 === 0 ? 0 : 10_000);
+      if (entries.length > 0) {
+        sealDedupSegment(s, entries, {
+          name: `${String(entries[0]?.offset).padStart(20, "0")}-1-${unique()}.dedup.json`,
+          bytes: 100,
+          sha256: "2".repeat(64),
+          createdAt: now,
+        });
+        check("seal dedup ids");
+      }
+    }
+    expect(s.dedupSegments.size).toBeGreaterThan(0);
+    applyOperation(s, { kind: "expire" }, tick(3_600_000)); // the dedup segments expire too
+    check("expire");
+    applyOperation(s, { kind: "purge", subscription: "other" }, tick());
+    check("purge");
+    add(40);
+    seal(0);
+    add(2);
+    const newest = [...s.segments.values()].reverse().find((seg) => !seg.cold && coolable(s, seg));
+    expect(newest).toBeDefined();
+    if (newest !== undefined) coolSegment(s, newest, now);
+    check("cool");
+    expect(s.segments.size).toBeGreaterThan(3);
   });
 });

@@ -12,10 +12,18 @@
  * ranges, the head's own dedup ids (already in offset order: no sort), the
  * head's own dead letters, the tail and one cached entry per segment, dedup
  * segment and dead-letter segment. Sealed messages, dedup ids and dead
- * letters are not touched. The head's dedup ids, most of a busy head (with
- * a dedup id on every message, up to the tail budget of them), are encoded
- * once each: a commit encodes only the ids it added (see dedupList).
+ * letters are not touched.
+ *
+ * Most of a busy head is lists that change little between two commits: the
+ * tail's messages (an enqueue adds a few at the end, a seal takes many from
+ * the front), the head's dedup ids (likewise), the segment index (a claim
+ * or ack changes one entry). Each encode copies their bytes from the last
+ * encode's output but for the entries that changed (`spliced-list.ts`), and
+ * writes every part straight into one buffer of the head's size
+ * (`byte-pieces.ts`): a commit makes one head-sized allocation, not several
+ * head-sized strings and buffers of garbage.
  */
+import { BytePieces } from "./byte-pieces.ts";
 import { SHARD_FORMAT } from "./document-formats.ts";
 import {
   configJson,
@@ -33,42 +41,13 @@ import type {
   DeadLetterSegmentState,
   DedupEntry,
   DedupSegmentState,
+  RetainedMessage,
   SegmentState,
   SubscriptionState,
 } from "./shard-records.ts";
+import { SplicedList } from "./spliced-list.ts";
 
-const encoder = new TextEncoder();
 const json = JSON.stringify;
-
-/**
- * The JSON of one part of a shard's head from its last encode, with the
- * values it was made from: reused while they are the very same values
- * (records never change in place; a changed one is a new object or string).
- */
-interface PartCache {
-  readonly from: readonly unknown[];
-  readonly json: string;
-}
-
-/** Most commits change the subscriptions and counters only: these parts are encoded again only when they change. */
-const tailParts = new WeakMap<ShardData, PartCache>();
-const dedupSegmentParts = new WeakMap<ShardData, PartCache>();
-const segmentParts = new WeakMap<ShardData, PartCache>();
-
-/** `cache`'s JSON for `state` when it was made from exactly `from` (same values, same order); else `build()`'s, remembered. */
-function cachedPart(
-  cache: WeakMap<ShardData, PartCache>,
-  state: ShardData,
-  from: readonly unknown[],
-  build: () => string,
-): string {
-  const hit = cache.get(state);
-  if (hit !== undefined && hit.from.length === from.length && hit.from.every((v, i) => v === from[i]))
-    return hit.json;
-  const part = build();
-  cache.set(state, { from, json: part });
-  return part;
-}
 
 /** Sorted offsets as `[[from,to],...]` (inclusive). */
 export function rangesJson(sorted: readonly number[]): string {
@@ -121,144 +100,89 @@ function dedupSegmentJson(seg: DedupSegmentState): string {
   return seg.json;
 }
 
+/** The lists of a head that each encode copies from the last one (see `spliced-list.ts`). */
+interface HeadLists {
+  readonly dedup: SplicedList<DedupEntry>;
+  readonly dedupSegments: SplicedList<DedupSegmentState>;
+  readonly segments: SplicedList<SegmentState>;
+  readonly tail: SplicedList<RetainedMessage>;
+}
+
+const headLists = new WeakMap<ShardData, HeadLists>();
+
+function listsOf(state: ShardData): HeadLists {
+  let lists = headLists.get(state);
+  if (lists === undefined) {
+    lists = {
+      // Entries only ever join the head's dedup list at its end (dedup-segments.ts), in offset order.
+      dedup: new SplicedList<DedupEntry>({
+        keyOf: (e) => e,
+        secondKeyOf: () => undefined,
+        offsetOf: (e) => e.offset,
+        jsonOf: dedupEntryJson,
+      }),
+      dedupSegments: new SplicedList<DedupSegmentState>({
+        keyOf: (seg) => seg,
+        secondKeyOf: () => undefined,
+        offsetOf: (seg) => seg.first,
+        jsonOf: dedupSegmentJson,
+      }),
+      // An entry changes with its `gone` set, which makes a new `json` string.
+      segments: new SplicedList<SegmentState>({
+        keyOf: (seg) => seg,
+        secondKeyOf: segmentJson,
+        offsetOf: (seg) => seg.first,
+        jsonOf: segmentJson,
+      }),
+      // A redriven message's `targets` are replaced (never changed in place) as it settles.
+      tail: new SplicedList<RetainedMessage>({
+        keyOf: (m) => m.msg,
+        secondKeyOf: (m) => m.targets,
+        offsetOf: (m) => m.msg.offset,
+        jsonOf: (m) => messageJson(requireBody(m.msg), m.targets), // the tail holds whole records
+      }),
+    };
+    headLists.set(state, lists);
+  }
+  return lists;
+}
+
 /**
- * The head's dedup entries as the last encode wrote them: the entries, where
- * each one's JSON ends, and the bytes that encode produced (the list's JSON
- * is `bytes[start, start + ends[last])`).
+ * The canonical v2 head bytes of a shard. O(head), and one allocation of
+ * head size: the parts are written straight into the output, and the lists
+ * that make up most of a head (the tail's messages, the dedup ids, the
+ * segment indexes) are copied from the last encode's output but for the
+ * entries that changed since (`spliced-list.ts`).
  */
-interface DedupListCache {
-  readonly entries: DedupEntry[];
-  /** `ends[i]`: the bytes of the list's JSON through entry `i` (the commas between entries included). */
-  readonly ends: number[];
-  bytes: Uint8Array;
-  start: number;
-}
-
-const dedupLists = new WeakMap<ShardData, DedupListCache>();
-
-/** The head's dedup list for one encode: a prefix kept from the last encode's bytes, then JSON of the rest. */
-interface DedupList {
-  readonly cache: DedupListCache;
-  /** Entries of the kept prefix, whose JSON is at `cache.bytes[cache.start]`. */
-  readonly kept: number;
-  readonly keptBytes: number;
-  /** The entries after the kept prefix, and where each one's JSON ends (as `DedupListCache.ends`). */
-  readonly addedEntries: DedupEntry[];
-  readonly addedEnds: number[];
-  /** Their JSON (with the leading commas). */
-  readonly added: string;
-}
-
-/**
- * The head's dedup entries (without the brackets), in offset order.
- *
- * Entries only ever join the head's list at its end (dedup-segments.ts), and
- * with a dedup id on every message each commit adds one or a few to a list
- * of up to ~1,800 (the tail budget), most of the head: so the JSON of the
- * entries the last encode wrote, up to the first one no longer there, is
- * copied from its bytes, and only what follows is encoded. A removal (an
- * expired id replaced, a seal) encodes from the removed entry on. Records
- * never change in place, so identity says the JSON still holds.
- */
-function dedupList(state: ShardData): DedupList {
-  let cache = dedupLists.get(state);
-  if (cache === undefined) {
-    cache = { entries: [], ends: [], bytes: new Uint8Array(0), start: 0 };
-    dedupLists.set(state, cache);
-  }
-  const { entries, ends } = cache;
-  const current = state.recentDedup.values();
-  let next = current.next();
-  let kept = 0;
-  while (!next.done && kept < entries.length && entries[kept] === next.value) {
-    kept += 1;
-    next = current.next();
-  }
-  const keptBytes = kept === 0 ? 0 : (ends[kept - 1] as number);
-  let end = keptBytes;
-  const pieces: string[] = [];
-  const addedEntries: DedupEntry[] = [];
-  const addedEnds: number[] = [];
-  for (; !next.done; next = current.next()) {
-    const piece = (kept + addedEntries.length > 0 ? "," : "") + dedupEntryJson(next.value);
-    pieces.push(piece);
-    end += Buffer.byteLength(piece);
-    addedEntries.push(next.value);
-    addedEnds.push(end);
-  }
-  return { cache, kept, keptBytes, addedEntries, addedEnds, added: pieces.join("") };
-}
-
-/** After an encode that wrote `dedup` into `bytes` at `start`: the cache describes that encode. */
-function rememberDedupList(dedup: DedupList, bytes: Uint8Array, start: number): void {
-  const { cache } = dedup;
-  cache.entries.length = dedup.kept;
-  cache.ends.length = dedup.kept;
-  for (const e of dedup.addedEntries) cache.entries.push(e);
-  for (const end of dedup.addedEnds) cache.ends.push(end);
-  cache.bytes = bytes;
-  cache.start = start;
-}
-
-/** The index of dedup segments (when there are any). */
-function dedupSegmentsPartJson(state: ShardData): string {
-  if (state.dedupSegments.size === 0) return "";
-  const segments = [...state.dedupSegments.values()];
-  return cachedPart(dedupSegmentParts, state, segments, () => {
-    const refs: string[] = [];
-    for (const seg of segments) refs.push(dedupSegmentJson(seg));
-    return `,"dedup_segments":[${refs.join(",")}]`;
-  });
-}
-
-/** The index of sealed segments (each entry cached until its `gone` set changes). */
-function segmentsPartJson(state: ShardData): string {
-  const entries: string[] = [];
-  for (const seg of state.segments.values()) entries.push(segmentJson(seg));
-  return cachedPart(segmentParts, state, entries, () => `,"segments":[${entries.join(",")}]`);
-}
-
-/** The tail's messages in offset order (a redriven one with its `targets`, which change as it settles). */
-function tailPartJson(state: ShardData): string {
-  const tail = state.sortedTail();
-  const from: unknown[] = [];
-  for (const m of tail) from.push(m.msg, m.targets);
-  return cachedPart(tailParts, state, from, () => {
-    const parts: string[] = [];
-    for (const m of tail) parts.push(messageJson(requireBody(m.msg), m.targets)); // the tail holds whole records
-    return `,"messages":[${parts.join(",")}]`;
-  });
-}
-
-/** The canonical v2 head bytes of a shard. O(head). */
 export function encodeHead(state: ShardData): Uint8Array {
   const c = state.counters;
-  const parts: string[] = [
-    headerJson(state, SHARD_FORMAT),
-    `,"next_offset":${state.nextOffset},"config":${configJson(state.config)}`,
-    `,"counters":{${subscriptionCountersJson(c)},"dropped":${c.dropped}}`,
-    `,"subscriptions":[`,
-  ];
+  const lists = listsOf(state);
+  const out = new BytePieces();
+  out.text(headerJson(state, SHARD_FORMAT));
+  out.text(`,"next_offset":${state.nextOffset},"config":${configJson(state.config)}`);
+  out.text(`,"counters":{${subscriptionCountersJson(c)},"dropped":${c.dropped}}`);
+  out.text(`,"subscriptions":[`);
   state.subscriptionNames().forEach((name, i) => {
     const sub = state.subs.get(name);
-    if (sub !== undefined) parts.push((i > 0 ? "," : "") + subscriptionJson(state, sub));
+    if (sub !== undefined) out.text((i > 0 ? "," : "") + subscriptionJson(state, sub));
   });
-  parts.push(`],"dedup":[`);
-  const dedup = dedupList(state);
-  parts.push(dedup.added);
-  const before = encoder.encode(parts.join(""));
-  const after = encoder.encode(
-    `]${dedupSegmentsPartJson(state)}${segmentsPartJson(state)}${tailPartJson(state)}}`,
-  );
-  // The head's opening, then the dedup list's kept prefix (copied from the last encode's bytes)
-  // spliced in before the JSON of the entries added since, then the rest.
-  const { cache, keptBytes } = dedup;
-  const opening = before.length - Buffer.byteLength(dedup.added);
-  const out = new Uint8Array(before.length + keptBytes + after.length);
-  out.set(before.subarray(0, opening), 0);
-  out.set(cache.bytes.subarray(cache.start, cache.start + keptBytes), opening);
-  out.set(before.subarray(opening), opening + keptBytes);
-  out.set(after, before.length + keptBytes);
-  rememberDedupList(dedup, out, opening);
-  return out;
+  out.text(`],"dedup":[`);
+  lists.dedup.write(out, state.recentDedup.values());
+  out.text("]");
+  // Written (and remembered) when empty too, so that it holds no bytes of an old head.
+  if (state.dedupSegments.size > 0) out.text(`,"dedup_segments":[`);
+  lists.dedupSegments.write(out, state.dedupSegments.values());
+  if (state.dedupSegments.size > 0) out.text("]");
+  out.text(`,"segments":[`);
+  lists.segments.write(out, state.segments.values());
+  out.text(`],"messages":[`);
+  lists.tail.write(out, state.sortedTail());
+  out.text("]}");
+  const bytes = out.toBytes();
+  // Only now, with the whole head made: the next encode copies from these bytes.
+  lists.dedup.remember(bytes);
+  lists.dedupSegments.remember(bytes);
+  lists.segments.remember(bytes);
+  lists.tail.remember(bytes);
+  return bytes;
 }

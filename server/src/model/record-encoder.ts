@@ -12,6 +12,7 @@
  * whitespace. The same record always gives the same bytes, and
  * `encode(decode(bytes))` reproduces `bytes`.
  */
+import type { BytePieces } from "./byte-pieces.ts";
 import type { QueueConfig } from "./queue-config.ts";
 import type { ShardData } from "./shard-data.ts";
 import type {
@@ -59,6 +60,13 @@ export function forgetEncoding(m: MessageRecord): void {
 export function messageJson(m: MessageRecord, targets: readonly string[] | undefined): string {
   const f = messageFragments(m);
   return targets === undefined ? f.head + f.tail : `${f.head},"targets":${json(targets)}${f.tail}`;
+}
+
+/** Appends the canonical JSON of `m` without `targets` (as a segment holds it) to `out`, without joining its parts. */
+export function writeMessageJson(out: BytePieces, m: MessageRecord): void {
+  const f = messageFragments(m);
+  out.text(f.head);
+  out.text(f.tail);
 }
 
 /** The canonical JSON of a queue config. */

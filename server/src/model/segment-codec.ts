@@ -17,34 +17,37 @@
  * a listing in offset order.
  */
 import { createHash } from "node:crypto";
+import { BytePieces } from "./byte-pieces.ts";
 import { DEAD_LETTER_SEGMENT_FORMAT, DEDUP_SEGMENT_FORMAT, SEGMENT_FORMAT } from "./document-formats.ts";
-import { deadLetterJson, dedupEntryJson, messageJson } from "./record-encoder.ts";
+import { deadLetterJson, dedupEntryJson, writeMessageJson } from "./record-encoder.ts";
 import type { DeadLetterRecord, DedupEntry, MessageRecord } from "./shard-records.ts";
 
-const encoder = new TextEncoder();
+// Each encoder writes its pieces straight into one buffer of the object's size (`byte-pieces.ts`):
+// no segment-sized string of garbage (a segment is about as large as the head).
 
 /** The segment object bytes for `records` (ascending offsets). */
 export function encodeSegment(queue: string, shard: number, records: readonly MessageRecord[]): Uint8Array {
-  const parts = [
-    `{"format":"${SEGMENT_FORMAT}","queue":${JSON.stringify(queue)},"shard":${shard},"messages":[`,
-  ];
+  const out = new BytePieces();
+  out.text(`{"format":"${SEGMENT_FORMAT}","queue":${JSON.stringify(queue)},"shard":${shard},"messages":[`);
   records.forEach((r, i) => {
-    parts.push((i > 0 ? "," : "") + messageJson(r, undefined));
+    if (i > 0) out.text(",");
+    writeMessageJson(out, r);
   });
-  parts.push("]}");
-  return encoder.encode(parts.join(""));
+  out.text("]}");
+  return out.toBytes();
 }
 
 /** The dedup segment object bytes for `entries` (ascending offsets). */
 export function encodeDedupSegment(queue: string, shard: number, entries: readonly DedupEntry[]): Uint8Array {
-  const parts = [
+  const out = new BytePieces();
+  out.text(
     `{"format":"${DEDUP_SEGMENT_FORMAT}","queue":${JSON.stringify(queue)},"shard":${shard},"entries":[`,
-  ];
+  );
   entries.forEach((e, i) => {
-    parts.push((i > 0 ? "," : "") + dedupEntryJson(e));
+    out.text((i > 0 ? "," : "") + dedupEntryJson(e));
   });
-  parts.push("]}");
-  return encoder.encode(parts.join(""));
+  out.text("]}");
+  return out.toBytes();
 }
 
 /** The dead-letter segment object bytes for `letters` of `subscription` (oldest first). */
@@ -54,14 +57,15 @@ export function encodeDeadLetterSegment(
   subscription: string,
   letters: readonly DeadLetterRecord[],
 ): Uint8Array {
-  const parts = [
+  const out = new BytePieces();
+  out.text(
     `{"format":"${DEAD_LETTER_SEGMENT_FORMAT}","queue":${JSON.stringify(queue)},"shard":${shard},"subscription":${JSON.stringify(subscription)},"dead_letters":[`,
-  ];
+  );
   letters.forEach((dl, i) => {
-    parts.push((i > 0 ? "," : "") + deadLetterJson(dl));
+    out.text((i > 0 ? "," : "") + deadLetterJson(dl));
   });
-  parts.push("]}");
-  return encoder.encode(parts.join(""));
+  out.text("]}");
+  return out.toBytes();
 }
 
 /** Lowercase hex SHA-256 of `bytes`. */

@@ -5,6 +5,7 @@
  */
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
+import { referenceEncodeHead } from "../../testing/reference-head-encoder.ts";
 import { isCasqError } from "../errors.ts";
 import { applyOperation } from "./apply-operation.ts";
 import type { ClaimedMessage, Operation, OperationResult, Receipt } from "./operations.ts";
@@ -372,6 +373,8 @@ function run(
     expect(twinOutcome).toEqual(outcome);
     const bytesAfter = new TextDecoder().decode(state.encode());
     expect(new TextDecoder().decode(twin.encode())).toBe(bytesAfter);
+    // The encoder copies from its last encode: still what a from-scratch encode writes.
+    expect(new TextDecoder().decode(referenceEncodeHead(state))).toBe(bytesAfter);
 
     if (!outcome.ok) {
       expect(bytesAfter, "a rejected operation must leave the state unchanged").toBe(bytesBefore);

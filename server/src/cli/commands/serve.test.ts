@@ -5,6 +5,7 @@
 import { Command } from "commander";
 import { describe, expect, test } from "vitest";
 import { DEFAULT_SEGMENT_CACHE_BYTES } from "../../broker/segment-body-cache.ts";
+import { DEFAULT_HEAP_GROWTH_PERCENT } from "../heap-growth.ts";
 import { registerServe } from "./serve.ts";
 
 describe("casq serve --segment-cache-mib", () => {
@@ -15,5 +16,21 @@ describe("casq serve --segment-cache-mib", () => {
     const option = serve?.options.find((o) => o.long === "--segment-cache-mib");
     expect(option?.defaultValue).toBe(32);
     expect(DEFAULT_SEGMENT_CACHE_BYTES).toBe(32 * 1024 * 1024);
+  });
+});
+
+describe("casq serve --heap-growth-percent", () => {
+  test("defaults to the heap growth the broker sets, and refuses what is not a whole percent", async () => {
+    const program = new Command();
+    registerServe(program);
+    const serve = program.commands.find((c) => c.name() === "serve");
+    const option = serve?.options.find((o) => o.long === "--heap-growth-percent");
+    expect(option?.defaultValue).toBe(DEFAULT_HEAP_GROWTH_PERCENT);
+    expect(option?.envVar).toBe("CASQ_HEAP_GROWTH_PERCENT");
+    const parse = option?.parseArg as (value: string, previous: unknown) => number;
+    expect(parse("0", undefined)).toBe(0);
+    expect(parse("40", undefined)).toBe(40);
+    expect(() => parse("1.5", undefined)).toThrow(/whole number/);
+    expect(() => parse("1001", undefined)).toThrow(/whole number/);
   });
 });

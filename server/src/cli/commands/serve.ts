@@ -15,6 +15,7 @@ import { DEFAULT_SEGMENT_CACHE_BYTES } from "../../broker/segment-body-cache.ts"
 import type { StoreUrl } from "../../store/open-store.ts";
 import { CliError, ExitCode, usageError } from "../cli-error.ts";
 import { systemErrorCode } from "../client.ts";
+import { applyHeapGrowth, DEFAULT_HEAP_GROWTH_PERCENT, MAX_HEAP_GROWTH_PERCENT } from "../heap-growth.ts";
 import { hostPortText, parseDurationMs } from "../parse.ts";
 
 /** The embedded default store (the same as open-store.ts's DEFAULT_STORE_URL, which loads the S3 client). */
@@ -42,6 +43,7 @@ interface ServeOptions {
   leaderLease: number;
   segmentCacheMib: number;
   warmSealedMessages: number;
+  heapGrowthPercent: number;
   headerTimeout: number;
   requestTimeout: number;
   idleTimeout: number;
@@ -73,6 +75,16 @@ function warmSealedMessages(value: string): number {
   if (!/^[0-9]+$/.test(value) || n > 100_000_000)
     throw new InvalidArgumentError(
       `--warm-sealed-messages must be a whole number from 0 to 100000000 (got ${value}).`,
+    );
+  return n;
+}
+
+/** Parses `--heap-growth-percent`: a whole number from 0 (V8's own) to {@link MAX_HEAP_GROWTH_PERCENT}. */
+function heapGrowthPercent(value: string): number {
+  const n = Number(value);
+  if (!/^[0-9]+$/.test(value) || n > MAX_HEAP_GROWTH_PERCENT)
+    throw new InvalidArgumentError(
+      `--heap-growth-percent must be a whole number from 0 to ${MAX_HEAP_GROWTH_PERCENT} (got ${value}).`,
     );
   return n;
 }
@@ -167,6 +179,15 @@ export function registerServe(program: Command): void {
     )
     .addOption(
       new Option(
+        "--heap-growth-percent <n>",
+        "how far the JS heap may grow past what the last full garbage collection found live before the next (0, the default: V8's own, up to 300%); e.g. 25-50 keeps a busy broker ~100 MiB smaller for 25-40% more CPU",
+      )
+        .env("CASQ_HEAP_GROWTH_PERCENT")
+        .default(DEFAULT_HEAP_GROWTH_PERCENT, String(DEFAULT_HEAP_GROWTH_PERCENT))
+        .argParser(heapGrowthPercent),
+    )
+    .addOption(
+      new Option(
         "--header-timeout <duration>",
         "a new connection must send its first request's headers (HTTP/1.1) or start its first call (HTTP/2) within this",
       )
@@ -248,6 +269,7 @@ function describeStore(url: string, parsed: StoreUrl): string {
 }
 
 async function serve(options: ServeOptions): Promise<void> {
+  applyHeapGrowth(options.heapGrowthPercent); // first: before the broker's heap grows
   // Loaded here, not at the top: the store code pulls in the S3 client and the
   // server stack, which the client commands do not need.
   const { parseStoreUrl, StoreUrlError } = await import("../../store/open-store.ts");
