@@ -135,7 +135,7 @@ describe("a plain @grpc/grpc-js client", () => {
     expect(opened.queue).toBe("interop");
     expect(opened.subscription).toBe("default");
     expect(opened.heartbeat_interval).toBeTruthy();
-    expect(opened.max_credits).toBe(1000);
+    expect(opened.max_credits).toBe(10_000);
 
     const jobs = [(await next("job")).job, (await next("job")).job] as { receipt: string; message: Json }[];
     const payloads = jobs.map((j) => Buffer.from(j.message.payload as Buffer).toString()).sort();

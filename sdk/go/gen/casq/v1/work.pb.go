@@ -20,7 +20,7 @@
 // uses one. Credit is never returned implicitly (not by ack, nack, nor a lost
 // lease): a worker with concurrency N opens with N credits and grants one
 // more each time it finishes a job, so it never holds more than N jobs.
-// Outstanding credit may not exceed 1000 (Opened.max_credits). With credit
+// Outstanding credit may not exceed Opened.max_credits (10000). With credit
 // and nothing runnable, the broker waits (no timeout) and sends jobs as soon
 // as a commit or a due run_at makes them runnable.
 //
