@@ -6,60 +6,17 @@
  * of its own and the rest trailing into the next. A fast write never waits.
  */
 import { describe, expect, it } from "vitest";
-import { flush, makeShardLeader } from "../../testing/broker-test-support.ts";
+import { makeShardLeader } from "../../testing/broker-test-support.ts";
 import { ManualClock } from "../../testing/manual-clock.ts";
+import { ack, settle, shardWithClaims, TimedStore } from "../../testing/timed-settles-support.ts";
 import type { Receipt } from "../model/operations.ts";
-import { MemoryStore } from "../store/memory-store.ts";
-import type { PutCondition, PutResult } from "../store/object-store.ts";
 import { expectKind } from "./operation-effects.ts";
-import type { ShardLeader } from "./shard-leader.ts";
-
-/** A memory store whose every PUT takes `putMs` on the manual clock, counting them. */
-class SlowStore extends MemoryStore {
-  puts = 0;
-  constructor(
-    private readonly clock: ManualClock,
-    readonly putMs: number,
-  ) {
-    super();
-  }
-
-  override async put(key: string, body: Uint8Array, condition: PutCondition): Promise<PutResult> {
-    this.puts += 1;
-    this.clock.advance(this.putMs);
-    return super.put(key, body, condition);
-  }
-}
 
 const payload = (text: string) => new TextEncoder().encode(text);
 
-async function setUp(putMs: number) {
-  const clock = new ManualClock();
-  const store = new SlowStore(clock, putMs);
-  const shard = makeShardLeader(store, "a", { clock });
-  await shard.submit({
-    kind: "enqueue",
-    messages: Array.from({ length: 10 }, (_, i) => ({ id: `m${i}`, payload: payload(String(i)) })),
-  });
-  const claimed = expectKind(
-    await shard.submit({ kind: "claim", subscription: "default", workerId: "w", max: 4 }),
-    "claim",
-  );
-  expect(claimed.messages).toHaveLength(4);
-  return { clock, store, shard, receipts: claimed.messages.map((m) => m.receipt) };
-}
-
-function ack(shard: ShardLeader, receipts: readonly Receipt[]) {
-  return shard.submit({ kind: "ack", subscription: "default", receipts: [...receipts] });
-}
-
-async function settle(times = 5): Promise<void> {
-  for (let i = 0; i < times; i++) await flush();
-}
-
 describe("ShardLeader gathering settles after a slow write", () => {
   it("waits for the acks of the jobs a slow write handed out, then writes them (and a claim) in one write", async () => {
-    const { store, shard, receipts } = await setUp(100);
+    const { store, shard, receipts } = await shardWithClaims(100, 10, 4);
     const puts = store.puts;
     const first = ack(shard, receipts.slice(0, 1));
     const second = ack(shard, receipts.slice(1, 3));
@@ -75,7 +32,7 @@ describe("ShardLeader gathering settles after a slow write", () => {
   });
 
   it("writes when half the slow write's latency has passed, settles or not", async () => {
-    const { clock, store, shard, receipts } = await setUp(60);
+    const { clock, store, shard, receipts } = await shardWithClaims(60, 10, 4);
     const puts = store.puts;
     let acked = false;
     const first = ack(shard, receipts.slice(0, 1)).then((result) => {
@@ -93,7 +50,7 @@ describe("ShardLeader gathering settles after a slow write", () => {
   });
 
   it("waits at most 50 ms after a very slow write", async () => {
-    const { clock, store, shard, receipts } = await setUp(400);
+    const { clock, store, shard, receipts } = await shardWithClaims(400, 10, 4);
     const puts = store.puts;
     const first = ack(shard, receipts.slice(0, 1));
     await settle();
@@ -106,7 +63,7 @@ describe("ShardLeader gathering settles after a slow write", () => {
   });
 
   it("never waits after a fast write", async () => {
-    const { store, shard, receipts } = await setUp(5);
+    const { store, shard, receipts } = await shardWithClaims(5, 10, 4);
     const puts = store.puts;
     // No clock advance: this write would hang if it waited. (A claim comes along: an ack
     // alone would be held a little for one, see shard-held-settles.test.ts.)
@@ -119,7 +76,7 @@ describe("ShardLeader gathering settles after a slow write", () => {
 
   it("does not wait after a slow write that handed out nothing", async () => {
     const clock = new ManualClock();
-    const store = new SlowStore(clock, 100);
+    const store = new TimedStore(clock, 100);
     const shard = makeShardLeader(store, "a", { clock });
     await shard.submit({ kind: "enqueue", messages: [{ id: "m0", payload: payload("0") }] });
     expect(
@@ -128,7 +85,7 @@ describe("ShardLeader gathering settles after a slow write", () => {
   });
 
   it("skips the gathering after one that ran out of time (handlers slower than the wait)", async () => {
-    const { clock, store, shard, receipts } = await setUp(60);
+    const { clock, store, shard, receipts } = await shardWithClaims(60, 10, 4);
     const first = ack(shard, receipts.slice(0, 1));
     await settle();
     clock.advance(30); // the gathering runs out with 1 of 4 settles
@@ -145,7 +102,7 @@ describe("ShardLeader gathering settles after a slow write", () => {
   });
 
   it("stops without waiting for the gathering", async () => {
-    const { shard, receipts } = await setUp(100);
+    const { shard, receipts } = await shardWithClaims(100, 10, 4);
     const first = ack(shard, receipts.slice(0, 1));
     await settle();
     await shard.stop({ release: false });

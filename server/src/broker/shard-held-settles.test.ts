@@ -9,60 +9,14 @@
  * domain) never hold.
  */
 import { describe, expect, it } from "vitest";
-import { flush, makeShardLeader } from "../../testing/broker-test-support.ts";
-import { ManualClock } from "../../testing/manual-clock.ts";
-import type { Receipt } from "../model/operations.ts";
-import { MemoryStore } from "../store/memory-store.ts";
-import type { PutCondition, PutResult } from "../store/object-store.ts";
+import { ack, settle, shardWithClaims } from "../../testing/timed-settles-support.ts";
 import { expectKind } from "./operation-effects.ts";
 import type { ShardLeader } from "./shard-leader.ts";
 
-/** A memory store whose every PUT takes `putMs` on the manual clock, counting them. */
-class TimedStore extends MemoryStore {
-  puts = 0;
-  constructor(
-    private readonly clock: ManualClock,
-    readonly putMs: number,
-  ) {
-    super();
-  }
-
-  override async put(key: string, body: Uint8Array, condition: PutCondition): Promise<PutResult> {
-    this.puts += 1;
-    this.clock.advance(this.putMs);
-    return super.put(key, body, condition);
-  }
-}
-
 const payload = (text: string) => new TextEncoder().encode(text);
-
-/** A shard on a store with 2 ms writes, two of its four messages claimed. */
-async function setUp(putMs = 2) {
-  const clock = new ManualClock();
-  const store = new TimedStore(clock, putMs);
-  const shard = makeShardLeader(store, "a", { clock });
-  await shard.submit({
-    kind: "enqueue",
-    messages: Array.from({ length: 4 }, (_, i) => ({ id: `m${i}`, payload: payload(String(i)) })),
-  });
-  const claimed = expectKind(
-    await shard.submit({ kind: "claim", subscription: "default", workerId: "w", max: 2 }),
-    "claim",
-  );
-  expect(claimed.messages).toHaveLength(2);
-  return { clock, store, shard, receipts: claimed.messages.map((m) => m.receipt) };
-}
-
-function ack(shard: ShardLeader, receipts: readonly Receipt[]) {
-  return shard.submit({ kind: "ack", subscription: "default", receipts: [...receipts] });
-}
 
 function enqueue(shard: ShardLeader, id: string) {
   return shard.submit({ kind: "enqueue", messages: [{ id, payload: payload(id) }] });
-}
-
-async function settle(times = 5): Promise<void> {
-  for (let i = 0; i < times; i++) await flush();
 }
 
 /** Tracks whether a promise has settled yet. */
@@ -81,7 +35,7 @@ function watch<T>(promise: Promise<T>): { readonly done: boolean; readonly promi
 
 describe("ShardLeader holding settle-only batches", () => {
   it("holds an ack until an enqueue comes in, then writes both in one write", async () => {
-    const { clock, store, shard, receipts } = await setUp();
+    const { clock, store, shard, receipts } = await shardWithClaims(2, 4, 2);
     const puts = store.puts;
     const acked = watch(ack(shard, receipts.slice(0, 1)));
     await settle();
@@ -95,7 +49,7 @@ describe("ShardLeader holding settle-only batches", () => {
   });
 
   it("writes a held ack once the hold runs out with nothing else", async () => {
-    const { clock, store, shard, receipts } = await setUp();
+    const { clock, store, shard, receipts } = await shardWithClaims(2, 4, 2);
     const puts = store.puts;
     const acked = watch(ack(shard, receipts.slice(0, 1)));
     await settle();
@@ -108,7 +62,7 @@ describe("ShardLeader holding settle-only batches", () => {
   });
 
   it("answers a claim that finds nothing at once, without a write, and keeps holding the ack", async () => {
-    const { clock, store, shard, receipts } = await setUp();
+    const { clock, store, shard, receipts } = await shardWithClaims(2, 4, 2);
     // Claim the rest: nothing is runnable any more.
     expectKind(
       await shard.submit({ kind: "claim", subscription: "default", workerId: "w", max: 2 }),
@@ -130,7 +84,7 @@ describe("ShardLeader holding settle-only batches", () => {
   });
 
   it("ends the hold for a claim that finds something: the acks ride with it", async () => {
-    const { store, shard, receipts } = await setUp();
+    const { store, shard, receipts } = await shardWithClaims(2, 4, 2);
     const puts = store.puts;
     const acked = ack(shard, receipts);
     await settle();
@@ -145,7 +99,7 @@ describe("ShardLeader holding settle-only batches", () => {
   });
 
   it("does not hold a release nack (its messages are claimable at once)", async () => {
-    const { store, shard, receipts } = await setUp();
+    const { store, shard, receipts } = await shardWithClaims(2, 4, 2);
     const puts = store.puts;
     const nacked = await shard.submit({
       kind: "nack",
@@ -158,7 +112,7 @@ describe("ShardLeader holding settle-only batches", () => {
   });
 
   it("ends the hold when a standing claim has something to take", async () => {
-    const { store, shard, receipts } = await setUp();
+    const { store, shard, receipts } = await shardWithClaims(2, 4, 2);
     const puts = store.puts;
     const acked = ack(shard, receipts.slice(0, 1));
     await settle();
@@ -178,7 +132,7 @@ describe("ShardLeader holding settle-only batches", () => {
   });
 
   it("never holds when writes take no time", async () => {
-    const { store, shard, receipts } = await setUp(0);
+    const { store, shard, receipts } = await shardWithClaims(0, 4, 2);
     const puts = store.puts;
     // No clock advance: this would hang if the ack were held.
     expect((await ack(shard, receipts.slice(0, 1))).kind).toBe("ack");
@@ -186,7 +140,7 @@ describe("ShardLeader holding settle-only batches", () => {
   });
 
   it("writes the held acks when the shard stops", async () => {
-    const { store, shard, receipts } = await setUp();
+    const { store, shard, receipts } = await shardWithClaims(2, 4, 2);
     const puts = store.puts;
     const acked = ack(shard, receipts.slice(0, 1));
     await settle();
