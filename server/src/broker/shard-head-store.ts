@@ -59,6 +59,7 @@ import { parseShardDocument, type SegmentRef, type ShardDocument } from "../mode
 import type { SegmentState } from "../model/shard-records.ts";
 import {
   type DeadLetterRecord,
+  type DedupEntry,
   type MessageMeta,
   type MessageRecord,
   metaOf,
@@ -75,6 +76,7 @@ import { SegmentPager } from "./segment-pager.ts";
 import { shardKey } from "./shard-key.ts";
 import type { ShardObserver } from "./shard-observer.ts";
 import { resolveWrites, type WriteAttempt } from "./write-resolution.ts";
+import { type WrittenAhead, writeAhead } from "./written-ahead.ts";
 
 /** How long a shard refused because its head is missing answers so without re-reading (ms). */
 export const MISSING_HEAD_RECHECK_MS = 1000;
@@ -97,8 +99,10 @@ export interface HeadStoreOptions {
    * written into a segment in the background, and the first commit after
    * that write moves them there (see {@link ShardHeadStore.prepareSegment});
    * a tail twice this size is sealed in the commit itself. The head's dedup
-   * ids are sealed into a dedup segment, and its dead letters into
-   * dead-letter segments, in the commit that finds them beyond this size.
+   * ids are written ahead into a dedup segment the same way, past a budget
+   * of at most this size (see {@link ShardHeadStore.dedupBudget}); its dead
+   * letters are sealed into dead-letter segments in the commit that finds
+   * them beyond this size.
    */
   readonly tailBytes: number;
   /**
@@ -111,21 +115,17 @@ export interface HeadStoreOptions {
 
 /**
  * A segment of tail messages written ahead of the head write that will
- * reference it (see {@link ShardHeadStore.prepareSegment}).
+ * reference it (see {@link ShardHeadStore.prepareSegment}); its contents are
+ * the whole records written, ascending offsets.
  */
-interface PreparedSegment {
-  readonly name: string;
-  /** The epoch it was written under: a later epoch's head does not take it. */
-  readonly epoch: number;
-  /** The whole records written, ascending offsets. */
-  readonly records: readonly MessageRecord[];
-  readonly bytes: number;
-  readonly sha256: string;
-  readonly createdAt: number;
-  /** Settles when the put-if-absent has ended, either way (never rejects). */
-  readonly written: Promise<void>;
-  outcome: "writing" | "written" | "failed";
-}
+type PreparedSegment = WrittenAhead<readonly MessageRecord[]>;
+
+/**
+ * A dedup segment of the head's dedup ids written ahead of the head write
+ * that will reference it (see {@link ShardHeadStore.prepareDedup}); its
+ * contents are the entries written, ascending offsets.
+ */
+type PreparedDedup = WrittenAhead<readonly DedupEntry[]>;
 
 /**
  * The head's own dedup ids are sealed into a dedup segment once they pass a
@@ -226,6 +226,8 @@ export class ShardHeadStore {
   private readonly collecting = new Set<Promise<void>>();
   /** The tail segment being written (or written) ahead of the commit that will reference it. */
   private prepared: PreparedSegment | undefined;
+  /** The dedup segment being written (or written) ahead of the commit that will reference it. */
+  private preparedDedup: PreparedDedup | undefined;
 
   /** Pages the bodies of this shard's sealed messages in and out (see `segment-pager.ts`). */
   readonly pager: SegmentPager;
@@ -343,6 +345,7 @@ export class ShardHeadStore {
           this.restoreCommitted(); // index-only work went wrong: rebuild the state from what was written
         }
         if (this.committed !== undefined) this.prepareSegment(this.committed, now);
+        if (this.committed !== undefined) this.prepareDedup(this.committed, now);
         if (takingOver) this.sweepOrphans(working);
         if (takingOver)
           this.observer?.onLeadership?.({
@@ -795,30 +798,26 @@ export class ShardHeadStore {
     const epoch = state.broker?.epoch ?? 0;
     const name = segmentName(records[0]?.offset ?? 0, epoch, this.uniquePart());
     const bytes = encodeSegment(this.queue, this.shard, records);
-    let prepared!: PreparedSegment;
-    const written = this.store
-      .put(segmentPrefix(this.queue, this.shard) + name, bytes, { ifAbsent: true })
-      .then(
-        () => {
-          prepared.outcome = "written";
-        },
-        () => {
-          prepared.outcome = "failed";
-        },
-      );
-    prepared = {
+    this.prepared = this.writeAhead(name, epoch, bytes, records, now);
+  }
+
+  /** Starts writing a segment object ahead of the head that will reference it (see `written-ahead.ts`); shard close waits for it. */
+  private writeAhead<T>(
+    name: string,
+    epoch: number,
+    bytes: Uint8Array,
+    contents: T,
+    now: number,
+  ): WrittenAhead<T> {
+    const ahead = writeAhead(this.store, segmentPrefix(this.queue, this.shard) + name, bytes, {
       name,
       epoch,
-      records,
-      bytes: bytes.byteLength,
-      sha256: sha256Hex(bytes),
+      contents,
       createdAt: now,
-      written,
-      outcome: "writing",
-    };
-    this.prepared = prepared;
-    this.collecting.add(written);
-    void written.finally(() => this.collecting.delete(written));
+    });
+    this.collecting.add(ahead.written);
+    void ahead.written.finally(() => this.collecting.delete(ahead.written));
+    return ahead;
   }
 
   /**
@@ -834,7 +833,7 @@ export class ShardHeadStore {
     this.prepared = undefined;
     const seg =
       prepared.outcome === "written" && prepared.epoch === epoch
-        ? sealWrittenSegment(working, prepared.records, {
+        ? sealWrittenSegment(working, prepared.contents, {
             name: prepared.name,
             bytes: prepared.bytes,
             sha256: prepared.sha256,
@@ -846,7 +845,7 @@ export class ShardHeadStore {
       return undefined;
     }
     this.segments.set(prepared.name, seg.records);
-    this.pager.offer(prepared.name, prepared.records, prepared.bytes);
+    this.pager.offer(prepared.name, prepared.contents, prepared.bytes);
     return prepared.name;
   }
 
@@ -871,9 +870,22 @@ export class ShardHeadStore {
     return Math.min(cap, Math.max(MIN_DEDUP_BUDGET, balanced));
   }
 
-  /** Seals the head's dedup ids into one dedup segment once they pass the budget (see {@link sealTail}). */
+  /**
+   * Seals the head's dedup ids into one dedup segment once they pass the
+   * budget (see {@link sealTail}): the one written ahead if it is there
+   * (see {@link prepareDedup}); none while it is still being written, unless
+   * the ids passed twice the budget (then this waits for it); else, past
+   * twice the budget, one written now.
+   */
   private async sealDedup(working: ShardState, now: number, epoch: number, written: string[]): Promise<void> {
-    const entries = dedupSealCandidates(working, this.dedupBudget(working));
+    const budget = this.dedupBudget(working);
+    if (this.preparedDedup !== undefined && working.recentDedupBytes > 2 * budget)
+      await this.preparedDedup.written;
+    const ahead = this.takePreparedDedup(working, epoch);
+    if (ahead !== undefined) written.push(ahead);
+    if (this.preparedDedup !== undefined) return;
+    // Normally the segment written ahead keeps the ids within twice the budget.
+    const entries = dedupSealCandidates(working, 2 * budget);
     if (entries.length === 0) return;
     const name = dedupSegmentName(entries[0]?.offset ?? 0, epoch, this.uniquePart());
     const bytes = encodeDedupSegment(this.queue, this.shard, entries);
@@ -890,6 +902,54 @@ export class ShardHeadStore {
     });
     if (seg.chunk !== undefined) this.dedupSegments.set(name, seg.chunk);
     written.push(name);
+  }
+
+  /**
+   * After a head write landed, with its dedup ids past their budget: writes
+   * them into a dedup segment in the background (put-if-absent), so that
+   * the commit that seals them does not wait for that write, as
+   * {@link prepareSegment} does for the tail. One at a time.
+   */
+  private prepareDedup(state: ShardState, now: number): void {
+    if (this.preparedDedup !== undefined) return;
+    const entries = dedupSealCandidates(state, this.dedupBudget(state));
+    if (entries.length === 0) return;
+    const epoch = state.broker?.epoch ?? 0;
+    const name = dedupSegmentName(entries[0]?.offset ?? 0, epoch, this.uniquePart());
+    const bytes = encodeDedupSegment(this.queue, this.shard, entries);
+    this.preparedDedup = this.writeAhead(name, epoch, bytes, entries, now);
+  }
+
+  /**
+   * Seals into `working` the dedup segment written ahead, once its write
+   * succeeded; returns its name, or undefined when there is none to take
+   * yet. It is taken only when every entry it holds is still one of the
+   * head's own, unchanged (an entry that expired or was replaced since, or
+   * the head reloaded after a lost race, would make it remember an id the
+   * shard forgot: a reader refuses a dedup id stored twice). Otherwise, or
+   * when its write failed or another epoch wrote it, it is deleted: no head
+   * references it, and the ids stay in the head to be sealed again.
+   */
+  private takePreparedDedup(working: ShardState, epoch: number): string | undefined {
+    const prepared = this.preparedDedup;
+    if (prepared === undefined || prepared.outcome === "writing") return undefined;
+    this.preparedDedup = undefined;
+    const usable =
+      prepared.outcome === "written" &&
+      prepared.epoch === epoch &&
+      prepared.contents.every((e) => working.recentDedup.get(e.dedupId) === e);
+    if (!usable) {
+      this.collect([prepared.name]);
+      return undefined;
+    }
+    const seg = sealDedupSegment(working, prepared.contents, {
+      name: prepared.name,
+      bytes: prepared.bytes,
+      sha256: prepared.sha256,
+      createdAt: prepared.createdAt,
+    });
+    if (seg.chunk !== undefined) this.dedupSegments.set(prepared.name, seg.chunk);
+    return prepared.name;
   }
 
   /**

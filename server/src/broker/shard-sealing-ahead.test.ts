@@ -3,7 +3,8 @@
  * budget, the tail's messages are written into a segment in the background,
  * and the first commit after that write indexes it. Commits meanwhile do not
  * wait for it (a commit costs one head write even when it seals), unless the
- * tail reaches twice the budget.
+ * tail reaches twice the budget. The head's dedup ids go into dedup segments
+ * the same way.
  */
 import { describe, expect, it } from "vitest";
 import { flush } from "../../testing/broker-test-support.ts";
@@ -23,6 +24,8 @@ const body = (i: number) => new TextEncoder().encode(`job-${i}-${"x".repeat(200)
 class SegmentGate extends MemoryStore {
   holding = true;
   private held: (() => void)[] = [];
+  /** Keys of the segment PUTs held so far. */
+  readonly heldKeys: string[] = [];
 
   get heldPuts(): number {
     return this.held.length;
@@ -39,20 +42,23 @@ class SegmentGate extends MemoryStore {
     condition: PutCondition,
     options?: CallOptions,
   ): Promise<PutResult> {
-    if (key.startsWith(SEG) && this.holding) await new Promise<void>((resolve) => this.held.push(resolve));
+    if (key.startsWith(SEG) && this.holding) {
+      this.heldKeys.push(key);
+      await new Promise<void>((resolve) => this.held.push(resolve));
+    }
     return super.put(key, body, condition, options);
   }
 }
 
-function leader(store: MemoryStore) {
+function leader(store: MemoryStore, clock = new ManualClock(), tailBytes = TAIL_BYTES) {
   return new ShardLeader({
     store,
     queue: "jobs",
     shard: 0,
     identity: { id: "broker-a", address: "a:50051" },
-    clock: new ManualClock(),
+    clock,
     random: seededRandom(1),
-    options: { tailBytes: TAIL_BYTES },
+    options: { tailBytes },
   });
 }
 
@@ -75,12 +81,27 @@ async function fillTail(shard: ShardLeader, store: SegmentGate): Promise<number>
   return n;
 }
 
+/** Expects `commit` not to land while the one held segment write is held, and to land once it is released. */
+async function expectWaitsForHeldSegment(store: SegmentGate, commit: Promise<unknown>): Promise<void> {
+  let landed = false;
+  const waiting = commit.then(() => {
+    landed = true;
+  });
+  await flush();
+  expect(landed).toBe(false);
+  expect(store.heldPuts).toBe(1);
+  store.release();
+  await waiting;
+}
+
 async function head(store: MemoryStore) {
   const stored = await store.get(HEAD);
   if (!stored) throw new Error("no head");
   return JSON.parse(new TextDecoder().decode(stored.body)) as {
     segments: { name: string; first: number; last: number; count: number; gone: number[][] }[];
     messages: { offset: number }[];
+    dedup?: { dedup_id: string }[];
+    dedup_segments?: { name: string; first: number; last: number; count: number }[];
   };
 }
 
@@ -147,18 +168,103 @@ describe("segments written ahead of the head", () => {
     const store = new SegmentGate();
     const a = leader(store);
     const n = await fillTail(a, store);
-    let landed = false;
     // This one takes the tail past twice the budget.
-    const waiting = enqueue(a, n + 1).then(() => {
-      landed = true;
-    });
-    await flush();
-    expect(landed).toBe(false);
-    expect(store.heldPuts).toBe(1);
-    store.release();
-    await waiting;
+    await expectWaitsForHeldSegment(store, enqueue(a, n + 1));
     const doc = await head(store);
     expect(doc.segments[0]).toMatchObject({ first: 0, last: n - 1, count: n });
+    await a.stop({ release: true });
+  });
+});
+
+/** A leader whose message tail never fills (256 KiB): only its dedup ids (a 16 KiB budget at first) are sealed. */
+function dedupLeader(store: MemoryStore, clock = new ManualClock()) {
+  return leader(store, clock, 256 * 1024);
+}
+
+const dedupOf = (i: number) => `dedup-${i}-7b3d5c8a-9e2f-4a1c-b0d1`;
+
+async function enqueueDeduped(shard: ShardLeader, i: number, id = `m${i}`) {
+  const r = expectKind(
+    await shard.submit({ kind: "enqueue", messages: [{ id, payload: body(i), dedupId: dedupOf(i) }] }),
+    "enqueue",
+  );
+  return r.results[0];
+}
+
+/** Enqueues one deduped message a commit until a dedup segment write starts; returns how many. */
+async function fillDedup(shard: ShardLeader, store: SegmentGate): Promise<number> {
+  let n = 0;
+  while (store.heldPuts === 0) await enqueueDeduped(shard, n++);
+  expect(store.heldKeys).toEqual([expect.stringMatching(/\.dedup\.json$/)]);
+  return n;
+}
+
+describe("dedup segments written ahead of the head", () => {
+  it("commits go on while the dedup segment is written; the first commit after it indexes it", async () => {
+    const store = new SegmentGate();
+    const a = dedupLeader(store);
+    const n = await fillDedup(a, store);
+    // Held, and commits still land (with the segment written inside the commit they would wait).
+    await enqueueDeduped(a, n);
+    await enqueueDeduped(a, n + 1);
+    let doc = await head(store);
+    expect(doc.dedup_segments ?? []).toEqual([]);
+    expect(doc.dedup).toHaveLength(n + 2);
+    store.release();
+    await flush();
+    await enqueueDeduped(a, n + 2);
+    doc = await head(store);
+    expect(doc.dedup_segments).toEqual([expect.objectContaining({ first: 0, last: n - 1, count: n })]);
+    expect(doc.dedup).toHaveLength(3); // the newer ids stay in the head
+    expect((await store.list(SEG)).map((e) => e.key)).toEqual(store.heldKeys);
+    // Every id is still remembered, sealed or not, by this leader and by the next.
+    expect(await enqueueDeduped(a, 0)).toEqual({ id: "m0", offset: 0, duplicate: true });
+    await a.stop({ release: true });
+    const b = dedupLeader(store);
+    for (const i of [0, n - 1, n, n + 2])
+      expect(await enqueueDeduped(b, i)).toEqual({ id: `m${i}`, offset: i, duplicate: true });
+    await b.stop({ release: true });
+  });
+
+  it("a dedup segment whose ids expired while it was written is deleted, not indexed", async () => {
+    const store = new SegmentGate();
+    const clock = new ManualClock();
+    const a = dedupLeader(store, clock);
+    const n = await fillDedup(a, store);
+    // The whole window passes while the write is held: the next commit forgets every id.
+    clock.advance(300_001);
+    await enqueueDeduped(a, n);
+    store.release();
+    await flush();
+    await enqueueDeduped(a, n + 1);
+    await flush();
+    const doc = await head(store);
+    expect(doc.dedup_segments ?? []).toEqual([]);
+    expect(doc.dedup?.map((e) => e.dedup_id)).toEqual([dedupOf(n), dedupOf(n + 1)]);
+    expect(await store.list(SEG)).toEqual([]);
+    // The forgotten ids are new again.
+    const again = await enqueueDeduped(a, 0, "m0-again");
+    expect(again).toMatchObject({ id: "m0-again" });
+    expect(again?.duplicate).toBeFalsy();
+    await a.stop({ release: true });
+    // A takeover reads a head that references no deleted object.
+    const b = dedupLeader(store, clock);
+    expect(await enqueueDeduped(b, 0, "m0-third")).toMatchObject({ id: "m0-again", duplicate: true });
+    await b.stop({ release: true });
+  });
+
+  it("ids that would pass twice their budget wait for the dedup segment being written", async () => {
+    const store = new SegmentGate();
+    const a = dedupLeader(store);
+    const n = await fillDedup(a, store);
+    const messages = Array.from({ length: n + 1 }, (_, k) => ({
+      id: `m${n + k}`,
+      payload: body(n + k),
+      dedupId: dedupOf(n + k),
+    }));
+    await expectWaitsForHeldSegment(store, a.submit({ kind: "enqueue", messages }));
+    const doc = await head(store);
+    expect(doc.dedup_segments?.[0]).toMatchObject({ first: 0, last: n - 1, count: n });
     await a.stop({ release: true });
   });
 });
