@@ -798,11 +798,11 @@ export class ShardHeadStore {
     const epoch = state.broker?.epoch ?? 0;
     const name = segmentName(records[0]?.offset ?? 0, epoch, this.uniquePart());
     const bytes = encodeSegment(this.queue, this.shard, records);
-    this.prepared = this.writeAhead(name, epoch, bytes, records, now);
+    this.prepared = this.startWriteAhead(name, epoch, bytes, records, now);
   }
 
   /** Starts writing a segment object ahead of the head that will reference it (see `written-ahead.ts`); shard close waits for it. */
-  private writeAhead<T>(
+  private startWriteAhead<T>(
     name: string,
     epoch: number,
     bytes: Uint8Array,
@@ -917,7 +917,7 @@ export class ShardHeadStore {
     const epoch = state.broker?.epoch ?? 0;
     const name = dedupSegmentName(entries[0]?.offset ?? 0, epoch, this.uniquePart());
     const bytes = encodeDedupSegment(this.queue, this.shard, entries);
-    this.preparedDedup = this.writeAhead(name, epoch, bytes, entries, now);
+    this.preparedDedup = this.startWriteAhead(name, epoch, bytes, entries, now);
   }
 
   /**
