@@ -56,6 +56,14 @@ export class SegmentPager {
   /** Reads in flight by segment name (a second request for one joins the first). */
   private readonly reading = new Map<string, Promise<readonly MessageRecord[]>>();
   private readingAhead = false;
+  /**
+   * Whether the last read-ahead walked from some subscription's claim front
+   * to the newest sealed segment within its window: a segment written now
+   * would be read soon. False while the backlog ahead of the claims is deeper
+   * than the window: a segment written then would wait behind it, and caching
+   * its bodies would only hold memory (at a 1M backlog, the whole budget).
+   */
+  private claimsNearNewest = true;
   /** Segments paged in for the batch being applied, kept whatever the cache evicts meanwhile. */
   private readonly pinned = new Map<string, readonly MessageRecord[]>();
 
@@ -84,9 +92,18 @@ export class SegmentPager {
     this.pinned.clear();
   }
 
-  /** Offers the records of a segment just written: cached only if that evicts nothing. */
+  /** Offers the records of a segment read at load: cached only if that evicts nothing. */
   offer(name: string, records: readonly MessageRecord[], bytes: number): void {
     this.cache.put(this.prefix + name, records, bytes, true);
+  }
+
+  /**
+   * Offers the records of a segment just written: cached only when the claims
+   * are near the newest segments (see {@link claimsNearNewest}) and that
+   * evicts nothing. Not cached, it costs one GET when the claims reach it.
+   */
+  offerWritten(name: string, records: readonly MessageRecord[], bytes: number): void {
+    if (this.claimsNearNewest) this.offer(name, records, bytes);
   }
 
   /** Forgets a segment (retired, or no longer referenced). */
@@ -152,21 +169,31 @@ export class SegmentPager {
    * order, as `next` gives them) until {@link READ_AHEAD_BYTES} (or a
    * quarter of the cache) of them are cached. One read-ahead runs at a
    * time; failures are left to the page-in that will need the segment.
+   * Also notes whether that window reaches the newest segment, for
+   * {@link offerWritten}; an empty `front` (nothing sealed owed) does.
    */
   readAhead(front: readonly SegmentState[], next: (seg: SegmentState) => SegmentState | undefined): void {
-    if (this.readingAhead || front.length === 0) return;
+    if (this.readingAhead) return;
+    if (front.length === 0) {
+      this.claimsNearNewest = true; // nothing sealed is owed: the next segment written is the front
+      return;
+    }
     const limit = Math.min(READ_AHEAD_BYTES, this.cache.budgetBytes / 4);
     const plan: SegmentState[] = [];
     const seen = new Set<SegmentState>();
+    let near = false;
     for (const start of front) {
       let bytes = 0;
-      for (let seg: SegmentState | undefined = start; seg !== undefined && bytes < limit; seg = next(seg)) {
+      let seg: SegmentState | undefined = start;
+      for (; seg !== undefined && bytes < limit; seg = next(seg)) {
         if (seen.has(seg)) break;
         seen.add(seg);
         bytes += seg.bytes;
         if (!this.resident(seg.name)) plan.push(seg);
       }
+      if (seg === undefined) near = true; // walked past the newest segment within the window
     }
+    this.claimsNearNewest = near;
     if (plan.length === 0) return;
     this.readingAhead = true;
     void this.pageIn(plan)

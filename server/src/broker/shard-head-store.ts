@@ -774,7 +774,7 @@ export class ShardHeadStore {
         createdAt: now,
       });
       this.segments.set(name, seg.records);
-      this.pager.offer(name, records, bytes.byteLength);
+      this.pager.offerWritten(name, records, bytes.byteLength);
       written.push(name);
     }
     await this.sealDedup(working, now, epoch, written);
@@ -845,7 +845,7 @@ export class ShardHeadStore {
       return undefined;
     }
     this.segments.set(prepared.name, seg.records);
-    this.pager.offer(prepared.name, prepared.contents, prepared.bytes);
+    this.pager.offerWritten(prepared.name, prepared.contents, prepared.bytes);
     return prepared.name;
   }
 

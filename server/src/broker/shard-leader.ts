@@ -864,8 +864,9 @@ export class ShardLeader {
   /** Starts paging in, in the background, the segments the next claims will read. */
   private readAhead(): void {
     const state = this.head.state;
-    if (state === undefined || state.segments.size === 0 || this.head.mode !== "leading") return;
-    this.head.pager.readAhead(claimFront(state, this.now()), (seg) => segmentAfter(state, seg));
+    if (state === undefined || this.head.mode !== "leading") return;
+    const front = state.segments.size === 0 ? [] : claimFront(state, this.now());
+    this.head.pager.readAhead(front, (seg) => segmentAfter(state, seg));
   }
 
   /** Applies the standing claims that something is runnable for, within their shared credit. */

@@ -29,9 +29,9 @@ function leader(
   });
 }
 
-async function enqueue(shard: ShardLeader, count: number) {
-  for (let i = 0; i < count; i += 10) {
-    const messages = Array.from({ length: Math.min(10, count - i) }, (_, k) => ({
+async function enqueue(shard: ShardLeader, count: number, from = 0) {
+  for (let i = from; i < from + count; i += 10) {
+    const messages = Array.from({ length: Math.min(10, from + count - i) }, (_, k) => ({
       id: `m${i + k}`,
       payload: body(i + k),
       headers: { n: String(i + k) },
@@ -86,6 +86,44 @@ describe("paging sealed message bodies through a bounded cache", () => {
     expect(ids).toEqual(Array.from({ length: 400 }, (_, i) => `m${i}`));
     expect(store.gets).toBeGreaterThan(sealed.segments / 2); // paged in (a few stayed cached when sealed)
     expect(cache.stats().evictions).toBeGreaterThan(0);
+  });
+
+  it("caches the segments it writes only while the claims are near them", async () => {
+    let segmentPuts = 0;
+    const store = new (class extends CountingStore {
+      override put(...args: Parameters<CountingStore["put"]>) {
+        if (args[0].startsWith(SEG)) segmentPuts += 1;
+        return super.put(...args);
+      }
+    })(SEG);
+    const clock = new ManualClock();
+    const cache = new SegmentBodyCache(64 * 1024); // read-ahead window: a quarter, 16 KiB
+    const a = leader(store, "a", clock, cache);
+    const drain = async (ids: string[]) => {
+      for (;;) {
+        const got = await claim(a, 25);
+        if (got.length === 0) return;
+        expectWhole(got);
+        ids.push(...got.map((m) => m.id));
+        await a.submit({ kind: "ack", subscription: "default", receipts: got.map((m) => m.receipt) });
+      }
+    };
+    // Claims that keep up: every segment written is claimed from memory.
+    const ids: string[] = [];
+    for (let round = 0; round < 10; round++) {
+      await enqueue(a, 20, round * 20);
+      await drain(ids);
+    }
+    expect(segmentPuts).toBeGreaterThan(10);
+    expect(store.gets).toBe(0);
+
+    // A backlog deeper than the window: what is written behind it is not
+    // cached (it would hold the budget's memory until the claims got there).
+    await enqueue(a, 400, 200);
+    expect(cache.stats().bytes).toBeLessThanOrEqual(16 * 1024 + 2 * 4096);
+    await drain(ids);
+    expect(ids).toEqual(Array.from({ length: 600 }, (_, i) => `m${i}`));
+    expect(store.gets).toBeGreaterThan(0); // paged in as the claims reached them
   });
 
   it("dead-letters paged-out messages with their whole contents, by nack and by lease expiry", async () => {
