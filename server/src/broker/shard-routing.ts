@@ -8,6 +8,18 @@
 /** 32-bit FNV-1a of a string's UTF-8 bytes. */
 export function fnv1a(text: string): number {
   let hash = 0x811c9dc5;
+  // An ASCII string is its own UTF-8: hash its characters without a copy.
+  let ascii = true;
+  for (let i = 0; i < text.length && ascii; i++) {
+    const c = text.charCodeAt(i);
+    if (c >= 0x80) ascii = false;
+    else {
+      hash ^= c;
+      hash = Math.imul(hash, 0x01000193) >>> 0;
+    }
+  }
+  if (ascii) return hash >>> 0;
+  hash = 0x811c9dc5;
   for (const byte of Buffer.from(text, "utf8")) {
     hash ^= byte;
     hash = Math.imul(hash, 0x01000193) >>> 0;
