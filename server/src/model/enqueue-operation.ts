@@ -65,7 +65,7 @@ export function applyEnqueue(state: ShardState, op: EnqueueOperation, now: numbe
   let addedBytes = 0;
   let offset = state.next;
   inputs.forEach((input, i) => {
-    const msg = normalizeNewMessage(input, offset, config, now, `message ${i}`);
+    const msg = normalizeNewMessage(input, offset, config, now, i);
     if (msg.dedupId !== undefined && config.dedupWindowMs > 0) {
       const known = state.dedup.get(msg.dedupId);
       const original =

@@ -39,6 +39,11 @@ export function checkId(what: string, value: unknown, maxBytes = MAX_ID_BYTES): 
   if (utf8Bytes(value) > maxBytes) invalid(`${what} is longer than ${maxBytes} bytes`);
 }
 
+/** True when {@link checkId} would accept `value` (so the hot path builds no label). */
+function isId(value: unknown, maxBytes = MAX_ID_BYTES): value is string {
+  return typeof value === "string" && value !== "" && utf8Bytes(value) <= maxBytes;
+}
+
 /** Throws `invalid_argument` unless `value` is an integer in [min, max]. */
 export function checkInteger(
   what: string,
@@ -78,22 +83,23 @@ function limit(what: string, actual: number, max: number, field: keyof QueueConf
 
 /**
  * Checks one message of an enqueue and returns its stored form (payload
- * copied, maps sorted, `runAt` resolved against `now`). `where` prefixes
- * error messages, e.g. "message 3". Throws `CasqError`; never mutates.
+ * copied, maps sorted, `runAt` resolved against `now`). Error messages name
+ * it by `index` ("message 3"). Throws `CasqError`; never mutates.
  */
 export function normalizeNewMessage(
   input: NewMessage,
   offset: number,
   config: QueueConfig,
   now: number,
-  where: string,
+  index: number,
 ): MessageRecord {
-  if (typeof input !== "object" || input === null) invalid(`${where} must be an object`);
-  checkId(`${where}: id`, input.id);
-  if (!(input.payload instanceof Uint8Array)) invalid(`${where}: payload must be bytes`);
+  // Labels are built only on the way to an error, not once per message enqueued.
+  if (typeof input !== "object" || input === null) invalid(`message ${index} must be an object`);
+  if (!isId(input.id)) checkId(`message ${index}: id`, input.id);
+  if (!(input.payload instanceof Uint8Array)) invalid(`message ${index}: payload must be bytes`);
   if (input.payload.byteLength > config.maxPayloadBytes) {
     limit(
-      `${where}: payload size in bytes`,
+      `message ${index}: payload size in bytes`,
       input.payload.byteLength,
       config.maxPayloadBytes,
       "maxPayloadBytes",
@@ -101,42 +107,44 @@ export function normalizeNewMessage(
   }
   let headers = sortedStringMap({});
   if (input.headers !== undefined) {
-    const h = stringMapBytes(`${where}: header`, input.headers);
+    const h = stringMapBytes(`message ${index}: header`, input.headers);
     if (h.count > config.maxHeaders)
-      limit(`${where}: header count`, h.count, config.maxHeaders, "maxHeaders");
+      limit(`message ${index}: header count`, h.count, config.maxHeaders, "maxHeaders");
     if (h.bytes > config.maxHeaderBytes) {
-      limit(`${where}: header size in bytes`, h.bytes, config.maxHeaderBytes, "maxHeaderBytes");
+      limit(`message ${index}: header size in bytes`, h.bytes, config.maxHeaderBytes, "maxHeaderBytes");
     }
     headers = h.map;
   }
   let traceContext: Record<string, string> | undefined;
   if (input.traceContext !== undefined) {
-    const t = stringMapBytes(`${where}: trace context`, input.traceContext);
+    const t = stringMapBytes(`message ${index}: trace context`, input.traceContext);
     if (t.bytes > MAX_TRACE_CONTEXT_BYTES) {
-      invalid(`${where}: trace context is larger than ${MAX_TRACE_CONTEXT_BYTES} bytes`);
+      invalid(`message ${index}: trace context is larger than ${MAX_TRACE_CONTEXT_BYTES} bytes`);
     }
     traceContext = t.map;
   }
   if (input.key !== undefined) {
-    if (typeof input.key !== "string") invalid(`${where}: key must be a string`);
-    if (utf8Bytes(input.key) > MAX_KEY_BYTES) invalid(`${where}: key is longer than ${MAX_KEY_BYTES} bytes`);
+    if (typeof input.key !== "string") invalid(`message ${index}: key must be a string`);
+    if (utf8Bytes(input.key) > MAX_KEY_BYTES)
+      invalid(`message ${index}: key is longer than ${MAX_KEY_BYTES} bytes`);
   }
   if (input.priority !== undefined)
-    checkInteger(`${where}: priority`, input.priority, PRIORITY_MIN, PRIORITY_MAX);
+    checkInteger(`message ${index}: priority`, input.priority, PRIORITY_MIN, PRIORITY_MAX);
   if (input.maxAttempts !== undefined) {
-    checkInteger(`${where}: max_attempts`, input.maxAttempts, 1, MAX_MESSAGE_ATTEMPTS);
+    checkInteger(`message ${index}: max_attempts`, input.maxAttempts, 1, MAX_MESSAGE_ATTEMPTS);
   }
-  if (input.dedupId !== undefined) checkId(`${where}: dedup_id`, input.dedupId);
+  if (input.dedupId !== undefined && !isId(input.dedupId))
+    checkId(`message ${index}: dedup_id`, input.dedupId);
   let runAt = now;
   if (input.runAt !== undefined && input.delayMs !== undefined) {
-    invalid(`${where}: set run_at or delay_ms, not both`);
+    invalid(`message ${index}: set run_at or delay_ms, not both`);
   }
   if (input.delayMs !== undefined) {
-    checkInteger(`${where}: delay_ms`, input.delayMs, 0, MAX_DELAY_MS);
+    checkInteger(`message ${index}: delay_ms`, input.delayMs, 0, MAX_DELAY_MS);
     runAt = now + input.delayMs;
   }
   if (input.runAt !== undefined) {
-    checkInteger(`${where}: run_at`, input.runAt, 0, now + MAX_DELAY_MS);
+    checkInteger(`message ${index}: run_at`, input.runAt, 0, now + MAX_DELAY_MS);
     runAt = Math.max(now, input.runAt);
   }
   return {

@@ -128,53 +128,62 @@ export function checkNewMessages(
     invalid(
       `messages has ${messages.length} entries; at most ${MAX_ITEMS_PER_CALL} per call: split the batch`,
     );
-  return messages.map((m, i) => checkNewMessage(m, `messages[${i}]`, now, callTrace));
+  return messages.map((m, i) => checkNewMessage(m, i, now, callTrace));
 }
+
+/** How errors name message `index` of an Enqueue (built only for an error). */
+const at = (index: number) => `messages[${index}]`;
+
+/** The fields of an {@link EnqueueInput}, writable while one is built. */
+type Writable<T> = { -readonly [K in keyof T]: T[K] };
 
 function checkNewMessage(
   m: NewMessage,
-  where: string,
+  index: number,
   now: number,
   callTrace: Record<string, string> | undefined,
 ): EnqueueInput {
   if (m.priority < PRIORITY_MIN || m.priority > PRIORITY_MAX)
-    invalid(`${where}.priority must be between ${PRIORITY_MIN} and ${PRIORITY_MAX}, got ${m.priority}`);
+    invalid(`${at(index)}.priority must be between ${PRIORITY_MIN} and ${PRIORITY_MAX}, got ${m.priority}`);
   if (m.maxAttempts > MAX_MESSAGE_ATTEMPTS)
     invalid(
-      `${where}.max_attempts must be between 1 and ${MAX_MESSAGE_ATTEMPTS} (0 means the queue's), got ${m.maxAttempts}`,
+      `${at(index)}.max_attempts must be between 1 and ${MAX_MESSAGE_ATTEMPTS} (0 means the queue's), got ${m.maxAttempts}`,
     );
-  if (utf8Bytes(m.key) > MAX_KEY_BYTES) invalid(`${where}.key is longer than ${MAX_KEY_BYTES} bytes`);
-  if (utf8Bytes(m.dedupId) > MAX_ID_BYTES) invalid(`${where}.dedup_id is longer than ${MAX_ID_BYTES} bytes`);
-  for (const name of Object.keys(m.headers))
-    if (name === "") invalid(`${where}.headers: a header name is empty`);
+  if (utf8Bytes(m.key) > MAX_KEY_BYTES) invalid(`${at(index)}.key is longer than ${MAX_KEY_BYTES} bytes`);
+  if (utf8Bytes(m.dedupId) > MAX_ID_BYTES)
+    invalid(`${at(index)}.dedup_id is longer than ${MAX_ID_BYTES} bytes`);
+  let hasHeaders = false;
+  for (const name in m.headers) {
+    hasHeaders = true;
+    if (name === "") invalid(`${at(index)}.headers: a header name is empty`);
+  }
   const trace = traceContextFromProto(m.traceContext) ?? callTrace;
   if (trace !== undefined) {
     const bytes = Object.entries(trace).reduce((n, [k, v]) => n + utf8Bytes(k) + utf8Bytes(v), 0);
     if (bytes > MAX_TRACE_CONTEXT_BYTES)
-      invalid(`${where}.trace_context is larger than ${MAX_TRACE_CONTEXT_BYTES} bytes`);
+      invalid(`${at(index)}.trace_context is larger than ${MAX_TRACE_CONTEXT_BYTES} bytes`);
   }
   let runAt: number | undefined;
   let delayMs: number | undefined;
   if (m.schedule.case === "delay") {
-    delayMs = durationToMs(m.schedule.value, `${where}.delay`, 0, MAX_DELAY_MS);
+    delayMs = durationToMs(m.schedule.value, `${at(index)}.delay`, 0, MAX_DELAY_MS);
   } else if (m.schedule.case === "runAt") {
-    runAt = timestampToMs(m.schedule.value, `${where}.run_at`);
+    runAt = timestampToMs(m.schedule.value, `${at(index)}.run_at`);
     if (runAt > now + MAX_DELAY_MS)
       invalid(
-        `${where}.run_at is more than ${formatMs(MAX_DELAY_MS)} ahead; schedule at most 365 days ahead`,
+        `${at(index)}.run_at is more than ${formatMs(MAX_DELAY_MS)} ahead; schedule at most 365 days ahead`,
       );
     // A time in the past means "now"; the model refuses negative times.
     if (runAt < now) runAt = undefined;
   }
-  return {
-    payload: m.payload,
-    ...(Object.keys(m.headers).length > 0 ? { headers: m.headers } : {}),
-    ...(m.key !== "" ? { key: m.key } : {}),
-    ...(m.priority !== 0 ? { priority: m.priority } : {}),
-    ...(runAt !== undefined ? { runAt } : {}),
-    ...(delayMs !== undefined && delayMs > 0 ? { delayMs } : {}),
-    ...(m.maxAttempts !== 0 ? { maxAttempts: m.maxAttempts } : {}),
-    ...(m.dedupId !== "" ? { dedupId: m.dedupId } : {}),
-    ...(trace !== undefined ? { traceContext: trace } : {}),
-  };
+  const input: Writable<EnqueueInput> = { payload: m.payload };
+  if (hasHeaders) input.headers = m.headers;
+  if (m.key !== "") input.key = m.key;
+  if (m.priority !== 0) input.priority = m.priority;
+  if (runAt !== undefined) input.runAt = runAt;
+  if (delayMs !== undefined && delayMs > 0) input.delayMs = delayMs;
+  if (m.maxAttempts !== 0) input.maxAttempts = m.maxAttempts;
+  if (m.dedupId !== "") input.dedupId = m.dedupId;
+  if (trace !== undefined) input.traceContext = trace;
+  return input;
 }
