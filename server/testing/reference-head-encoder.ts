@@ -10,7 +10,7 @@ import {
   configJson,
   deadLettersJson,
   dedupEntryJson,
-  deliveriesJson,
+  deliveryJson,
   headerJson,
   messageJson,
   subscriptionCountersJson,
@@ -57,7 +57,14 @@ function subscription(state: ShardData, sub: SubscriptionState): string {
     sub.deadSegments.size > 0
       ? `,"dead_letter_segments":[${[...sub.deadSegments.values()].map(deadLetterSegment).join(",")}]`
       : "";
-  return `{"name":${json(sub.name)},"created_at":${sub.createdAt},"acked_below":${sub.start},"acked":${ranges(sub.settled)},"deliveries":${deliveriesJson(sub)},"dead_letters":${deadLettersJson(sub.headDead.values())}${sealed},"counters":{${subscriptionCountersJson(sub.counters)}}}`;
+  return `{"name":${json(sub.name)},"created_at":${sub.createdAt},"acked_below":${sub.start},"acked":${ranges(sub.settled)},"deliveries":[${[
+    ...sub.deliveries,
+  ]
+    .sort(([a], [b]) => a - b)
+    .map(([offset, d]) => deliveryJson(offset, d))
+    .join(
+      ",",
+    )}],"dead_letters":${deadLettersJson(sub.headDead.values())}${sealed},"counters":{${subscriptionCountersJson(sub.counters)}}}`;
 }
 
 /** The canonical v2 head bytes of `state`, encoded from scratch. */

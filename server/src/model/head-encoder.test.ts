@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { ack, claim, docJson, enqueue, msg, newShard, T0 } from "../../testing/model-test-helpers.ts";
+import { ack, claim, docJson, enqueue, expire, msg, newShard, T0 } from "../../testing/model-test-helpers.ts";
 import { referenceEncodeHead } from "../../testing/reference-head-encoder.ts";
 import { applyOperation } from "./apply-operation.ts";
 import { coolable, coolSegment } from "./cold-segments.ts";
@@ -195,5 +195,64 @@ describe("head encoder: copying from the last encode", () => {
     if (newest !== undefined) coolSegment(s, newest, now);
     check("cool");
     expect(s.segments.size).toBeGreaterThan(3);
+  });
+});
+
+describe("head encoder: deliveries", () => {
+  it("re-encodes a delivery changed in place (heartbeat, nack, hand-back, lease expiry, a new claim, redrive) and reuses the rest", () => {
+    const s = newShard({ maxAttempts: 3, leaseTtlMs: 1_000 });
+    let now = T0;
+    const tick = (ms: number) => {
+      now += ms;
+      return now;
+    };
+    const steps: string[] = [];
+    const check = (what: string) => {
+      steps.push(what);
+      expect(new TextDecoder().decode(s.encode()), steps.join(" > ")).toBe(
+        new TextDecoder().decode(referenceEncodeHead(s)),
+      );
+    };
+    enqueue(s, T0, ...Array.from({ length: 12 }, (_, i) => msg(`m${i}`)));
+    const first = claim(s, tick(1), { max: 8, workerId: "w1", leaseTtlMs: 1_000 });
+    check("claim 8");
+    const receipts = first.map((c) => c.receipt);
+    applyOperation(
+      s,
+      { kind: "heartbeat", subscription: "default", workerId: "w1", receipts: receipts.slice(0, 2) },
+      tick(100),
+    );
+    check("heartbeat two");
+    applyOperation(
+      s,
+      { kind: "nack", subscription: "default", receipts: receipts.slice(2, 3), delayMs: 5_000 },
+      tick(1),
+    );
+    check("nack with a delay");
+    applyOperation(
+      s,
+      { kind: "nack", subscription: "default", receipts: receipts.slice(3, 4), release: true },
+      tick(1),
+    );
+    check("hand back");
+    ack(s, tick(1), receipts.slice(4, 5));
+    check("ack");
+    expire(s, tick(5_000)); // leases of m5..m7 and the heartbeated m0, m1 run out
+    check("lease expiry");
+    claim(s, tick(1), { max: 20, workerId: "w2", leaseTtlMs: 1_000 });
+    check("claim again: new attempts, new leases");
+    const third = claim(s, tick(1), { max: 20, workerId: "w2" });
+    check("claim nothing new");
+    for (let round = 0; round < 3; round++) {
+      expire(s, tick(2_000));
+      check(`expiry ${round}`);
+      claim(s, tick(1), { max: 20, workerId: "w3" });
+      check(`claim ${round}`);
+    }
+    applyOperation(s, { kind: "redrive", subscription: "default" }, tick(1));
+    check("redrive");
+    claim(s, tick(1), { max: 20, workerId: "w4" });
+    check("claim after redrive");
+    expect(third).toEqual([]);
   });
 });

@@ -18,6 +18,8 @@ import type { ShardData } from "./shard-data.ts";
 import type {
   DeadLetterRecord,
   DedupEntry,
+  Delivery,
+  Lease,
   MessageRecord,
   SubscriptionCounters,
   SubscriptionState,
@@ -104,20 +106,71 @@ export function subscriptionCountersJson(c: SubscriptionCounters): string {
   return `"enqueued":${c.enqueued},"delivered":${c.delivered},"acked":${c.acked},"redelivered":${c.redelivered},"dead_lettered":${c.deadLettered},"dead_evicted":${c.deadEvicted},"purged":${c.purged},"redriven":${c.redriven}`;
 }
 
+/** One delivery's canonical JSON (the deliveries of a head, v1 document alike). */
+export function deliveryJson(offset: number, d: Delivery): string {
+  let s = `{"offset":${offset},"attempts":${d.attempt}`;
+  if (d.base !== 0) s += `,"attempts_at_redrive":${d.base}`;
+  if (d.availableAt !== undefined) s += `,"available_at":${d.availableAt}`;
+  if (d.lease !== undefined) {
+    const l = d.lease;
+    s += `,"lease":{"worker":${json(l.worker)},"claimed_at":${l.claimedAt},"deadline":${l.deadline},"ttl_ms":${l.ttlMs}}`;
+  }
+  return `${s}}`;
+}
+
+/** A delivery's JSON and what it was made from: a delivery changes in place, its lease is replaced. */
+interface EncodedDelivery {
+  readonly offset: number;
+  readonly attempt: number;
+  readonly base: number;
+  readonly availableAt: number | undefined;
+  readonly lease: Lease | undefined;
+  readonly json: string;
+}
+
+/**
+ * The last JSON of each delivery: a head encodes every live lease on every
+ * commit, and a worker's window keeps a thousand of them live, most unchanged
+ * since the last commit.
+ */
+const encodedDeliveries = new WeakMap<Delivery, EncodedDelivery>();
+
+/** {@link deliveryJson}, reused while the delivery's fields are those it was made from. */
+function cachedDeliveryJson(offset: number, d: Delivery): string {
+  const e = encodedDeliveries.get(d);
+  if (
+    e !== undefined &&
+    e.offset === offset &&
+    e.attempt === d.attempt &&
+    e.base === d.base &&
+    e.availableAt === d.availableAt &&
+    e.lease === d.lease
+  )
+    return e.json;
+  const encoded = deliveryJson(offset, d);
+  encodedDeliveries.set(d, {
+    offset,
+    attempt: d.attempt,
+    base: d.base,
+    availableAt: d.availableAt,
+    lease: d.lease,
+    json: encoded,
+  });
+  return encoded;
+}
+
 /** The canonical JSON array of a subscription's deliveries, by offset. */
 export function deliveriesJson(sub: SubscriptionState): string {
+  const offsets = [...sub.deliveries.keys()];
+  // Claims mostly deliver in offset order, so the map is often in order already.
+  let ordered = true;
+  for (let i = 1; i < offsets.length && ordered; i++)
+    ordered = (offsets[i - 1] as number) < (offsets[i] as number);
+  if (!ordered) offsets.sort((a, b) => a - b);
   const deliveries: string[] = [];
-  for (const offset of [...sub.deliveries.keys()].sort((a, b) => a - b)) {
+  for (const offset of offsets) {
     const d = sub.deliveries.get(offset);
-    if (d === undefined) continue;
-    let s = `{"offset":${offset},"attempts":${d.attempt}`;
-    if (d.base !== 0) s += `,"attempts_at_redrive":${d.base}`;
-    if (d.availableAt !== undefined) s += `,"available_at":${d.availableAt}`;
-    if (d.lease !== undefined) {
-      const l = d.lease;
-      s += `,"lease":{"worker":${json(l.worker)},"claimed_at":${l.claimedAt},"deadline":${l.deadline},"ttl_ms":${l.ttlMs}}`;
-    }
-    deliveries.push(`${s}}`);
+    if (d !== undefined) deliveries.push(cachedDeliveryJson(offset, d));
   }
   return `[${deliveries.join(",")}]`;
 }
