@@ -169,26 +169,32 @@ export class SegmentPager {
    * order, as `next` gives them) until {@link READ_AHEAD_BYTES} (or a
    * quarter of the cache) of them are cached. One read-ahead runs at a
    * time; failures are left to the page-in that will need the segment.
-   * Also notes whether that window reaches the newest segment, for
-   * {@link offerWritten}; an empty `front` (nothing sealed owed) does.
+   * Also notes, for {@link offerWritten}, whether the claims are near the
+   * newest segment: some window reaches it, or `caughtUp` says some
+   * subscription's next claim is not in a sealed segment at all (the head's
+   * tail, or nothing runnable); an empty `front` is caught up too.
    */
-  readAhead(front: readonly SegmentState[], next: (seg: SegmentState) => SegmentState | undefined): void {
+  readAhead(
+    front: readonly SegmentState[],
+    next: (seg: SegmentState) => SegmentState | undefined,
+    caughtUp = front.length === 0,
+  ): void {
     if (this.readingAhead) return;
-    if (front.length === 0) {
-      this.claimsNearNewest = true; // nothing sealed is owed: the next segment written is the front
-      return;
-    }
+    let near = caughtUp || front.length === 0;
     const limit = Math.min(READ_AHEAD_BYTES, this.cache.budgetBytes / 4);
     const plan: SegmentState[] = [];
     const seen = new Set<SegmentState>();
-    let near = false;
     for (const start of front) {
       let bytes = 0;
       let seg: SegmentState | undefined = start;
       for (; seg !== undefined && bytes < limit; seg = next(seg)) {
-        if (seen.has(seg)) break;
-        seen.add(seg);
         bytes += seg.bytes;
+        // Planned by an earlier front: walked on (unless that is known) only to see how far this one reaches.
+        if (seen.has(seg)) {
+          if (near) break;
+          continue;
+        }
+        seen.add(seg);
         if (!this.resident(seg.name)) plan.push(seg);
       }
       if (seg === undefined) near = true; // walked past the newest segment within the window

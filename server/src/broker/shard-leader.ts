@@ -30,7 +30,7 @@ import { applyOperation } from "../model/apply-operation.ts";
 import type { ClaimedMessage, ExpireResult, Operation, OperationResult } from "../model/operations.ts";
 import type { QueueConfig } from "../model/queue-config.ts";
 import {
-  claimFront,
+  claimPositions,
   coldFront,
   coldFrontOf,
   coldSegmentsOfDeadLetters,
@@ -865,8 +865,9 @@ export class ShardLeader {
   private readAhead(): void {
     const state = this.head.state;
     if (state === undefined || this.head.mode !== "leading") return;
-    const front = state.segments.size === 0 ? [] : claimFront(state, this.now());
-    this.head.pager.readAhead(front, (seg) => segmentAfter(state, seg));
+    const { front, caughtUp } =
+      state.segments.size === 0 ? { front: [], caughtUp: true } : claimPositions(state, this.now());
+    this.head.pager.readAhead(front, (seg) => segmentAfter(state, seg), caughtUp);
   }
 
   /** Applies the standing claims that something is runnable for, within their shared credit. */

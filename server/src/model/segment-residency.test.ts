@@ -3,7 +3,7 @@ import { claim, docJson, enqueue, msg, newShard, T0 } from "../../testing/model-
 import { applyOperation } from "./apply-operation.ts";
 import type { Receipt } from "./operations.ts";
 import { sealCandidates, sealSegment } from "./segment-mechanics.ts";
-import { claimFront, segmentAfter, segmentsNeededBy } from "./segment-residency.ts";
+import { claimFront, claimPositions, segmentAfter, segmentsNeededBy } from "./segment-residency.ts";
 import { hasBody, type MessageRecord } from "./shard-records.ts";
 import type { ShardState } from "./shard-state.ts";
 
@@ -91,5 +91,20 @@ describe("sealed messages whose bodies are paged out", () => {
     expect(claimFront(s, T0).map((seg) => seg.name)).toEqual([names[1]]);
     const ops = [{ kind: "nack" as const, subscription: "default", receipts: [got[2]?.receipt as Receipt] }];
     expect(segmentsNeededBy(s, ops, T0, 0).map((seg) => seg.name)).toEqual([names[1]]);
+  });
+
+  it("says whether some subscription is caught up: its next claim is in the head's tail or nothing is runnable", () => {
+    const s = newShard();
+    applyOperation(s, { kind: "createSubscription", name: "audit" }, T0);
+    enqueue(s, T0, msg("a"), msg("b"), msg("c"), msg("d"));
+    const names = [...sealAll(s, 2).keys()];
+    enqueue(s, T0, msg("e")); // in the tail
+    expect(claimPositions(s, T0)).toMatchObject({ caughtUp: false });
+    expect(claimPositions(s, T0).front.map((seg) => seg.name)).toEqual([names[0]]);
+    claim(s, T0, { max: 4 }); // default's next claim is now "e", in the tail
+    expect(claimPositions(s, T0).caughtUp).toBe(true);
+    expect(claimPositions(s, T0).front.map((seg) => seg.name)).toEqual([names[0]]); // audit's
+    claim(s, T0, { max: 1 }); // default has nothing runnable
+    expect(claimPositions(s, T0).caughtUp).toBe(true);
   });
 });

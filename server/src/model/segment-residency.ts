@@ -50,13 +50,24 @@ export function segmentsNeededBy(
  * runnable indexes, like `hasRunnable`.
  */
 export function claimFront(state: ShardState, now: number): SegmentState[] {
+  return claimPositions(state, now).front;
+}
+
+/**
+ * {@link claimFront}, and whether some subscription is caught up: its next
+ * claim is not in a sealed segment (it is in the head's tail, or nothing is
+ * runnable), so a segment sealed now is what it reads next.
+ */
+export function claimPositions(state: ShardState, now: number): { front: SegmentState[]; caughtUp: boolean } {
   const out = new Set<SegmentState>();
+  let caughtUp = false;
   for (const sub of state.subs.values()) {
     const next = peekRunnable(state, sub, now);
     const seg = next?.cold ?? next?.m.segment;
     if (seg !== undefined) out.add(seg);
+    else caughtUp = true;
   }
-  return [...out];
+  return { front: [...out], caughtUp };
 }
 
 /** How far past a segment's last offset {@link segmentAfter} looks for the next one. */
