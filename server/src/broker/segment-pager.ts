@@ -177,7 +177,7 @@ export class SegmentPager {
   readAhead(
     front: readonly SegmentState[],
     next: (seg: SegmentState) => SegmentState | undefined,
-    caughtUp = front.length === 0,
+    caughtUp = false,
   ): void {
     if (this.readingAhead) return;
     let near = caughtUp || front.length === 0;

@@ -46,6 +46,21 @@ async function claim(shard: ShardLeader, max: number): Promise<readonly ClaimedM
   return expectKind(result, "claim").messages;
 }
 
+/**
+ * Claims (25 at a time) and acks until nothing is left, checking each claimed
+ * message whole and collecting its id; `afterEach` runs after every ack.
+ */
+async function drain(shard: ShardLeader, ids: string[], afterEach: () => void = () => {}): Promise<void> {
+  for (;;) {
+    const got = await claim(shard, 25);
+    if (got.length === 0) return;
+    expectWhole(got);
+    ids.push(...got.map((m) => m.id));
+    await shard.submit({ kind: "ack", subscription: "default", receipts: got.map((m) => m.receipt) });
+    afterEach();
+  }
+}
+
 /** Every claimed message carries the contents it was enqueued with. */
 function expectWhole(messages: readonly ClaimedMessage[]) {
   for (const m of messages) {
@@ -74,15 +89,10 @@ describe("paging sealed message bodies through a bounded cache", () => {
     expect(cache.stats().bytes).toBeLessThanOrEqual(8 * 1024);
 
     const ids: string[] = [];
-    for (;;) {
-      const got = await claim(a, 25);
-      if (got.length === 0) break;
-      expectWhole(got);
-      ids.push(...got.map((m) => m.id));
-      await a.submit({ kind: "ack", subscription: "default", receipts: got.map((m) => m.receipt) });
+    await drain(a, ids, () => {
       // Never more than the budget plus the one segment being read.
       expect(cache.stats().bytes).toBeLessThanOrEqual(8 * 1024 + 4096 * 2);
-    }
+    });
     expect(ids).toEqual(Array.from({ length: 400 }, (_, i) => `m${i}`));
     expect(store.gets).toBeGreaterThan(sealed.segments / 2); // paged in (a few stayed cached when sealed)
     expect(cache.stats().evictions).toBeGreaterThan(0);
@@ -99,20 +109,11 @@ describe("paging sealed message bodies through a bounded cache", () => {
     const clock = new ManualClock();
     const cache = new SegmentBodyCache(64 * 1024); // read-ahead window: a quarter, 16 KiB
     const a = leader(store, "a", clock, cache);
-    const drain = async (ids: string[]) => {
-      for (;;) {
-        const got = await claim(a, 25);
-        if (got.length === 0) return;
-        expectWhole(got);
-        ids.push(...got.map((m) => m.id));
-        await a.submit({ kind: "ack", subscription: "default", receipts: got.map((m) => m.receipt) });
-      }
-    };
     // Claims that keep up: every segment written is claimed from memory.
     const ids: string[] = [];
     for (let round = 0; round < 10; round++) {
       await enqueue(a, 20, round * 20);
-      await drain(ids);
+      await drain(a, ids);
     }
     expect(segmentPuts).toBeGreaterThan(10);
     expect(store.gets).toBe(0);
@@ -121,7 +122,7 @@ describe("paging sealed message bodies through a bounded cache", () => {
     // cached (it would hold the budget's memory until the claims got there).
     await enqueue(a, 400, 200);
     expect(cache.stats().bytes).toBeLessThanOrEqual(16 * 1024 + 2 * 4096);
-    await drain(ids);
+    await drain(a, ids);
     expect(ids).toEqual(Array.from({ length: 600 }, (_, i) => `m${i}`));
     expect(store.gets).toBeGreaterThan(0); // paged in as the claims reached them
   });
