@@ -39,6 +39,10 @@ import { isAbandoned, newOwnerName, ORPHAN_MAX_AGE_MS } from "./owner-liveness.t
 /** Polling a held lock: after 1..2 ms, doubling, up to 20..40 ms (equal jitter, so waiters spread). */
 const LOCK_WAIT_BACKOFF: Backoff = { immediateRetries: 0, baseDelayMs: 2, maxDelayMs: 40, jitter: "equal" };
 
+/** What a write learns when its lock was broken as stale by another process before it committed. */
+export const LOCK_TAKEN_OVER =
+  "the key's lock was taken over as stale before the write committed; nothing was written";
+
 /** A staging directory holding my marker, ready to become a key's lock directory by one rename. */
 interface StagedLock {
   readonly owner: string;
@@ -72,11 +76,7 @@ export class HeldLock {
     try {
       statSync(this.marker);
     } catch (error) {
-      if (errnoCode(error) === "ENOENT")
-        throw new UnavailableError(
-          key,
-          "the key's lock was taken over as stale before the write committed; nothing was written",
-        );
+      if (errnoCode(error) === "ENOENT") throw new UnavailableError(key, LOCK_TAKEN_OVER);
       throw error;
     }
   }
@@ -166,6 +166,41 @@ export class KeyLocks {
     }
   }
 
+  /**
+   * Takes only the key's in-process mutex, for a caller that takes the
+   * cross-process lock itself (a put thread, see sync-put.ts) with
+   * {@link stageFor}; resolves to its release function.
+   */
+  async turn(key: string, signal: AbortSignal | undefined, deadline: number): Promise<() => void> {
+    await this.sweepStagingOnce();
+    return this.mutex.acquire(key, signal, deadline);
+  }
+
+  /**
+   * Where the key's lock lives and what a new holder stages to take it: a
+   * fresh owner name, its staging directory and its marker's content (for
+   * humans; the protocol uses the name and the mtime).
+   */
+  stageFor(key: string): { lockDir: string; stagedDir: string; marker: string; markerText: string } {
+    const owner = newOwnerName();
+    return {
+      lockDir: this.lockDirOf(key),
+      stagedDir: path.join(this.stagingDir, owner),
+      marker: owner,
+      markerText: markerText(Date.now()),
+    };
+  }
+
+  private lockDirOf(key: string): string {
+    return path.join(this.locksDir, createHash("sha256").update(key).digest("hex"));
+  }
+
+  private async sweepStagingOnce(): Promise<void> {
+    if (this.stagingSwept) return;
+    this.stagingSwept = true;
+    await this.sweepStaging().catch(() => {});
+  }
+
   /** Removes staging directories left by processes that died while acquiring a lock. */
   private async sweepStaging(): Promise<void> {
     for (const name of await readdir(this.stagingDir)) {
@@ -182,11 +217,8 @@ export class KeyLocks {
     deadline: number,
     afterRelease: () => void,
   ): Promise<HeldLock> {
-    if (!this.stagingSwept) {
-      this.stagingSwept = true;
-      await this.sweepStaging().catch(() => {});
-    }
-    const lockDir = path.join(this.locksDir, createHash("sha256").update(key).digest("hex"));
+    await this.sweepStagingOnce();
+    const lockDir = this.lockDirOf(key);
     const refreshMs = Math.max(10, Math.floor(this.lockStaleMs / 3));
     let staged = await this.takeStagedLock(refreshMs);
     // The next lock's staging directory is made while this one is in use.
@@ -245,10 +277,7 @@ export class KeyLocks {
     const at = Date.now();
     await mkdirPath(dir, { recursive: true });
     // The marker's content is for humans; the protocol only uses its name and mtime.
-    await writeNewSmallFile(
-      path.join(dir, owner),
-      `${JSON.stringify({ pid: process.pid, host: hostname(), since: new Date(at).toISOString() })}\n`,
-    );
+    await writeNewSmallFile(path.join(dir, owner), markerText(at));
     return { owner, dir, at };
   }
 
@@ -291,6 +320,11 @@ export class KeyLocks {
     }
     return live;
   }
+}
+
+/** A lock marker's content, for humans reading a lock directory. */
+function markerText(at: number): string {
+  return `${JSON.stringify({ pid: process.pid, host: hostname(), since: new Date(at).toISOString() })}\n`;
 }
 
 /** Resolves after `ms`, or as soon as `signal` aborts. */

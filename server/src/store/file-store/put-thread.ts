@@ -1,0 +1,70 @@
+/**
+ * The entry point of a file-store put thread (a `worker_threads` Worker that
+ * put-threads.ts starts): it runs one {@link syncPut} at a time and answers
+ * with its outcome.
+ *
+ * Messages (the types below): the store sends a {@link PutThreadJob}, with
+ * the body's bytes in a shared scratch buffer (a new buffer rides along when
+ * it had to grow), and gets back a {@link PutThreadAnswer} with the same id.
+ * The thread says {@link PutThreadReady} once it listens: a thread that fails
+ * before that has run nothing. An abort is a job id written into the shared
+ * control word, which the put reads before taking the lock and before its
+ * commit point.
+ */
+import { isMainThread, parentPort, workerData } from "node:worker_threads";
+import { type SyncPutOutcome, type SyncPutRequest, syncPut } from "./sync-put.ts";
+
+/** What the store passes a put thread as its `workerData`. */
+export interface PutThreadData {
+  /** Marks the worker as a put thread. */
+  readonly casqPutThread: true;
+  /** One Int32: the id of a job to abort (0: none). */
+  readonly control: SharedArrayBuffer;
+}
+
+/** One put for the thread. */
+export interface PutThreadJob {
+  /** At least 1, unique per thread. */
+  readonly id: number;
+  readonly request: SyncPutRequest;
+  /** The body is the first `length` bytes of the scratch buffer. */
+  readonly length: number;
+  /** The scratch buffer from now on, when it is new. */
+  readonly scratch?: SharedArrayBuffer;
+}
+
+/** The outcome of one job, or the message of an error that is not a file-system error (a bug). */
+export type PutThreadAnswer =
+  | { readonly id: number; readonly outcome: SyncPutOutcome }
+  | { readonly id: number; readonly error: string };
+
+/** Sent once, when the thread listens for jobs. */
+export interface PutThreadReady {
+  readonly ready: true;
+}
+
+function serve(data: PutThreadData): void {
+  const port = parentPort;
+  if (port === null) return;
+  const control = new Int32Array(data.control);
+  let scratch: Uint8Array<ArrayBufferLike> = new Uint8Array(0);
+  port.on("message", (job: PutThreadJob) => {
+    if (job.scratch !== undefined) scratch = new Uint8Array(job.scratch);
+    let answer: PutThreadAnswer;
+    try {
+      const outcome = syncPut(
+        job.request,
+        scratch.subarray(0, job.length),
+        () => Atomics.load(control, 0) === job.id,
+      );
+      answer = { id: job.id, outcome };
+    } catch (error) {
+      answer = { id: job.id, error: error instanceof Error ? (error.stack ?? error.message) : String(error) };
+    }
+    port.postMessage(answer);
+  });
+  port.postMessage({ ready: true } satisfies PutThreadReady);
+}
+
+const data = workerData as Partial<PutThreadData> | undefined;
+if (!isMainThread && data?.casqPutThread === true && data.control !== undefined) serve(data as PutThreadData);

@@ -1,0 +1,208 @@
+/**
+ * The file store's put threads: a few `worker_threads` Workers, shared by
+ * every file store of the process, each running one put at a time as
+ * synchronous file calls (sync-put.ts, put-thread.ts). A put then costs the
+ * event loop a copy of its body into the thread's scratch buffer, one message
+ * out and one back, instead of about fifteen trips through libuv's thread
+ * pool.
+ *
+ * - Threads start on demand, up to {@link MAX_PUT_THREADS}: a put goes to an
+ *   idle thread, or waits in one queue for the first that is free. Threads
+ *   are unref'd while idle, so they never keep a process alive.
+ * - A thread that fails before saying it is ready has run nothing: its put,
+ *   and every later one, is answered `undefined` (the store then takes its
+ *   asynchronous path). A thread that dies with a put in flight makes that
+ *   put's outcome unknown: it rejects with {@link PutThreadLost}.
+ * - An abort removes a queued put (answered `aborted`); for a running one it
+ *   writes the put's id into the thread's control word, which the put reads
+ *   before taking the lock and before its commit point.
+ *
+ * In a checkout the module is TypeScript run through tsx, so the threads
+ * load tsx too; an installed build's threads run plain JavaScript.
+ */
+import { Worker } from "node:worker_threads";
+import type { PutThreadAnswer, PutThreadData, PutThreadJob, PutThreadReady } from "./put-thread.ts";
+import type { SyncPutOutcome, SyncPutRequest } from "./sync-put.ts";
+
+/** Most put threads per process: as many puts run at once as libuv's default thread pool would run. */
+export const MAX_PUT_THREADS = 4;
+
+/** Scratch buffers grow in steps of this many bytes. */
+const SCRATCH_STEP = 256 * 1024;
+
+/** A put thread died with a put in flight: whether that put committed is unknown. */
+export class PutThreadLost extends Error {
+  override readonly name = "PutThreadLost";
+}
+
+interface QueuedPut {
+  readonly id: number;
+  readonly request: SyncPutRequest;
+  readonly body: Uint8Array;
+  readonly signal: AbortSignal | undefined;
+  readonly resolve: (outcome: SyncPutOutcome | undefined) => void;
+  readonly reject: (error: unknown) => void;
+  onAbort?: () => void;
+}
+
+class PutThread {
+  readonly worker: Worker;
+  readonly control: Int32Array;
+  ready = false;
+  current: QueuedPut | undefined;
+  scratch: SharedArrayBuffer | undefined;
+
+  constructor() {
+    const control = new SharedArrayBuffer(4);
+    this.control = new Int32Array(control);
+    const workerData: PutThreadData = { casqPutThread: true, control };
+    const { entry, evaluate } = threadEntry();
+    this.worker = new Worker(entry, {
+      eval: evaluate,
+      workerData,
+      execArgv: [],
+      // The thread holds a few small objects; its scratch buffer is shared memory.
+      resourceLimits: { maxYoungGenerationSizeMb: 2, maxOldGenerationSizeMb: 32 },
+      stdout: false,
+      stderr: false,
+    });
+    this.worker.unref();
+  }
+}
+
+/** What a put thread runs: the built module, or in a checkout a script that loads the TypeScript one through tsx. */
+function threadEntry(): { entry: URL | string; evaluate: boolean } {
+  const self = import.meta.url;
+  if (!self.endsWith(".ts")) return { entry: new URL("./put-thread.js", self), evaluate: false };
+  // Node 20 gives a worker neither the parent's loader hooks nor those of an `--import` in its execArgv.
+  const tsx = JSON.stringify(import.meta.resolve("tsx/esm/api"));
+  const module = JSON.stringify(new URL("./put-thread.ts", self).href);
+  return {
+    entry: `import(${tsx}).then((tsx) => { tsx.register(); return import(${module}); });`,
+    evaluate: true,
+  };
+}
+
+/** The process's put threads (see the module header). */
+export class PutThreads {
+  private readonly threads: PutThread[] = [];
+  private readonly queue: QueuedPut[] = [];
+  private nextId = 1;
+  /** A thread could not start: every put takes the store's asynchronous path. */
+  private broken = false;
+  /** Threads started and puts answered so far (for tests and diagnostics). */
+  readonly counts = { started: 0, answered: 0 };
+
+  constructor(private readonly maxThreads: number = MAX_PUT_THREADS) {}
+
+  /**
+   * Runs one put on a thread. Resolves with its outcome, or `undefined` when
+   * no thread can run it (nothing was done; use the asynchronous path).
+   * Rejects with {@link PutThreadLost} when its thread died while running it.
+   */
+  run(request: SyncPutRequest, body: Uint8Array, signal?: AbortSignal): Promise<SyncPutOutcome | undefined> {
+    if (this.broken) return Promise.resolve(undefined);
+    if (signal?.aborted) return Promise.resolve({ kind: "aborted" });
+    return new Promise((resolve, reject) => {
+      const put: QueuedPut = { id: this.nextId++, request, body, signal, resolve, reject };
+      if (signal !== undefined) {
+        put.onAbort = () => this.abort(put);
+        signal.addEventListener("abort", put.onAbort, { once: true });
+      }
+      this.queue.push(put);
+      this.dispatch();
+    });
+  }
+
+  private abort(put: QueuedPut): void {
+    const at = this.queue.indexOf(put);
+    if (at >= 0) {
+      this.queue.splice(at, 1);
+      put.resolve({ kind: "aborted" });
+      return;
+    }
+    for (const thread of this.threads) if (thread.current === put) Atomics.store(thread.control, 0, put.id);
+  }
+
+  private dispatch(): void {
+    while (this.queue.length > 0) {
+      let thread = this.threads.find((t) => t.current === undefined);
+      if (thread === undefined) {
+        if (this.threads.length >= this.maxThreads) return;
+        thread = this.start();
+        if (thread === undefined) return;
+      }
+      this.send(thread, this.queue.shift() as QueuedPut);
+    }
+  }
+
+  private send(thread: PutThread, put: QueuedPut): void {
+    const length = put.body.byteLength;
+    let fresh: SharedArrayBuffer | undefined;
+    if (thread.scratch === undefined || thread.scratch.byteLength < length) {
+      fresh = new SharedArrayBuffer(Math.max(SCRATCH_STEP, Math.ceil(length / SCRATCH_STEP) * SCRATCH_STEP));
+      thread.scratch = fresh;
+    }
+    new Uint8Array(thread.scratch, 0, length).set(put.body);
+    thread.current = put;
+    Atomics.store(thread.control, 0, 0);
+    const job: PutThreadJob = fresh
+      ? { id: put.id, request: put.request, length, scratch: fresh }
+      : { id: put.id, request: put.request, length };
+    thread.worker.ref();
+    thread.worker.postMessage(job);
+  }
+
+  private start(): PutThread | undefined {
+    let thread: PutThread;
+    try {
+      thread = new PutThread();
+    } catch {
+      this.fail();
+      return undefined;
+    }
+    this.threads.push(thread);
+    this.counts.started += 1;
+    thread.worker.on("message", (message: PutThreadAnswer | PutThreadReady) => {
+      if ("ready" in message) {
+        thread.ready = true;
+        return;
+      }
+      const put = thread.current;
+      if (put === undefined || put.id !== message.id) return;
+      thread.current = undefined;
+      if (put.onAbort) put.signal?.removeEventListener("abort", put.onAbort);
+      this.counts.answered += 1;
+      if ("error" in message) put.reject(new PutThreadLost(`a put thread failed: ${message.error}`));
+      else put.resolve(message.outcome);
+      if (this.queue.length === 0) thread.worker.unref();
+      this.dispatch();
+    });
+    const ended = (error?: unknown) => {
+      const at = this.threads.indexOf(thread);
+      if (at < 0) return;
+      this.threads.splice(at, 1);
+      const put = thread.current;
+      thread.current = undefined;
+      if (!thread.ready) {
+        // It ran nothing: this put and all later ones take the asynchronous path.
+        put?.resolve(undefined);
+        this.fail();
+        return;
+      }
+      put?.reject(new PutThreadLost("a put thread exited while it ran a put", { cause: error }));
+      this.dispatch();
+    };
+    thread.worker.on("error", ended);
+    thread.worker.on("exit", () => ended());
+    return thread;
+  }
+
+  private fail(): void {
+    this.broken = true;
+    for (const put of this.queue.splice(0)) put.resolve(undefined);
+  }
+}
+
+/** The put threads every file store of this process shares. */
+export const putThreads = new PutThreads();
