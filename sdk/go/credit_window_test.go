@@ -3,13 +3,14 @@ package casq
 import (
 	"slices"
 	"testing"
+	"time"
 )
 
 // The credit window's rules, driven by hand (as sdk/ts/src/worker/credit-window.test.ts).
 
 func openWindow(t *testing.T, initial, lo, hi int) *creditWindow {
 	t.Helper()
-	w := newCreditWindow(windowBounds{initial: initial, min: lo, max: hi}, 1000)
+	w := newCreditWindow(windowBounds{initial: initial, min: lo, max: hi}, 1000, nil)
 	if g := w.takeGrant(); g != w.size {
 		t.Fatalf("first grant %d, want %d", g, w.size)
 	}
@@ -42,6 +43,53 @@ func TestCreditWindowGrowsWhileStarvedUpToMax(t *testing.T) {
 	}
 	if w.outstanding > 50 {
 		t.Fatalf("outstanding %d above max", w.outstanding)
+	}
+}
+
+func TestCreditWindowPastGrowFreelyToGrowsForBigCommits(t *testing.T) {
+	// A slow store: every 100 ms a commit brings all the credit the broker had, at once.
+	clock := time.Unix(0, 0)
+	w := newCreditWindow(windowBounds{50, 50, 5000, 1000}, 10_000, func() time.Time { return clock })
+	w.takeGrant()
+	var sizes []int
+	for range 12 {
+		clock = clock.Add(100 * time.Millisecond)
+		fastRound(w)
+		sizes = append(sizes, w.size)
+	}
+	if want := []int{100, 200, 400, 800, 1000, 2000}; !slices.Equal(sizes[:6], want) {
+		t.Fatalf("sizes %v, want %v first", sizes, want)
+	}
+	if w.size != 5000 {
+		t.Fatalf("size %d, want 5000", w.size)
+	}
+}
+
+func TestCreditWindowPastGrowFreelyToStaysForABusyBroker(t *testing.T) {
+	// A fast store, a busy broker: 100 jobs every 5 ms whatever the credit (it used all it had left).
+	clock := time.Unix(0, 0)
+	w := newCreditWindow(windowBounds{800, 50, 5000, 800}, 10_000, func() time.Time { return clock })
+	w.takeGrant()
+	for range 40 {
+		clock = clock.Add(5 * time.Millisecond)
+		w.outstanding = 100
+		w.noteStarved()
+		for range 100 {
+			w.arrived()
+			w.returned()
+		}
+	}
+	if w.size != 800 {
+		t.Fatalf("size %d, want 800", w.size)
+	}
+	// Without a clock it never grows past growFreelyTo either.
+	untimed := newCreditWindow(windowBounds{800, 50, 5000, 800}, 10_000, nil)
+	untimed.takeGrant()
+	for range 10 {
+		fastRound(untimed)
+	}
+	if untimed.size != 800 {
+		t.Fatalf("untimed size %d, want 800", untimed.size)
 	}
 }
 
@@ -97,7 +145,7 @@ func TestCreditWindowHoldsBackSmallGrants(t *testing.T) {
 }
 
 func TestCreditWindowWithinMaxCredits(t *testing.T) {
-	w := newCreditWindow(windowBounds{2500, 2500, 2500}, 1000)
+	w := newCreditWindow(windowBounds{2500, 2500, 2500, 0}, 1000, nil)
 	if g := w.takeGrant(); g != 1000 {
 		t.Fatalf("grant %d", g)
 	}
@@ -110,7 +158,7 @@ func TestCreditWindowWithinMaxCredits(t *testing.T) {
 }
 
 func TestCreditWindowAdopted(t *testing.T) {
-	w := newCreditWindow(windowBounds{10, 10, 10}, 1000)
+	w := newCreditWindow(windowBounds{10, 10, 10, 0}, 1000, nil)
 	w.adopt(3)
 	if g := w.takeGrant(); g != 7 {
 		t.Fatalf("grant %d, want 7", g)
@@ -122,12 +170,12 @@ func TestWindowBoundsOfOptions(t *testing.T) {
 		concurrency, prefetch, maxPrefetch int
 		want                               windowBounds
 	}{
-		{50, 0, 0, windowBounds{50, 50, 1000}},
-		{1, 0, 0, windowBounds{1, 1, 20}},
-		{1000, 0, 0, windowBounds{1000, 1000, 10000}},
-		{10, 0, 5, windowBounds{10, 10, 10}},
-		{10, 30, 0, windowBounds{30, 30, 30}},
-		{10, 20000, 0, windowBounds{10000, 10000, 10000}},
+		{50, 0, 0, windowBounds{50, 50, 5000, 1000}},
+		{1, 0, 0, windowBounds{1, 1, 100, 20}},
+		{1000, 0, 0, windowBounds{1000, 1000, 10000, 20000}},
+		{10, 0, 5, windowBounds{10, 10, 10, 200}},
+		{10, 30, 0, windowBounds{30, 30, 30, 30}},
+		{10, 20000, 0, windowBounds{10000, 10000, 10000, 10000}},
 	}
 	for _, c := range cases {
 		if got := creditWindowBounds(c.concurrency, c.prefetch, c.maxPrefetch); got != c.want {

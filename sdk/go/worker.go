@@ -55,7 +55,7 @@ type WorkerOption func(*workerConfig)
 type workerConfig struct {
 	concurrency     int
 	prefetch        int // 0: adaptive, up to maxPrefetch
-	maxPrefetch     int // 0: 20 × concurrency
+	maxPrefetch     int // 0: 100 × concurrency
 	subscription    string
 	workerID        string
 	leaseTTL        time.Duration
@@ -78,8 +78,9 @@ func WithPrefetch(n int) WorkerOption { return func(c *workerConfig) { c.prefetc
 // would have sent with more credit (fast handlers, slow store: a claim
 // commit per window), and shrinks back when jobs only wait in the buffer.
 // Buffered jobs are heartbeated like running ones, so their leases hold
-// while they wait. concurrency..10 000; default 20 × concurrency (at most
-// 10 000).
+// while they wait. Past 20 × concurrency it grows only while it holds fewer
+// jobs than arrive in a few commit intervals (a slow store).
+// concurrency..10 000; default 100 × concurrency (at most 10 000).
 func WithMaxPrefetch(n int) WorkerOption { return func(c *workerConfig) { c.maxPrefetch = n } }
 
 // maxPrefetch is the largest prefetch (fixed or adaptive) per stream.
@@ -91,12 +92,12 @@ func creditWindowBounds(concurrency, prefetch, maxPrefetchOpt int) windowBounds 
 	clamp := func(n int) int { return min(maxPrefetch, max(concurrency, n)) }
 	if prefetch > 0 {
 		f := clamp(prefetch)
-		return windowBounds{f, f, f}
+		return windowBounds{f, f, f, f}
 	}
 	if maxPrefetchOpt <= 0 {
-		maxPrefetchOpt = 20 * concurrency
+		maxPrefetchOpt = 100 * concurrency
 	}
-	return windowBounds{initial: concurrency, min: concurrency, max: clamp(maxPrefetchOpt)}
+	return windowBounds{initial: concurrency, min: concurrency, max: clamp(maxPrefetchOpt), growFreelyTo: 20 * concurrency}
 }
 
 // WithSubscription selects the consumer group (default "default").

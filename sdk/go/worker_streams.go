@@ -29,7 +29,7 @@ func (r *run) startOpen(addr string, primary bool) *session {
 	sctx, cancel := context.WithCancel(r.c.outgoing(context.WithoutCancel(r.ctx)))
 	s := &session{
 		addr: addr, primary: primary, ctx: sctx, cancel: cancel,
-		win:     newCreditWindow(r.window, maxCreditsDefault),
+		win:     newCreditWindow(r.window, maxCreditsDefault, time.Now),
 		pending: map[uint64]pendingReq{}, serving: map[uint32]bool{},
 	}
 	// The jobs of lost streams it will adopt use part of its window.

@@ -39,6 +39,49 @@ def test_doubles_while_starved_handlers_used_all_the_credit_up_to_max() -> None:
     assert w.outstanding <= 50
 
 
+class ManualClock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_past_grow_freely_to_grows_while_each_commits_burst_is_a_large_part_of_the_window() -> None:
+    # A slow store: every 100 ms a commit brings all the credit the broker had, at once.
+    clock = ManualClock()
+    w = CreditWindow(WindowBounds(50, 50, 5000, 1000), 10_000, clock)
+    w.take_grant()
+    sizes = []
+    for _ in range(12):
+        clock.t += 0.1
+        fast_round(w)
+        sizes.append(w.size)
+    assert sizes[:6] == [100, 200, 400, 800, 1000, 2000]
+    assert sizes[-1] == 5000
+
+
+def test_past_grow_freely_to_stays_for_a_busy_broker_that_sends_the_same_few_jobs_per_commit() -> None:
+    # A fast store, a busy broker: 100 jobs every 5 ms whatever the credit (it used all it had left).
+    clock = ManualClock()
+    w = CreditWindow(WindowBounds(800, 50, 5000, 800), 10_000, clock)
+    w.take_grant()
+    for _ in range(40):
+        clock.t += 0.005
+        w.outstanding = 100
+        w.note_starved()
+        for _ in range(100):
+            w.arrived()
+            w.returned()
+    assert w.size == 800
+    # Without a clock it never grows past grow_freely_to either.
+    untimed = CreditWindow(WindowBounds(800, 50, 5000, 800), 10_000)
+    untimed.take_grant()
+    for _ in range(10):
+        fast_round(untimed)
+    assert untimed.size == 800
+
+
 def test_shrinks_by_half_the_standing_queue() -> None:
     w = open_window(40, 10, 100)
     for _ in range(40):
@@ -84,9 +127,9 @@ def test_keeps_outstanding_credit_within_max_credits() -> None:
 
 
 def test_bounds_of_the_options() -> None:
-    assert credit_window_bounds(50, None, None) == WindowBounds(50, 50, 1000)
-    assert credit_window_bounds(1000, None, None) == WindowBounds(1000, 1000, 10_000)
-    assert credit_window_bounds(10, None, 5) == WindowBounds(10, 10, 10)
+    assert credit_window_bounds(50, None, None) == WindowBounds(50, 50, 5000, 1000)
+    assert credit_window_bounds(1000, None, None) == WindowBounds(1000, 1000, 10_000, 20_000)
+    assert credit_window_bounds(10, None, 5) == WindowBounds(10, 10, 10, 200)
     assert credit_window_bounds(10, 30, None) == WindowBounds(30, 30, 30)
     with pytest.raises(ValueError):
         credit_window_bounds(10, 0, None)

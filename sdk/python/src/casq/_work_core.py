@@ -266,7 +266,7 @@ class WorkCore:
             return None
         if lane != PRIMARY and (lane in self.streams or address in {s.address for s in self.streams.values()}):
             return None
-        stream = Stream(lane, address, outbox, self.clock(), CreditWindow(self.window, MAX_CREDITS))
+        stream = Stream(lane, address, outbox, self.clock(), CreditWindow(self.window, MAX_CREDITS, self.clock))
         # Jobs still held from the lane's earlier stream keep their leases; those
         # whose credit has not come back yet count as held in its window, and
         # their credit comes back to this stream.

@@ -26,6 +26,13 @@ function fastRound(w: CreditWindow): void {
   w.takeGrant();
 }
 
+/** An open window of min 50 and max 5000 that grows freely up to `growFreelyTo`, on the clock `now`. */
+function timed(initial: number, growFreelyTo: number, now: (() => number) | undefined): CreditWindow {
+  const w = new CreditWindow({ initial, min: 50, max: 5000, maxOutstanding: 10_000, growFreelyTo, now });
+  w.takeGrant();
+  return w;
+}
+
 describe("CreditWindow", () => {
   it("doubles while starved handlers used all the credit, up to max", () => {
     const w = open(4, 4, 50);
@@ -59,6 +66,40 @@ describe("CreditWindow", () => {
     }
     expect(w.size).toBeLessThan(100);
     expect(w.size).toBeGreaterThanOrEqual(10);
+  });
+
+  it("past growFreelyTo, grows while each commit's burst of jobs is a large part of the window", () => {
+    // A slow store: every 100 ms a commit brings all the credit the broker had, at once.
+    let t = 0;
+    const w = timed(50, 1000, () => t);
+    const sizes: number[] = [];
+    for (let i = 0; i < 12; i++) {
+      t += 100;
+      fastRound(w);
+      sizes.push(w.size);
+    }
+    expect(sizes.slice(0, 6)).toEqual([100, 200, 400, 800, 1000, 2000]);
+    expect(sizes.at(-1)).toBe(5000);
+  });
+
+  it("past growFreelyTo, does not grow for a busy broker that sends the same few jobs per commit", () => {
+    // A fast store, a busy broker: 100 jobs every 5 ms whatever the credit (it used all it had left).
+    let t = 0;
+    const w = timed(800, 800, () => t);
+    for (let round = 0; round < 40; round++) {
+      t += 5;
+      w.outstanding = 100;
+      w.noteStarved();
+      for (let i = 0; i < 100; i++) {
+        w.arrived();
+        w.returned();
+      }
+    }
+    expect(w.size).toBe(800);
+    // The same window without a clock never grows past growFreelyTo either.
+    const untimed = timed(800, 800, undefined);
+    for (let i = 0; i < 10; i++) fastRound(untimed);
+    expect(untimed.size).toBe(800);
   });
 
   it("never changes a fixed window", () => {

@@ -9,12 +9,22 @@
  * holds what the handlers drain in one round trip (rate × round trip, the
  * bandwidth-delay product) keeps them busy. Nobody knows that product in
  * advance, so the window measures it, in epochs of one window's worth of
- * arrivals (counts, no clock):
+ * arrivals:
  *
  * - **grow** (doubles, up to `max`) when, within the epoch, the handlers sat
  *   idle with nothing buffered (starved) while the broker had used most of
  *   the credit (the lowest outstanding credit seen at an arrival was at most
- *   half the window): the credit, not the queue, was what they waited for;
+ *   half the window): the credit, not the queue, was what they waited for.
+ *   Up to `growFreelyTo` that is all; past it the window also must hold
+ *   fewer jobs than arrive in {@link ROUND_TRIPS_HELD} commit intervals at
+ *   the epoch's rate. Jobs come in one burst per commit, so the longest
+ *   pause between two arrivals in an epoch is about one commit interval (the
+ *   shortest of the last {@link GAP_EPOCHS} epochs' is taken, so one GC
+ *   pause does not count). A broker that is busy, not far away, sends no
+ *   more jobs for more credit, while every job it has claimed and not seen
+ *   settled is a lease its head carries in every write: on a local disk
+ *   (commits every few ms) 20 × the handlers keep them busy, at 100 ms a
+ *   write it takes thousands;
  * - **shrink** by half the smallest buffer seen when the buffer never emptied
  *   within the epoch (a standing queue: the extra jobs only wait, holding
  *   leases other workers could use);
@@ -52,7 +62,16 @@ export interface CreditWindowOptions {
   readonly max: number;
   /** Most credit the broker lets a stream have outstanding. */
   readonly maxOutstanding: number;
+  /** Growth up to this size needs no timing (default `max`); past it, see {@link ROUND_TRIPS_HELD}. */
+  readonly growFreelyTo?: number;
+  /** The clock (ms) that times arrivals; without one the window never grows past `growFreelyTo`. */
+  readonly now?: () => number;
 }
+
+/** Past `growFreelyTo`, the window grows only while it holds fewer jobs than arrive in this many settle round trips. */
+export const ROUND_TRIPS_HELD = 4;
+/** Epochs whose longest pause between arrivals (about a commit interval) are remembered. */
+export const GAP_EPOCHS = 3;
 
 /** The adaptive credit window of one stream (see the module header). */
 export class CreditWindow {
@@ -66,11 +85,18 @@ export class CreditWindow {
   readonly max: number;
   /** Most credit the broker lets this stream have outstanding (`Opened.max_credits` once open). */
   maxOutstanding: number;
+  private readonly now: (() => number) | undefined;
+  private readonly growFreelyTo: number;
   // The current epoch.
   private arrivals = 0;
   private lowOutstanding = Number.POSITIVE_INFINITY;
   private lowBuffered = Number.POSITIVE_INFINITY;
   private starved = false;
+  private epochStart = 0;
+  /** Longest pause between two arrivals this epoch, and the shortest such pause of the last epochs. */
+  private lastArrivalAt: number | undefined;
+  private longestGap = 0;
+  private readonly recentGaps: number[] = [];
 
   /** A window of `options.initial`, kept within [min, max]. */
   constructor(options: CreditWindowOptions) {
@@ -78,6 +104,9 @@ export class CreditWindow {
     this.max = Math.max(this.min, options.max);
     this.size = Math.min(this.max, Math.max(this.min, options.initial));
     this.maxOutstanding = options.maxOutstanding;
+    this.now = options.now;
+    this.growFreelyTo = Math.min(this.max, options.growFreelyTo ?? this.max);
+    this.epochStart = this.now?.() ?? 0;
   }
 
   /** True when the size never changes. */
@@ -114,6 +143,12 @@ export class CreditWindow {
 
   /** A job arrived on the stream: it used one credit and is held. */
   arrived(): void {
+    if (this.now !== undefined) {
+      const at = this.now();
+      if (this.lastArrivalAt !== undefined)
+        this.longestGap = Math.max(this.longestGap, at - this.lastArrivalAt);
+      this.lastArrivalAt = at;
+    }
     this.outstanding = Math.max(0, this.outstanding - 1);
     this.held++;
     this.lowOutstanding = Math.min(this.lowOutstanding, this.outstanding);
@@ -135,10 +170,22 @@ export class CreditWindow {
     this.lowBuffered = Math.min(this.lowBuffered, buffered);
   }
 
+  /** The jobs that arrive in {@link ROUND_TRIPS_HELD} commit intervals at this epoch's rate (0: unknown). */
+  private jobsPerRoundTrips(now: number): number {
+    if (this.now === undefined || this.recentGaps.length < GAP_EPOCHS) return 0;
+    const perMs = this.arrivals / Math.max(1, now - this.epochStart);
+    return ROUND_TRIPS_HELD * perMs * Math.min(...this.recentGaps);
+  }
+
   private endEpoch(): void {
+    const now = this.now?.() ?? 0;
+    this.recentGaps.push(this.longestGap);
+    if (this.recentGaps.length > GAP_EPOCHS) this.recentGaps.shift();
+    this.longestGap = 0;
     if (!this.fixed) {
       if (this.starved && this.lowOutstanding * 2 <= this.size) {
-        this.size = Math.min(this.max, this.size * 2);
+        if (this.size < this.growFreelyTo) this.size = Math.min(this.growFreelyTo, this.size * 2);
+        else if (this.size < this.jobsPerRoundTrips(now)) this.size = Math.min(this.max, this.size * 2);
       } else if (!this.starved && this.lowBuffered > 0 && this.lowBuffered !== Number.POSITIVE_INFINITY) {
         this.size = Math.max(this.min, this.size - Math.ceil(this.lowBuffered / 2));
       } else if (this.starved && this.lowOutstanding * 4 > this.size * 3) {
@@ -146,6 +193,7 @@ export class CreditWindow {
       }
     }
     this.arrivals = 0;
+    this.epochStart = now;
     this.lowOutstanding = Number.POSITIVE_INFINITY;
     this.lowBuffered = Number.POSITIVE_INFINITY;
     this.starved = false;

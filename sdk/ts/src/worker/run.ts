@@ -48,7 +48,9 @@ export interface RunOptions {
    * with more credit (fast handlers, slow store: a claim commit per window),
    * and shrinks back when jobs only wait in the buffer. Buffered jobs are
    * heartbeated like running ones, so their leases hold while they wait.
-   * concurrency..10 000; default 20 × concurrency (at most 10 000).
+   * Past 20 × concurrency it grows only while it holds fewer jobs than
+   * arrive in a few acks' round trips (a slow store). concurrency..10 000;
+   * default 100 × concurrency (at most 10 000).
    */
   readonly maxPrefetch?: number;
   /** Lease length of each job, 100 ms..24 h. Default: the queue's (60 s). */
@@ -68,13 +70,18 @@ export const MAX_PREFETCH = 10_000;
 export function creditWindowBounds(
   concurrency: number,
   options: Pick<RunOptions, "prefetch" | "maxPrefetch">,
-): { initial: number; min: number; max: number } {
+): { initial: number; min: number; max: number; growFreelyTo?: number } {
   const clamp = (n: number) => Math.min(MAX_PREFETCH, Math.max(concurrency, Math.floor(n)));
   if (options.prefetch !== undefined) {
     const fixed = clamp(options.prefetch);
     return { initial: fixed, min: fixed, max: fixed };
   }
-  return { initial: concurrency, min: concurrency, max: clamp(options.maxPrefetch ?? 20 * concurrency) };
+  return {
+    initial: concurrency,
+    min: concurrency,
+    max: clamp(options.maxPrefetch ?? 100 * concurrency),
+    growFreelyTo: 20 * concurrency,
+  };
 }
 
 /** One `run()`: its streams, held jobs, handlers, settles and heartbeats. */

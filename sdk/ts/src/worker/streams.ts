@@ -71,7 +71,12 @@ export interface StreamsOptions {
   readonly subscription: string;
   readonly workerId: string;
   /** Bounds of each stream's credit window: jobs held plus credit outstanding. */
-  readonly window: { readonly initial: number; readonly min: number; readonly max: number };
+  readonly window: {
+    readonly initial: number;
+    readonly min: number;
+    readonly max: number;
+    readonly growFreelyTo?: number;
+  };
   /** Lease length asked for in `open`; `undefined`: the queue's. */
   readonly leaseTtlMs: number | undefined;
   readonly reporter: Reporter;
@@ -185,7 +190,7 @@ export class Streams {
       address,
       this.pool.options.timeoutMs,
       this.pool.options.clock,
-      new CreditWindow({ ...this.window, maxOutstanding: MAX_CREDITS }),
+      new CreditWindow({ ...this.window, maxOutstanding: MAX_CREDITS, now: () => this.now() }),
     );
     // Jobs of streams that ended give their credit to this one, so the worker
     // holds no more than before the other stream ended.

@@ -410,9 +410,9 @@ class Worker:
 
         Each stream holds up to its prefetch of jobs: running, waiting, and
         credit the broker has not used yet. By default the prefetch adapts, from
-        ``concurrency`` up to ``max_prefetch`` (default 20 × ``concurrency``, at
-        most 10 000): it grows while handlers wait for jobs the broker would
-        have sent with more credit (fast handlers, slow store) and shrinks back
+        ``concurrency`` up to ``max_prefetch`` (default 100 × ``concurrency``, at
+        most 10 000; past 20 × ``concurrency`` only for a slow store): it grows
+        while handlers wait for jobs the broker would have sent with more credit (fast handlers, slow store) and shrinks back
         when jobs only wait; waiting jobs are heartbeated like running ones.
         ``prefetch`` fixes it instead (``concurrency``..10 000). A worker whose
         queue's shards are led by *n* brokers holds up to ``n`` times that, while
