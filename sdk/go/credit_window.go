@@ -22,7 +22,9 @@ import (
 //     with nothing buffered (starved) while the broker had used most of the
 //     credit (the lowest outstanding credit seen at an arrival was at most
 //     half the window): the credit, not the queue, was what they waited for.
-//     Up to growFreelyTo that is all; past it the window also must hold
+//     Up to growFreelyTo that is all, and it quadruples when the broker used
+//     every credit it had (an epoch takes a commit or two, 100 ms each on a
+//     slow store); past it the window also must hold
 //     fewer jobs than arrive in roundTripsHeld commit intervals at the
 //     epoch's rate. Jobs come in one burst per commit, so the longest pause
 //     between two arrivals in an epoch is about one commit interval (the
@@ -166,8 +168,13 @@ func (w *creditWindow) endEpoch() {
 	if !w.fixed() {
 		switch {
 		case w.starved && w.lowOutstanding*2 <= w.size:
+			// The broker took every credit it had: quadruple (a slow store's window is far off).
+			step := 2
+			if w.lowOutstanding == 0 {
+				step = 4
+			}
 			if w.size < w.growFreelyTo {
-				w.size = min(w.growFreelyTo, w.size*2)
+				w.size = min(w.growFreelyTo, w.size*step)
 			} else if float64(w.size) < w.jobsPerRoundTrips(now) {
 				w.size = min(w.max, w.size*2)
 			}

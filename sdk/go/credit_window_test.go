@@ -32,17 +32,38 @@ func fastRound(w *creditWindow) {
 }
 
 func TestCreditWindowGrowsWhileStarvedUpToMax(t *testing.T) {
+	// The broker used all the credit: x4.
 	w := openWindow(t, 4, 4, 50)
 	var sizes []int
-	for range 8 {
+	for range 4 {
 		fastRound(w)
 		sizes = append(sizes, w.size)
 	}
-	if want := []int{8, 16, 32, 50, 50, 50, 50, 50}; !slices.Equal(sizes, want) {
+	if want := []int{16, 50, 50, 50}; !slices.Equal(sizes, want) {
 		t.Fatalf("sizes %v, want %v", sizes, want)
 	}
 	if w.outstanding > 50 {
 		t.Fatalf("outstanding %d above max", w.outstanding)
+	}
+	// It keeps one credit back each round (used most, not all): x2.
+	most := openWindow(t, 4, 4, 50)
+	var seen []int
+	for range 12 {
+		most.noteStarved()
+		n := most.outstanding - 1
+		for range n {
+			most.arrived()
+		}
+		for range n {
+			most.returned()
+		}
+		most.outstanding = most.size // the held-back credit is used by the next round
+		if len(seen) == 0 || seen[len(seen)-1] != most.size {
+			seen = append(seen, most.size)
+		}
+	}
+	if want := []int{4, 8, 16, 32, 50}; !slices.Equal(seen, want) {
+		t.Fatalf("sizes %v, want %v", seen, want)
 	}
 }
 
@@ -57,7 +78,7 @@ func TestCreditWindowPastGrowFreelyToGrowsForBigCommits(t *testing.T) {
 		fastRound(w)
 		sizes = append(sizes, w.size)
 	}
-	if want := []int{100, 200, 400, 800, 1000, 2000}; !slices.Equal(sizes[:6], want) {
+	if want := []int{200, 800, 1000, 2000, 4000}; !slices.Equal(sizes[:5], want) {
 		t.Fatalf("sizes %v, want %v first", sizes, want)
 	}
 	if w.size != 5000 {

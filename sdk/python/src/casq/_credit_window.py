@@ -13,7 +13,9 @@ worth of arrivals:
   idle with nothing buffered (starved) while the broker had used most of the
   credit (the lowest outstanding credit seen at an arrival was at most half
   the window): the credit, not the queue, was what they waited for. Up to
-  ``grow_freely_to`` that is all; past it the window also must hold fewer jobs
+  ``grow_freely_to`` that is all, and it quadruples when the broker used every
+  credit it had (an epoch takes a commit or two, 100 ms each on a slow store);
+  past it the window also must hold fewer jobs
   than arrive in ``ROUND_TRIPS_HELD`` commit intervals at the epoch's rate.
   Jobs come in one burst per commit, so the longest pause between two
   arrivals in an epoch is about one commit interval (the shortest of the last
@@ -170,8 +172,10 @@ class CreditWindow:
         self._longest_gap = 0.0
         if not self.fixed:
             if self._starved and self._low_outstanding * 2 <= self.size:
+                # The broker took every credit it had: quadruple (a slow store's window is far off).
+                step = 4 if self._low_outstanding == 0 else 2
                 if self.size < self.grow_freely_to:
-                    self.size = min(self.grow_freely_to, self.size * 2)
+                    self.size = min(self.grow_freely_to, self.size * step)
                 elif self.size < self._jobs_per_round_trips(now):
                     self.size = min(self.max, self.size * 2)
             elif not self._starved and 0 < self._low_buffered < math.inf:

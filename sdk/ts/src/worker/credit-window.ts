@@ -15,7 +15,9 @@
  *   idle with nothing buffered (starved) while the broker had used most of
  *   the credit (the lowest outstanding credit seen at an arrival was at most
  *   half the window): the credit, not the queue, was what they waited for.
- *   Up to `growFreelyTo` that is all; past it the window also must hold
+ *   Up to `growFreelyTo` that is all, and it quadruples when the broker used
+ *   every credit it had (an epoch takes a commit or two, 100 ms each on a
+ *   slow store: the window gets there in half the epochs); past it the window also must hold
  *   fewer jobs than arrive in {@link ROUND_TRIPS_HELD} commit intervals at
  *   the epoch's rate. Jobs come in one burst per commit, so the longest
  *   pause between two arrivals in an epoch is about one commit interval (the
@@ -184,7 +186,9 @@ export class CreditWindow {
     this.longestGap = 0;
     if (!this.fixed) {
       if (this.starved && this.lowOutstanding * 2 <= this.size) {
-        if (this.size < this.growFreelyTo) this.size = Math.min(this.growFreelyTo, this.size * 2);
+        // The broker took every credit it had: quadruple (a slow store's window is far off).
+        const step = this.lowOutstanding === 0 ? 4 : 2;
+        if (this.size < this.growFreelyTo) this.size = Math.min(this.growFreelyTo, this.size * step);
         else if (this.size < this.jobsPerRoundTrips(now)) this.size = Math.min(this.max, this.size * 2);
       } else if (!this.starved && this.lowBuffered > 0 && this.lowBuffered !== Number.POSITIVE_INFINITY) {
         this.size = Math.max(this.min, this.size - Math.ceil(this.lowBuffered / 2));
