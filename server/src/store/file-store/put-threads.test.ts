@@ -98,6 +98,21 @@ describe("file store put threads", () => {
     expect((await readdir(root)).filter((name) => name.includes("~tmp~"))).toEqual([]);
   });
 
+  it("starts a second thread for puts that would wait, and ends it once it sat idle", async () => {
+    const threads = new PutThreads(2, 200);
+    const big = new Uint8Array(2 * 1024 * 1024).fill(1);
+    const outcomes = await Promise.all(
+      ["a", "b", "c", "d"].map((name) => threads.run(request(name, { ifAbsent: true }), big)),
+    );
+    expect(outcomes).toEqual(Array(4).fill({ kind: "ok" }));
+    expect(threads.counts.started).toBe(2);
+    expect(threads.threadCount).toBe(2);
+    await new Promise((resolve) => setTimeout(resolve, 600));
+    expect(threads.threadCount).toBe(1);
+    expect(await threads.run(request("e", { ifAbsent: true }), bytes("x"))).toEqual({ kind: "ok" });
+    expect(threads.counts.started).toBe(2);
+  });
+
   it("an abort removes a queued put, and a running one commits nothing or lands whole", async () => {
     const threads = new PutThreads(1);
     const big = new Uint8Array(3 * 1024 * 1024).fill(7);

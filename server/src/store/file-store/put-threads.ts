@@ -8,7 +8,11 @@
  *
  * - Threads start on demand, up to {@link MAX_PUT_THREADS}: a put goes to an
  *   idle thread, or waits in one queue for the first that is free. Threads
- *   are unref'd while idle, so they never keep a process alive.
+ *   are unref'd while idle, so they never keep a process alive, and all but
+ *   the first end after {@link SPARE_IDLE_MS} without work: each holds a V8
+ *   heap and a scratch buffer as big as the largest body it wrote (a few MiB
+ *   of the broker's memory), and one thread keeps up with a busy shard; the
+ *   second takes a segment's put while the first writes the head.
  * - A thread that fails before saying it is ready has run nothing: its put,
  *   and every later one, is answered `undefined` (the store then takes its
  *   asynchronous path). A thread that dies with a put in flight makes that
@@ -24,8 +28,10 @@ import { Worker } from "node:worker_threads";
 import type { PutThreadAnswer, PutThreadData, PutThreadJob, PutThreadReady } from "./put-thread.ts";
 import type { SyncPutOutcome, SyncPutRequest } from "./sync-put.ts";
 
-/** Most put threads per process: as many puts run at once as libuv's default thread pool would run. */
-export const MAX_PUT_THREADS = 4;
+/** Most put threads per process. */
+export const MAX_PUT_THREADS = 2;
+/** A thread beyond the first ends after this long without a put. */
+export const SPARE_IDLE_MS = 5_000;
 
 /** Scratch buffers grow in steps of this many bytes. */
 const SCRATCH_STEP = 256 * 1024;
@@ -51,6 +57,8 @@ class PutThread {
   ready = false;
   current: QueuedPut | undefined;
   scratch: SharedArrayBuffer | undefined;
+  /** Ends this spare thread when it has been idle long enough (see {@link SPARE_IDLE_MS}). */
+  retire: NodeJS.Timeout | undefined;
 
   constructor() {
     const control = new SharedArrayBuffer(4);
@@ -62,7 +70,7 @@ class PutThread {
       workerData,
       execArgv: [],
       // The thread holds a few small objects; its scratch buffer is shared memory.
-      resourceLimits: { maxYoungGenerationSizeMb: 2, maxOldGenerationSizeMb: 32 },
+      resourceLimits: { maxYoungGenerationSizeMb: 1, maxOldGenerationSizeMb: 16 },
       stdout: false,
       stderr: false,
     });
@@ -93,7 +101,15 @@ export class PutThreads {
   /** Threads started and puts answered so far (for tests and diagnostics). */
   readonly counts = { started: 0, answered: 0 };
 
-  constructor(private readonly maxThreads: number = MAX_PUT_THREADS) {}
+  constructor(
+    private readonly maxThreads: number = MAX_PUT_THREADS,
+    private readonly spareIdleMs: number = SPARE_IDLE_MS,
+  ) {}
+
+  /** Threads running now. */
+  get threadCount(): number {
+    return this.threads.length;
+  }
 
   /**
    * Runs one put on a thread. Resolves with its outcome, or `undefined` when
@@ -145,6 +161,8 @@ export class PutThreads {
     }
     new Uint8Array(thread.scratch, 0, length).set(put.body);
     thread.current = put;
+    clearTimeout(thread.retire);
+    thread.retire = undefined;
     Atomics.store(thread.control, 0, 0);
     const job: PutThreadJob = fresh
       ? { id: put.id, request: put.request, length, scratch: fresh }
@@ -177,6 +195,10 @@ export class PutThreads {
       else put.resolve(message.outcome);
       if (this.queue.length === 0) thread.worker.unref();
       this.dispatch();
+      if (thread.current === undefined && this.threads.indexOf(thread) > 0) {
+        thread.retire = setTimeout(() => this.retire(thread), this.spareIdleMs);
+        thread.retire.unref();
+      }
     });
     const ended = (error?: unknown) => {
       const at = this.threads.indexOf(thread);
@@ -196,6 +218,14 @@ export class PutThreads {
     thread.worker.on("error", ended);
     thread.worker.on("exit", () => ended());
     return thread;
+  }
+
+  /** Ends an idle spare thread; out of the pool first, so that no put is sent to it meanwhile. */
+  private retire(thread: PutThread): void {
+    const at = this.threads.indexOf(thread);
+    if (at < 0 || thread.current !== undefined) return;
+    this.threads.splice(at, 1);
+    void thread.worker.terminate();
   }
 
   private fail(): void {
