@@ -134,7 +134,7 @@ export class PutThreads {
     const at = this.queue.indexOf(put);
     if (at >= 0) {
       this.queue.splice(at, 1);
-      put.resolve({ kind: "aborted" });
+      settle(put, { kind: "aborted" });
       return;
     }
     for (const thread of this.threads) if (thread.current === put) Atomics.store(thread.control, 0, put.id);
@@ -189,10 +189,9 @@ export class PutThreads {
       const put = thread.current;
       if (put === undefined || put.id !== message.id) return;
       thread.current = undefined;
-      if (put.onAbort) put.signal?.removeEventListener("abort", put.onAbort);
       this.counts.answered += 1;
-      if ("error" in message) put.reject(new PutThreadLost(`a put thread failed: ${message.error}`));
-      else put.resolve(message.outcome);
+      if ("error" in message) settle(put, new PutThreadLost(`a put thread failed: ${message.error}`));
+      else settle(put, message.outcome);
       if (this.queue.length === 0) thread.worker.unref();
       this.dispatch();
       if (thread.current === undefined && this.threads.indexOf(thread) > 0) {
@@ -208,11 +207,11 @@ export class PutThreads {
       thread.current = undefined;
       if (!thread.ready) {
         // It ran nothing: this put and all later ones take the asynchronous path.
-        put?.resolve(undefined);
+        if (put) settle(put, undefined);
         this.fail();
         return;
       }
-      put?.reject(new PutThreadLost("a put thread exited while it ran a put", { cause: error }));
+      if (put) settle(put, new PutThreadLost("a put thread exited while it ran a put", { cause: error }));
       this.dispatch();
     };
     thread.worker.on("error", ended);
@@ -230,8 +229,15 @@ export class PutThreads {
 
   private fail(): void {
     this.broken = true;
-    for (const put of this.queue.splice(0)) put.resolve(undefined);
+    for (const put of this.queue.splice(0)) settle(put, undefined);
   }
+}
+
+/** Answers a put: its outcome, `undefined` (take the asynchronous path) or an error; stops listening to its signal. */
+function settle(put: QueuedPut, answer: SyncPutOutcome | undefined | PutThreadLost): void {
+  if (put.onAbort) put.signal?.removeEventListener("abort", put.onAbort);
+  if (answer instanceof PutThreadLost) put.reject(answer);
+  else put.resolve(answer);
 }
 
 /** The put threads every file store of this process shares. */
