@@ -24,9 +24,9 @@ import (
 //     half the window): the credit, not the queue, was what they waited for.
 //     Up to growFreelyTo that is all, and it quadruples when the broker used
 //     every credit it had (an epoch takes a commit or two, 100 ms each on a
-//     slow store); past it the window also must hold
-//     fewer jobs than arrive in roundTripsHeld commit intervals at the
-//     epoch's rate. Jobs come in one burst per commit, so the longest pause
+//     slow store); past it the window also must hold fewer jobs than arrive
+//     in roundTripsHeld commit intervals at the epoch's rate. Jobs come in
+//     one burst per commit, so the longest pause
 //     between two arrivals in an epoch is about one commit interval (the
 //     shortest of the last gapEpochs epochs' is taken, so one pause of the
 //     worker's own does not count). A broker that is busy, not far away,
@@ -91,6 +91,9 @@ func newCreditWindow(b windowBounds, maxOutstanding int, now func() time.Time) *
 		w.growFreelyTo = min(w.max, b.growFreelyTo)
 	}
 	w.resetEpoch()
+	if now != nil {
+		w.epochStart = now()
+	}
 	return w
 }
 

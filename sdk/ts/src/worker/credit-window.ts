@@ -17,9 +17,9 @@
  *   half the window): the credit, not the queue, was what they waited for.
  *   Up to `growFreelyTo` that is all, and it quadruples when the broker used
  *   every credit it had (an epoch takes a commit or two, 100 ms each on a
- *   slow store: the window gets there in half the epochs); past it the window also must hold
- *   fewer jobs than arrive in {@link ROUND_TRIPS_HELD} commit intervals at
- *   the epoch's rate. Jobs come in one burst per commit, so the longest
+ *   slow store: the window gets there in half the epochs); past it the
+ *   window also must hold fewer jobs than arrive in {@link ROUND_TRIPS_HELD}
+ *   commit intervals at the epoch's rate. Jobs come in one burst per commit, so the longest
  *   pause between two arrivals in an epoch is about one commit interval (the
  *   shortest of the last {@link GAP_EPOCHS} epochs' is taken, so one GC
  *   pause does not count). A broker that is busy, not far away, sends no
