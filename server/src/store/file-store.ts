@@ -74,7 +74,7 @@
  */
 import { randomBytes } from "node:crypto";
 import { accessSync, closeSync, constants, type Dirent } from "node:fs";
-import { type FileHandle, mkdir, open, readdir } from "node:fs/promises";
+import { type FileHandle, mkdir, open, readdir, rm } from "node:fs/promises";
 import path from "node:path";
 import {
   fsyncDir,
@@ -82,6 +82,7 @@ import {
   makeDirsSync,
   openFd,
   renamePath,
+  rmdirPath,
   unlinkPath,
   writeAll,
   writeAllSync,
@@ -97,8 +98,8 @@ import {
   readCurrent,
 } from "./file-store/object-file.ts";
 import { isAbandoned, newOwnerName, ORPHAN_MAX_AGE_MS } from "./file-store/owner-liveness.ts";
-import { putThreads } from "./file-store/put-threads.ts";
-import type { SyncPutOutcome } from "./file-store/sync-put.ts";
+import { type PutThreads, putThreads } from "./file-store/put-threads.ts";
+import type { SyncPutOutcome, SyncPutRequest } from "./file-store/sync-put.ts";
 import { validateKey, validatePrefix } from "./keys.ts";
 import type {
   CallOptions,
@@ -128,6 +129,8 @@ export interface FileStoreOptions {
   readonly lockStaleMs?: number;
   /** How long a call waits for a key's lock held by a live process before failing `unavailable`. Default 30 s. */
   readonly lockTimeoutMs?: number;
+  /** The put threads to write with (default: the process's, {@link putThreads}); tests give their own. */
+  readonly putThreads?: PutThreads;
 }
 
 /** Name of the internal directory under the root (contains `~`, so never a key). */
@@ -146,6 +149,18 @@ const THREAD_PUT_MAX_BYTES = IO_CHUNK;
 const PREFIX_NOT_OBJECT =
   "the key is a prefix of other keys; the file store cannot also store an object there";
 const DEFAULT_LOCK_STALE_MS = 10_000;
+
+/**
+ * Removes, by their exact names, the temp file, staging directory and lock
+ * marker (with the lock directory, if then empty) a put thread's `request`
+ * may have left when it stopped mid-sequence. Never throws.
+ */
+async function removeLeftovers(request: SyncPutRequest): Promise<void> {
+  await unlinkPath(request.temp).catch(() => {});
+  await rm(request.stagedDir, { recursive: true, force: true }).catch(() => {});
+  await unlinkPath(path.join(request.lockDir, request.marker)).catch(() => {});
+  await rmdirPath(request.lockDir).catch(() => {});
+}
 
 /** One put: its key and file, the new version's id, and the caller's arguments, deadline included. */
 interface PutCall {
@@ -174,6 +189,7 @@ export class FileStore implements ObjectStore {
   readonly root: string;
   private readonly lockTimeoutMs: number;
   private readonly locks: KeyLocks;
+  private readonly putThreads: PutThreads;
   private readonly sweptDirs = new Set<string>();
   /** Directories this store made or found; a put into one skips the mkdir (see doPut for one removed since). */
   private readonly knownDirs = new Set<string>();
@@ -186,6 +202,7 @@ export class FileStore implements ObjectStore {
     this.description = `file:${this.root}`;
     const lockStaleMs = Math.max(100, options.lockStaleMs ?? DEFAULT_LOCK_STALE_MS);
     this.lockTimeoutMs = Math.max(0, options.lockTimeoutMs ?? DEFAULT_LOCK_TIMEOUT_MS);
+    this.putThreads = options.putThreads ?? putThreads;
     const locksDir = path.join(this.root, FILE_STORE_INTERNAL_DIR, "locks");
     const stagingDir = path.join(this.root, FILE_STORE_INTERNAL_DIR, "staging");
     try {
@@ -342,26 +359,24 @@ export class FileStore implements ObjectStore {
     await this.ensureDir(dir);
     const release = await this.locks.turn(key, signal, deadline);
     let outcome: SyncPutOutcome | undefined;
+    const request: SyncPutRequest = {
+      file,
+      temp: `${file}${TEMP_INFIX}${newOwnerName()}`,
+      header: `${HEADER_MAGIC}${id}\n`,
+      ifAbsent: "ifAbsent" in condition,
+      ifMatch: "ifMatch" in condition ? condition.ifMatch : undefined,
+      ...this.locks.stageFor(key),
+    };
     try {
-      outcome = await putThreads.run(
-        {
-          file,
-          temp: `${file}${TEMP_INFIX}${newOwnerName()}`,
-          header: `${HEADER_MAGIC}${id}\n`,
-          ifAbsent: "ifAbsent" in condition,
-          ifMatch: "ifMatch" in condition ? condition.ifMatch : undefined,
-          ...this.locks.stageFor(key),
-        },
-        body,
-        signal,
-      );
+      outcome = await this.putThreads.run(request, body, signal);
     } catch (error) {
+      // The thread may have stopped anywhere in the sequence: remove what only this put could have
+      // made (a marker of this live process is never broken as stale), then say "unknown".
+      await removeLeftovers(request);
       throw new AmbiguousWriteError(
         key,
-        "the thread writing the object died; whether the write landed is unknown",
-        {
-          cause: error,
-        },
+        "the thread writing the object failed; whether the write landed is unknown",
+        { cause: error },
       );
     } finally {
       release();

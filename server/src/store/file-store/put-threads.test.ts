@@ -9,7 +9,8 @@ import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promis
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { FileStore } from "../file-store.ts";
+import { FILE_STORE_INTERNAL_DIR, FileStore } from "../file-store.ts";
+import { isStoreError } from "../store-errors.ts";
 import { PutThreads, putThreads } from "./put-threads.ts";
 import type { SyncPutRequest } from "./sync-put.ts";
 
@@ -61,7 +62,7 @@ describe("file store put threads", () => {
   });
 
   it("answers each outcome of the sequence and leaves no lock, staging or temp file behind", async () => {
-    const threads = new PutThreads(1);
+    const threads = new PutThreads({ maxThreads: 1 });
     const etag = `"${"ab".repeat(16)}"`;
     expect(await threads.run(request("doc", { ifAbsent: true }), bytes("one"))).toEqual({ kind: "ok" });
     expect(await readFile(path.join(root, "doc"), "utf8")).toBe(`casq-object/1 ${"ab".repeat(16)}\none`);
@@ -99,37 +100,76 @@ describe("file store put threads", () => {
   });
 
   it("starts a second thread for puts that would wait, and ends it once it sat idle", async () => {
-    const threads = new PutThreads(2, 200);
+    const threads = new PutThreads({ maxThreads: 2, spareIdleMs: 200 });
     const big = new Uint8Array(2 * 1024 * 1024).fill(1);
     const outcomes = await Promise.all(
-      ["a", "b", "c", "d"].map((name) => threads.run(request(name, { ifAbsent: true }), big)),
+      ["a", "b", "c", "d", "e", "f"].map((name) => threads.run(request(name, { ifAbsent: true }), big)),
     );
-    expect(outcomes).toEqual(Array(4).fill({ kind: "ok" }));
+    expect(outcomes).toEqual(Array(6).fill({ kind: "ok" }));
     expect(threads.counts.started).toBe(2);
-    expect(threads.threadCount).toBe(2);
-    await new Promise((resolve) => setTimeout(resolve, 600));
+    for (let waited = 0; threads.threadCount > 1 && waited < 10_000; waited += 50)
+      await new Promise((resolve) => setTimeout(resolve, 50));
     expect(threads.threadCount).toBe(1);
-    expect(await threads.run(request("e", { ifAbsent: true }), bytes("x"))).toEqual({ kind: "ok" });
+    expect(await threads.run(request("g", { ifAbsent: true }), bytes("x"))).toEqual({ kind: "ok" });
     expect(threads.counts.started).toBe(2);
   });
 
-  it("an abort removes a queued put, and a running one commits nothing or lands whole", async () => {
-    const threads = new PutThreads(1);
-    const big = new Uint8Array(3 * 1024 * 1024).fill(7);
+  it("an abort removes a queued put, and stops a running one before it commits", async () => {
+    const threads = new PutThreads({ maxThreads: 1 });
+    expect(await threads.run(request("warm", { ifAbsent: true }), bytes("x"))).toEqual({ kind: "ok" });
     const first = new AbortController();
     const second = new AbortController();
-    const running = threads.run(request("first", { ifAbsent: true }), big, first.signal);
+    // The thread is ready and idle: the first put is sent at once, the second waits behind it.
+    const running = threads.run(request("first", { ifAbsent: true }), bytes("x"), first.signal);
     const queued = threads.run(request("second", { ifAbsent: true }), bytes("x"), second.signal);
     second.abort();
-    first.abort();
+    first.abort(); // before the thread even reads the put: it stops at its first check
     expect(await queued).toEqual({ kind: "aborted" });
+    expect(await running).toEqual({ kind: "aborted" });
+    expect(existsSync(path.join(root, "first"))).toBe(false);
     expect(existsSync(path.join(root, "second"))).toBe(false);
-    const outcome = await running;
-    if (outcome?.kind === "aborted") expect(existsSync(path.join(root, "first"))).toBe(false);
-    else expect(outcome).toEqual({ kind: "ok" });
     expect(await threads.run(request("late", { ifAbsent: true }), bytes("x"), first.signal)).toEqual({
       kind: "aborted",
     });
+    expect(await readdir(path.join(root, "locks"))).toEqual([]);
+    expect(await readdir(path.join(root, "staging"))).toEqual([]);
     expect((await readdir(root)).filter((name) => name.includes("~tmp~"))).toEqual([]);
+  });
+
+  it("a thread that dies holding the key's lock: the put is ambiguous and the store removes what it left", async () => {
+    // Takes the lock and leaves a temp file, then ends the thread, as a crash mid-put would.
+    const dying = new PutThreads({
+      maxThreads: 1,
+      script: `
+        const { parentPort } = require("node:worker_threads");
+        const fs = require("node:fs");
+        const path = require("node:path");
+        parentPort.on("message", ({ request }) => {
+          fs.writeFileSync(request.temp, "torn");
+          fs.mkdirSync(request.stagedDir);
+          fs.writeFileSync(path.join(request.stagedDir, request.marker), "{}");
+          fs.renameSync(request.stagedDir, request.lockDir);
+          process.exit(1);
+        });
+        parentPort.postMessage({ ready: true });`,
+    });
+    const dir = path.join(root, "store");
+    const store = new FileStore({ root: dir, putThreads: dying, lockTimeoutMs: 2_000 });
+    const other = new FileStore({ root: dir, lockTimeoutMs: 2_000 });
+    try {
+      const outcome = await store.put("queues/q/0.json", bytes("v1"), { ifAbsent: true }).then(
+        () => "landed",
+        (error: unknown) => (isStoreError(error) ? error.kind : String(error)),
+      );
+      expect(outcome).toBe("ambiguous");
+      expect(await readdir(path.join(dir, FILE_STORE_INTERNAL_DIR, "locks"))).toEqual([]);
+      expect(await readdir(path.join(dir, "queues", "q"))).toEqual([]);
+      // Not blocked by a lock of this (live) process: the key is free at once.
+      await other.put("queues/q/0.json", bytes("v2"), { ifAbsent: true });
+      expect(new TextDecoder().decode((await other.get("queues/q/0.json"))?.body)).toBe("v2");
+    } finally {
+      await store.close();
+      await other.close();
+    }
   });
 });

@@ -13,10 +13,12 @@
  *   heap and a scratch buffer as big as the largest body it wrote (a few MiB
  *   of the broker's memory), and one thread keeps up with a busy shard; the
  *   second takes a segment's put while the first writes the head.
- * - A thread that fails before saying it is ready has run nothing: its put,
- *   and every later one, is answered `undefined` (the store then takes its
- *   asynchronous path). A thread that dies with a put in flight makes that
- *   put's outcome unknown: it rejects with {@link PutThreadLost}.
+ * - A thread is sent nothing before it says it is ready. One that fails
+ *   before that makes every put answer `undefined` from then on (the store
+ *   then takes its asynchronous path). A thread that dies with a put in
+ *   flight makes that put's outcome unknown: it rejects with
+ *   {@link PutThreadLost}, and the store removes what the put may have left
+ *   (its lock marker, staging directory and temp file, all named by it).
  * - An abort removes a queued put (answered `aborted`); for a running one it
  *   writes the put's id into the thread's control word, which the put reads
  *   before taking the lock and before its commit point.
@@ -60,11 +62,12 @@ class PutThread {
   /** Ends this spare thread when it has been idle long enough (see {@link SPARE_IDLE_MS}). */
   retire: NodeJS.Timeout | undefined;
 
-  constructor() {
+  /** A thread running `script` (a module's code, for tests) or else the put-thread module. */
+  constructor(script: string | undefined) {
     const control = new SharedArrayBuffer(4);
     this.control = new Int32Array(control);
     const workerData: PutThreadData = { casqPutThread: true, control };
-    const { entry, evaluate } = threadEntry();
+    const { entry, evaluate } = script === undefined ? threadEntry() : { entry: script, evaluate: true };
     this.worker = new Worker(entry, {
       eval: evaluate,
       workerData,
@@ -101,10 +104,16 @@ export class PutThreads {
   /** Threads started and puts answered so far (for tests and diagnostics). */
   readonly counts = { started: 0, answered: 0 };
 
-  constructor(
-    private readonly maxThreads: number = MAX_PUT_THREADS,
-    private readonly spareIdleMs: number = SPARE_IDLE_MS,
-  ) {}
+  private readonly maxThreads: number;
+  private readonly spareIdleMs: number;
+  private readonly script: string | undefined;
+
+  /** A pool of up to `maxThreads`; `script` replaces the threads' code (tests only: a thread that misbehaves). */
+  constructor(options: { maxThreads?: number; spareIdleMs?: number; script?: string } = {}) {
+    this.maxThreads = options.maxThreads ?? MAX_PUT_THREADS;
+    this.spareIdleMs = options.spareIdleMs ?? SPARE_IDLE_MS;
+    this.script = options.script;
+  }
 
   /** Threads running now. */
   get threadCount(): number {
@@ -140,13 +149,14 @@ export class PutThreads {
     for (const thread of this.threads) if (thread.current === put) Atomics.store(thread.control, 0, put.id);
   }
 
+  /** Sends queued puts to idle threads that said they are ready; starts a thread when none is idle or starting. */
   private dispatch(): void {
     while (this.queue.length > 0) {
-      let thread = this.threads.find((t) => t.current === undefined);
+      const thread = this.threads.find((t) => t.ready && t.current === undefined);
       if (thread === undefined) {
-        if (this.threads.length >= this.maxThreads) return;
-        thread = this.start();
-        if (thread === undefined) return;
+        // A starting thread takes the queue's next put once it is ready.
+        if (this.threads.length < this.maxThreads && !this.threads.some((t) => !t.ready)) this.start();
+        return;
       }
       this.send(thread, this.queue.shift() as QueuedPut);
     }
@@ -171,19 +181,21 @@ export class PutThreads {
     thread.worker.postMessage(job);
   }
 
-  private start(): PutThread | undefined {
+  private start(): void {
     let thread: PutThread;
     try {
-      thread = new PutThread();
+      thread = new PutThread(this.script);
     } catch {
       this.fail();
-      return undefined;
+      return;
     }
     this.threads.push(thread);
     this.counts.started += 1;
     thread.worker.on("message", (message: PutThreadAnswer | PutThreadReady) => {
       if ("ready" in message) {
         thread.ready = true;
+        this.dispatch();
+        this.retireIfIdle(thread);
         return;
       }
       const put = thread.current;
@@ -194,10 +206,7 @@ export class PutThreads {
       else settle(put, message.outcome);
       if (this.queue.length === 0) thread.worker.unref();
       this.dispatch();
-      if (thread.current === undefined && this.threads.indexOf(thread) > 0) {
-        thread.retire = setTimeout(() => this.retire(thread), this.spareIdleMs);
-        thread.retire.unref();
-      }
+      this.retireIfIdle(thread);
     });
     const ended = (error?: unknown) => {
       const at = this.threads.indexOf(thread);
@@ -206,8 +215,7 @@ export class PutThreads {
       const put = thread.current;
       thread.current = undefined;
       if (!thread.ready) {
-        // It ran nothing: this put and all later ones take the asynchronous path.
-        if (put) settle(put, undefined);
+        // It could not start (it is sent nothing before it is ready): puts take the asynchronous path.
         this.fail();
         return;
       }
@@ -216,7 +224,14 @@ export class PutThreads {
     };
     thread.worker.on("error", ended);
     thread.worker.on("exit", () => ended());
-    return thread;
+  }
+
+  /** Arms the retirement of a spare thread (not the first) that has nothing to do. */
+  private retireIfIdle(thread: PutThread): void {
+    if (thread.current !== undefined || this.threads.indexOf(thread) <= 0) return;
+    clearTimeout(thread.retire);
+    thread.retire = setTimeout(() => this.retire(thread), this.spareIdleMs);
+    thread.retire.unref();
   }
 
   /** Ends an idle spare thread; out of the pool first, so that no put is sent to it meanwhile. */

@@ -73,7 +73,7 @@ export type SyncPutOutcome =
   | { readonly kind: "prefix" }
   /** `aborted()` said yes before the commit point. */
   | { readonly kind: "aborted" }
-  /** Someone else holds the key's lock (or the locks directory is gone): take the asynchronous path. */
+  /** Someone else holds the key's lock (or the locks or staging directory is gone): take the asynchronous path. */
   | { readonly kind: "lock-busy" }
   /** Our marker disappeared while we held the lock (broken as stale by another process). */
   | { readonly kind: "lock-lost" }
@@ -177,6 +177,8 @@ function takeLock(request: SyncPutRequest): SyncPutOutcome | undefined {
     }
   } catch (error) {
     quietly(() => rmSync(request.stagedDir, { recursive: true, force: true }));
+    // The staging directory itself is gone: the asynchronous path makes it again.
+    if (errnoCode(error) === "ENOENT") return { kind: "lock-busy" };
     return failure("lock", error);
   }
   try {
