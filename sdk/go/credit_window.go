@@ -155,8 +155,12 @@ func (w *creditWindow) jobsPerRoundTrips(now time.Time) float64 {
 	for _, g := range w.recentGaps[1:] {
 		gap = min(gap, g)
 	}
-	perMs := float64(w.arrivals) / max(1, float64(now.Sub(w.epochStart).Milliseconds()))
-	return roundTripsHeld * perMs * float64(gap.Milliseconds())
+	elapsed := float64(now.Sub(w.epochStart)) / float64(time.Millisecond)
+	if elapsed < 0 {
+		return 0 // the clock went back: no rate this epoch
+	}
+	perMs := float64(w.arrivals) / max(1, elapsed)
+	return roundTripsHeld * perMs * float64(gap) / float64(time.Millisecond)
 }
 
 func (w *creditWindow) endEpoch() {

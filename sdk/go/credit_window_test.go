@@ -91,8 +91,12 @@ func TestCreditWindowPastGrowFreelyToStaysForABusyBroker(t *testing.T) {
 	clock := time.Unix(0, 0)
 	w := newCreditWindow(windowBounds{800, 50, 5000, 800}, 10_000, func() time.Time { return clock })
 	w.takeGrant()
-	for range 40 {
-		clock = clock.Add(5 * time.Millisecond)
+	for round := range 40 {
+		step := 5 * time.Millisecond
+		if round == 20 {
+			step = 100 * time.Millisecond // one long pause (a GC, say) is not a commit interval
+		}
+		clock = clock.Add(step)
 		w.outstanding = 100
 		w.noteStarved()
 		for range 100 {

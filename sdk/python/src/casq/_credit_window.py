@@ -161,7 +161,7 @@ class CreditWindow:
 
     def _jobs_per_round_trips(self, now: float) -> float:
         """The jobs that arrive in ``ROUND_TRIPS_HELD`` commit intervals at this epoch's rate (0: unknown)."""
-        if self._now is None or len(self._recent_gaps) < GAP_EPOCHS:
+        if self._now is None or len(self._recent_gaps) < GAP_EPOCHS or now < self._epoch_start:
             return 0.0
         per_second = self._arrivals / max(0.001, now - self._epoch_start)
         return ROUND_TRIPS_HELD * per_second * min(self._recent_gaps)

@@ -174,7 +174,8 @@ export class CreditWindow {
 
   /** The jobs that arrive in {@link ROUND_TRIPS_HELD} commit intervals at this epoch's rate (0: unknown). */
   private jobsPerRoundTrips(now: number): number {
-    if (this.now === undefined || this.recentGaps.length < GAP_EPOCHS) return 0;
+    // Unknown without a clock, before enough epochs, or when the clock went back (it may be wall time).
+    if (this.now === undefined || this.recentGaps.length < GAP_EPOCHS || now < this.epochStart) return 0;
     const perMs = this.arrivals / Math.max(1, now - this.epochStart);
     return ROUND_TRIPS_HELD * perMs * Math.min(...this.recentGaps);
   }
