@@ -1,23 +1,115 @@
+import { spawnSync } from "node:child_process";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
-import { applyHeapGrowth, DEFAULT_HEAP_GROWTH_PERCENT, nodeSetsHeapGrowth } from "./heap-growth.ts";
+import {
+  applyHeapGrowth,
+  DEFAULT_HEAP_GROWTH_MIN_MIB,
+  DEFAULT_HEAP_GROWTH_PERCENT,
+  growthPercentFor,
+  type HeapGrowthHooks,
+  nodeSetsHeapGrowth,
+} from "./heap-growth.ts";
+
+const MIB = 1024 * 1024;
+
+/** Hooks whose heap size and full collections the test drives. */
+function fakeHooks(): HeapGrowthHooks & { set: string[]; used: number; collect(): void; observing: boolean } {
+  let onMajor: (() => void) | undefined;
+  const hooks = {
+    set: [] as string[],
+    used: 10 * MIB,
+    observing: false,
+    setFlags: (flags: string) => hooks.set.push(flags),
+    observeMajorGc(callback: () => void) {
+      onMajor = callback;
+      hooks.observing = true;
+      return () => {
+        onMajor = undefined;
+        hooks.observing = false;
+      };
+    },
+    heapUsed: () => hooks.used,
+    collect: () => onMajor?.(),
+  };
+  return hooks;
+}
 
 describe("casq serve's heap growth", () => {
-  it("sets V8's --heap-growing-percent", () => {
-    const set: string[] = [];
-    expect(applyHeapGrowth(25, [], undefined, (f) => set.push(f))).toBe(25);
-    expect(set).toEqual(["--heap-growing-percent=25"]);
-    expect(DEFAULT_HEAP_GROWTH_PERCENT).toBe(0); // V8's own unless asked: a lower growth costs CPU
+  it("grows a heap by the larger of the percent and the floor", () => {
+    expect(DEFAULT_HEAP_GROWTH_PERCENT).toBe(100);
+    expect(DEFAULT_HEAP_GROWTH_MIN_MIB).toBe(32);
+    expect(growthPercentFor(128 * MIB, 100, 64)).toBe(100); // large heap: the percent
+    expect(growthPercentFor(16 * MIB, 100, 32)).toBe(200); // small heap: 32 MiB of growth
+    expect(growthPercentFor(20 * MIB, 100, 64)).toBe(320);
+    expect(growthPercentFor(1 * MIB, 100, 64)).toBe(1000); // capped
+    expect(growthPercentFor(32 * MIB, 100, 0)).toBe(100);
+  });
+
+  it("sets V8's --heap-growing-percent from the live heap after each full collection", () => {
+    const hooks = fakeHooks();
+    hooks.used = 16 * MIB;
+    const governor = applyHeapGrowth(100, 64, [], undefined, hooks);
+    expect(governor?.current).toBe(400);
+    hooks.used = 100 * MIB;
+    hooks.collect();
+    hooks.used = 101 * MIB;
+    hooks.collect(); // the same percent: not set again
+    hooks.used = 40 * MIB;
+    hooks.collect();
+    expect(hooks.set).toEqual([
+      "--heap-growing-percent=400",
+      "--heap-growing-percent=100",
+      "--heap-growing-percent=160",
+    ]);
+    governor?.stop();
+    expect(hooks.observing).toBe(false);
   });
 
   it("leaves V8 its own growth for 0, and node's own flag alone", () => {
-    const set: string[] = [];
-    expect(applyHeapGrowth(0, [], undefined, (f) => set.push(f))).toBeUndefined();
-    expect(applyHeapGrowth(25, ["--heap-growing-percent=80"], undefined, (f) => set.push(f))).toBeUndefined();
+    const hooks = fakeHooks();
+    expect(applyHeapGrowth(0, 64, [], undefined, hooks)).toBeUndefined();
+    expect(applyHeapGrowth(25, 64, ["--heap-growing-percent=80"], undefined, hooks)).toBeUndefined();
     expect(
-      applyHeapGrowth(25, [], "--max-old-space-size=512 --heap_growing_percent=80", (f) => set.push(f)),
+      applyHeapGrowth(25, 64, [], "--max-old-space-size=512 --heap_growing_percent=80", hooks),
     ).toBeUndefined();
-    expect(set).toEqual([]);
+    expect(hooks.set).toEqual([]);
+    expect(hooks.observing).toBe(false);
     expect(nodeSetsHeapGrowth(["--heap-growing-percent", "80"], undefined)).toBe(true);
     expect(nodeSetsHeapGrowth(["--max-semi-space-size=4"], "--inspect")).toBe(false);
+  });
+
+  it("follows real full collections in a node process", () => {
+    // A child with a live heap of ~100 MB, then a few MB: the percent set after each forced collection follows it.
+    const module = join(dirname(fileURLToPath(import.meta.url)), "heap-growth.ts");
+    const script = `
+      import { HeapGrowthGovernor } from ${JSON.stringify(module)};
+      const set = [];
+      const governor = new HeapGrowthGovernor(100, 64, {
+        ...(await import(${JSON.stringify(module)})).processHeapHooks,
+        setFlags: (flags) => set.push(flags),
+      });
+      governor.start();
+      const tick = () => new Promise((r) => setTimeout(r, 50));
+      let live = Array.from({ length: 1_000_000 }, (_, i) => ({ i, s: "x".repeat(60) + i }));
+      globalThis.gc(); await tick();
+      const big = governor.current;
+      live = undefined;
+      globalThis.gc(); await tick();
+      governor.stop();
+      console.log(JSON.stringify({ big, small: governor.current, set: set.length }));
+    `;
+    const child = spawnSync(
+      process.execPath,
+      ["--expose-gc", "--import", "tsx", "--input-type=module", "-e", script],
+      {
+        encoding: "utf8",
+      },
+    );
+    expect(child.stderr).toBe("");
+    const seen = JSON.parse(child.stdout) as { big: number; small: number; set: number };
+    expect(seen.big).toBe(100); // 100% of ~100 MB is more than the 64 MiB floor
+    expect(seen.small).toBeGreaterThan(300); // a few MB live: the 64 MiB floor
+    expect(seen.set).toBeGreaterThanOrEqual(3);
   });
 });

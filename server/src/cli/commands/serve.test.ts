@@ -5,7 +5,7 @@
 import { Command } from "commander";
 import { describe, expect, test } from "vitest";
 import { DEFAULT_SEGMENT_CACHE_BYTES } from "../../broker/segment-body-cache.ts";
-import { DEFAULT_HEAP_GROWTH_PERCENT } from "../heap-growth.ts";
+import { DEFAULT_HEAP_GROWTH_MIN_MIB, DEFAULT_HEAP_GROWTH_PERCENT } from "../heap-growth.ts";
 import { registerServe } from "./serve.ts";
 
 describe("casq serve --segment-cache-mib", () => {
@@ -32,5 +32,21 @@ describe("casq serve --heap-growth-percent", () => {
     expect(parse("40", undefined)).toBe(40);
     expect(() => parse("1.5", undefined)).toThrow(/whole number/);
     expect(() => parse("1001", undefined)).toThrow(/whole number/);
+  });
+});
+
+describe("casq serve --heap-growth-min-mib", () => {
+  test("defaults to the governor's floor, and refuses what is not a whole number of MiB", () => {
+    const program = new Command();
+    registerServe(program);
+    const serve = program.commands.find((c) => c.name() === "serve");
+    const option = serve?.options.find((o) => o.long === "--heap-growth-min-mib");
+    expect(option?.defaultValue).toBe(DEFAULT_HEAP_GROWTH_MIN_MIB);
+    expect(option?.envVar).toBe("CASQ_HEAP_GROWTH_MIN_MIB");
+    const parse = option?.parseArg as (value: string, previous: unknown) => number;
+    expect(parse("0", undefined)).toBe(0);
+    expect(parse("128", undefined)).toBe(128);
+    expect(() => parse("-1", undefined)).toThrow(/whole number/);
+    expect(() => parse("65537", undefined)).toThrow(/whole number/);
   });
 });

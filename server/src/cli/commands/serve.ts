@@ -15,7 +15,13 @@ import { DEFAULT_SEGMENT_CACHE_BYTES } from "../../broker/segment-body-cache.ts"
 import type { StoreUrl } from "../../store/open-store.ts";
 import { CliError, ExitCode, usageError } from "../cli-error.ts";
 import { systemErrorCode } from "../client.ts";
-import { applyHeapGrowth, DEFAULT_HEAP_GROWTH_PERCENT, MAX_HEAP_GROWTH_PERCENT } from "../heap-growth.ts";
+import {
+  applyHeapGrowth,
+  DEFAULT_HEAP_GROWTH_MIN_MIB,
+  DEFAULT_HEAP_GROWTH_PERCENT,
+  MAX_HEAP_GROWTH_MIN_MIB,
+  MAX_HEAP_GROWTH_PERCENT,
+} from "../heap-growth.ts";
 import { hostPortText, parseDurationMs } from "../parse.ts";
 
 /** The embedded default store (the same as open-store.ts's DEFAULT_STORE_URL, which loads the S3 client). */
@@ -44,6 +50,7 @@ interface ServeOptions {
   segmentCacheMib: number;
   warmSealedMessages: number;
   heapGrowthPercent: number;
+  heapGrowthMinMib: number;
   headerTimeout: number;
   requestTimeout: number;
   idleTimeout: number;
@@ -85,6 +92,16 @@ function heapGrowthPercent(value: string): number {
   if (!/^[0-9]+$/.test(value) || n > MAX_HEAP_GROWTH_PERCENT)
     throw new InvalidArgumentError(
       `--heap-growth-percent must be a whole number from 0 to ${MAX_HEAP_GROWTH_PERCENT} (got ${value}).`,
+    );
+  return n;
+}
+
+/** Parses `--heap-growth-min-mib`: a whole number from 0 to {@link MAX_HEAP_GROWTH_MIN_MIB}. */
+function heapGrowthMinMib(value: string): number {
+  const n = Number(value);
+  if (!/^[0-9]+$/.test(value) || n > MAX_HEAP_GROWTH_MIN_MIB)
+    throw new InvalidArgumentError(
+      `--heap-growth-min-mib must be a whole number from 0 to ${MAX_HEAP_GROWTH_MIN_MIB} (got ${value}).`,
     );
   return n;
 }
@@ -180,11 +197,20 @@ export function registerServe(program: Command): void {
     .addOption(
       new Option(
         "--heap-growth-percent <n>",
-        "how far the JS heap may grow past what the last full garbage collection found live before the next (0, the default: V8's own, up to 300%); e.g. 25-50 keeps a busy broker ~100 MiB smaller for 25-40% more CPU",
+        "how far the JS heap may grow past what the last full garbage collection found live before the next, in percent of the live heap (but at least --heap-growth-min-mib); 0: V8's own growth (up to 300%), which holds more garbage; lower keeps a busy broker smaller for more CPU",
       )
         .env("CASQ_HEAP_GROWTH_PERCENT")
         .default(DEFAULT_HEAP_GROWTH_PERCENT, String(DEFAULT_HEAP_GROWTH_PERCENT))
         .argParser(heapGrowthPercent),
+    )
+    .addOption(
+      new Option(
+        "--heap-growth-min-mib <n>",
+        "the least the JS heap may grow before the next full garbage collection, so a small heap is not collected too often (with --heap-growth-percent above 0)",
+      )
+        .env("CASQ_HEAP_GROWTH_MIN_MIB")
+        .default(DEFAULT_HEAP_GROWTH_MIN_MIB, String(DEFAULT_HEAP_GROWTH_MIN_MIB))
+        .argParser(heapGrowthMinMib),
     )
     .addOption(
       new Option(
@@ -269,7 +295,7 @@ function describeStore(url: string, parsed: StoreUrl): string {
 }
 
 async function serve(options: ServeOptions): Promise<void> {
-  applyHeapGrowth(options.heapGrowthPercent); // first: before the broker's heap grows
+  applyHeapGrowth(options.heapGrowthPercent, options.heapGrowthMinMib); // first: before the broker's heap grows
   // Loaded here, not at the top: the store code pulls in the S3 client and the
   // server stack, which the client commands do not need.
   const { parseStoreUrl, StoreUrlError } = await import("../../store/open-store.ts");
