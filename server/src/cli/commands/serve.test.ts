@@ -8,12 +8,16 @@ import { DEFAULT_SEGMENT_CACHE_BYTES } from "../../broker/segment-body-cache.ts"
 import { DEFAULT_HEAP_GROWTH_MIN_MIB, DEFAULT_HEAP_GROWTH_PERCENT } from "../heap-growth.ts";
 import { registerServe } from "./serve.ts";
 
+/** `casq serve`'s option `long`. */
+function optionOf(long: string) {
+  const program = new Command();
+  registerServe(program);
+  return program.commands.find((c) => c.name() === "serve")?.options.find((o) => o.long === long);
+}
+
 describe("casq serve --segment-cache-mib", () => {
   test("defaults to 32 MiB, the engine's page-cache budget", () => {
-    const program = new Command();
-    registerServe(program);
-    const serve = program.commands.find((c) => c.name() === "serve");
-    const option = serve?.options.find((o) => o.long === "--segment-cache-mib");
+    const option = optionOf("--segment-cache-mib");
     expect(option?.defaultValue).toBe(32);
     expect(DEFAULT_SEGMENT_CACHE_BYTES).toBe(32 * 1024 * 1024);
   });
@@ -21,10 +25,7 @@ describe("casq serve --segment-cache-mib", () => {
 
 describe("casq serve --heap-growth-percent", () => {
   test("defaults to the heap growth the broker sets, and refuses what is not a whole percent", async () => {
-    const program = new Command();
-    registerServe(program);
-    const serve = program.commands.find((c) => c.name() === "serve");
-    const option = serve?.options.find((o) => o.long === "--heap-growth-percent");
+    const option = optionOf("--heap-growth-percent");
     expect(option?.defaultValue).toBe(DEFAULT_HEAP_GROWTH_PERCENT);
     expect(option?.envVar).toBe("CASQ_HEAP_GROWTH_PERCENT");
     const parse = option?.parseArg as (value: string, previous: unknown) => number;
@@ -37,10 +38,7 @@ describe("casq serve --heap-growth-percent", () => {
 
 describe("casq serve --heap-growth-min-mib", () => {
   test("defaults to the governor's floor, and refuses what is not a whole number of MiB", () => {
-    const program = new Command();
-    registerServe(program);
-    const serve = program.commands.find((c) => c.name() === "serve");
-    const option = serve?.options.find((o) => o.long === "--heap-growth-min-mib");
+    const option = optionOf("--heap-growth-min-mib");
     expect(option?.defaultValue).toBe(DEFAULT_HEAP_GROWTH_MIN_MIB);
     expect(option?.envVar).toBe("CASQ_HEAP_GROWTH_MIN_MIB");
     const parse = option?.parseArg as (value: string, previous: unknown) => number;
