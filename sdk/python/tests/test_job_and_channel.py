@@ -149,3 +149,34 @@ def test_keepalive_defaults_and_user_override() -> None:
         assert defaults["grpc.http2.max_pings_without_data"] == 0
         mine = client_class(["127.0.0.1:1"], options=[("grpc.keepalive_time_ms", 60_000)]).options
         assert [value for key, value in mine if key == "grpc.keepalive_time_ms"] == [60_000]
+
+
+def test_job_times_and_lost_are_made_when_first_read() -> None:
+    """A Job's datetimes and its ``lost`` Event are made lazily, and read as before: one Event whoever reads it."""
+    from google.protobuf.timestamp_pb2 import Timestamp
+
+    from casq.v1 import message_pb2
+
+    claimed = message_pb2.ClaimedMessage(
+        message=message_pb2.Message(id="m1", queue="q", enqueued_at=Timestamp(seconds=1_893_553_440, nanos=5_000)),
+        receipt="r1",
+        attempt=2,
+        lease_deadline=Timestamp(seconds=1_893_553_470),
+    )
+    job = casq.Job(claimed)
+    assert job._times is None and job._lost is None
+    utc = datetime.timezone.utc
+    assert job.enqueued_at == datetime.datetime(2030, 1, 2, 3, 4, 0, 5, tzinfo=utc)
+    assert job.lease_deadline == datetime.datetime(2030, 1, 2, 3, 4, 30, tzinfo=utc)
+    assert casq.Job(message_pb2.ClaimedMessage(receipt="r2")).lease_deadline is None
+
+    assert not job._lost_set() and job._lost is None
+    seen: list[threading.Event] = []
+    readers = [threading.Thread(target=lambda: seen.append(job.lost)) for _ in range(8)]
+    for reader in readers:
+        reader.start()
+    for reader in readers:
+        reader.join()
+    assert all(event is seen[0] for event in seen)
+    job.lost.set()
+    assert job._lost_set() and seen[0].is_set()

@@ -540,7 +540,7 @@ class WorkCore:
         """The broker no longer leases these to us: ``job.lost`` is set; one not started yet is dropped unsettled."""
         for receipt in receipts:
             held = self.held.get(receipt)
-            if held is None or held.job.lost.is_set():
+            if held is None or held.job._lost_set():
                 continue
             held.job.lost.set()
             if not held.started:
@@ -556,7 +556,7 @@ class WorkCore:
         """The heartbeats due: every held job's receipt, on the stream it uses, in chunks."""
         groups: dict[Stream | None, list[str]] = {}
         for receipt, held in self.held.items():
-            if not held.settled and not held.abandoned and not held.job.lost.is_set():
+            if not held.settled and not held.abandoned and not held.job._lost_set():
                 groups.setdefault(held.stream, []).append(receipt)
         return [
             (stream, self._heartbeat(receipts[start : start + HEARTBEAT_CHUNK]))

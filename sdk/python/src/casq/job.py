@@ -17,6 +17,10 @@ def _datetime(stamp: Timestamp | None) -> datetime.datetime | None:
     return None if stamp is None else stamp.ToDatetime(tzinfo=datetime.timezone.utc)
 
 
+# Makes each Job's ``lost`` Event once, whichever thread reads it first.
+_LOST_LOCK = threading.Lock()
+
+
 class Job:
     """One delivery of one message to a worker handler.
 
@@ -43,22 +47,58 @@ class Job:
         self.key: str = message.key
         self.priority: int = message.priority
         self.dedup_id: str = message.dedup_id
-        self.enqueued_at: datetime.datetime | None = _datetime(
-            message.enqueued_at if message.HasField("enqueued_at") else None
-        )
         self.attempt: int = claimed.attempt
         self.max_attempts: int = claimed.max_attempts
         self.receipt: str = claimed.receipt
         self.subscription: str = claimed.subscription
-        self.lease_deadline: datetime.datetime | None = _datetime(
-            claimed.lease_deadline if claimed.HasField("lease_deadline") else None
-        )
         self.trace_context: dict[str, str] = {}
         if message.trace_context.traceparent:
             self.trace_context["traceparent"] = message.trace_context.traceparent
             if message.trace_context.tracestate:
                 self.trace_context["tracestate"] = message.trace_context.tracestate
-        self.lost = threading.Event()
+        # Made when first read: a reader thread that builds thousands of jobs a
+        # second spent a fifth of its time on the two datetimes and the Event.
+        self._claimed = claimed
+        self._times: tuple[datetime.datetime | None, datetime.datetime | None] | None = None
+        self._lost: threading.Event | None = None
+
+    @property
+    def enqueued_at(self) -> datetime.datetime | None:
+        """When the message was enqueued (aware UTC; None when the broker sent none)."""
+        return self._datetimes()[0]
+
+    @property
+    def lease_deadline(self) -> datetime.datetime | None:
+        """When the lease runs out as granted with the claim (aware UTC; None when the broker sent none)."""
+        return self._datetimes()[1]
+
+    @property
+    def lost(self) -> threading.Event:
+        """Set when the worker no longer holds the job (its lease was lost)."""
+        event = self._lost
+        if event is None:
+            with _LOST_LOCK:
+                if self._lost is None:
+                    self._lost = threading.Event()
+                event = self._lost
+        return event
+
+    def _lost_set(self) -> bool:
+        """Whether ``lost`` is set, without making its Event."""
+        event = self._lost
+        return event is not None and event.is_set()
+
+    def _datetimes(self) -> tuple[datetime.datetime | None, datetime.datetime | None]:
+        times = self._times
+        if times is None:
+            claimed = self._claimed
+            message = claimed.message
+            times = (
+                _datetime(message.enqueued_at if message.HasField("enqueued_at") else None),
+                _datetime(claimed.lease_deadline if claimed.HasField("lease_deadline") else None),
+            )
+            self._times = times
+        return times
 
     def text(self) -> str:
         return self.payload.decode()
