@@ -7,7 +7,7 @@ import random
 import pytest
 
 from casq._credit_window import CreditWindow, WindowBounds, credit_window_bounds
-from casq._work_core import PRIMARY, WorkCore
+from casq._work_core import PRIMARY, AckBatch, WorkCore, outgoing
 from casq.v1 import message_pb2, work_pb2
 
 
@@ -163,8 +163,8 @@ class _Box:
     def __init__(self) -> None:
         self.items: list[work_pb2.WorkRequest | None] = []
 
-    def put_nowait(self, item: work_pb2.WorkRequest | None, /) -> None:
-        self.items.append(item)
+    def put_nowait(self, item: work_pb2.WorkRequest | AckBatch | None, /) -> None:
+        self.items.append(None if item is None else outgoing(item))  # sent at once: no ack waits for company
 
 
 def _grants(box: _Box) -> list[int]:

@@ -10,7 +10,16 @@ import grpc
 import pytest
 from google.protobuf.duration_pb2 import Duration
 
-from casq._work_core import HEARTBEAT_CHUNK, PRIMARY, Stream, StreamClosed, WorkCore
+from casq._work_core import (
+    ACK_BATCH,
+    HEARTBEAT_CHUNK,
+    PRIMARY,
+    AckBatch,
+    Stream,
+    StreamClosed,
+    WorkCore,
+    outgoing,
+)
 from casq.errors import CasqError, RedirectError, StreamTimeoutError, UnavailableError
 from casq.v1 import errors_pb2, message_pb2, shard_pb2, work_pb2
 
@@ -29,8 +38,8 @@ class Box:
     def __init__(self) -> None:
         self.items: list[work_pb2.WorkRequest | None] = []
 
-    def put_nowait(self, item: work_pb2.WorkRequest | None, /) -> None:
-        self.items.append(item)
+    def put_nowait(self, item: work_pb2.WorkRequest | AckBatch | None, /) -> None:
+        self.items.append(None if item is None else outgoing(item))  # sent at once: no ack waits for company
 
     def events(self) -> list[str]:
         return ["half-close" if i is None else str(i.WhichOneof("command")) for i in self.items]
@@ -296,3 +305,75 @@ def test_stop_half_closes_hands_back_waiting_jobs_and_abandons_late_handlers() -
     core.forget(core.held["r2"], credit=True)
     assert box.events()[-1] == "half-close"  # no credit once stopping
 
+
+
+class SlowWriter:
+    """An outbox whose writer has not taken anything yet: acks put meanwhile gather in one batch."""
+
+    def __init__(self) -> None:
+        self.items: list[work_pb2.WorkRequest | AckBatch | None] = []
+
+    def put_nowait(self, item: work_pb2.WorkRequest | AckBatch | None, /) -> None:
+        self.items.append(item)
+
+
+def test_acks_made_while_the_writer_is_busy_go_as_one_request_and_each_job_reads_its_own_result() -> None:
+    core = make_core(concurrency=3, prefetch=3)
+    box = SlowWriter()
+    stream = core.open_stream(PRIMARY, "b1:1", box)
+    assert stream is not None
+    stream.cancel = lambda: None
+    for receipt in ("r1", "r2", "r3"):
+        core.on_response(stream, job(receipt), Box)
+    assert all(h.in_handler for h in core.held.values())  # started as they came
+    settles = []
+    waiters = []
+    for receipt in ("r1", "r2"):
+        held = core.held[receipt]
+        core.handler_done(held)
+        settle = core.settle(held, ack=True)
+        assert settle is not None
+        settles.append(settle)
+        waiters.append(core.send(stream, settle.stream_request, Future()))
+    assert waiters[0] is not None and waiters[1] is waiters[0]  # the second joined the first's batch
+    batches = [item for item in box.items if isinstance(item, AckBatch)]
+    assert len(batches) == 1
+    sent = batches[0].take()
+    assert list(sent.ack.receipts) == ["r1", "r2"]
+    # Taken: the next ack opens a batch of its own.
+    third = core.settle(core.held["r3"], ack=True)
+    assert third is not None
+    assert core.send(stream, third.stream_request, Future()) is not waiters[0]
+    assert len([item for item in box.items if isinstance(item, AckBatch)]) == 2
+
+    reply = work_pb2.WorkResponse(
+        request_id=sent.request_id,
+        acked=work_pb2.WorkAcked(
+            results=[
+                message_pb2.AckResult(receipt="r1", outcome=message_pb2.ACK_OUTCOME_ACKED),
+                message_pb2.AckResult(receipt="r2", outcome=message_pb2.ACK_OUTCOME_LEASE_LOST),
+            ]
+        ),
+    )
+    core.on_response(stream, reply, Box)
+    answer = waiters[0].result() if isinstance(waiters[0], Future) else None
+    assert answer is not None
+    assert settles[0].from_reply(answer) == []
+    lost = settles[1].from_reply(answer)
+    assert len(lost) == 1 and lost[0].receipt == "r2"
+
+    # A stream that ends fails the batch not sent yet (each job then goes unary), and takes no more.
+    core.close_stream(stream)
+    assert not core.send(stream, third.stream_request, Future())
+
+
+def test_an_ack_batch_holds_at_most_ack_batch_receipts() -> None:
+    batch = AckBatch(7, "r0")
+    assert all(batch.add(f"r{i}") for i in range(1, ACK_BATCH))
+    assert not batch.add("one-too-many")
+    request = batch.take()
+    assert request.request_id == 7 and len(request.ack.receipts) == ACK_BATCH
+    assert not AckBatch(8, "a").take().ack.receipts[1:]  # one receipt alone
+    taken = AckBatch(9, "a")
+    taken.take()
+    assert not taken.add("b")  # sent: nothing joins it

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import itertools
 import random
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Collection, Iterable
@@ -60,10 +61,50 @@ FATAL_CODES = frozenset(
 Clock = Callable[[], float]
 
 
+# Receipts per batched ack (as the TypeScript SDK's; within the broker's default max_batch of 1000).
+ACK_BATCH = 500
+
+
+class AckBatch:
+    """Acks of one stream gathered into one request until the stream's writer takes it.
+
+    Handlers that finish while the writer is busy add their receipts to the
+    batch in the outbox instead of queueing a request each: one request and
+    one answer for them all. The writer calls :meth:`take` when it sends the
+    batch; after that nothing joins it (a lock, as the thread driver's
+    handlers and writer run on different threads).
+    """
+
+    def __init__(self, request_id: int, receipt: str) -> None:
+        self.request_id = request_id
+        self._receipts = [receipt]
+        self._lock = threading.Lock()
+        self._taken = False
+
+    def add(self, receipt: str) -> bool:
+        """Adds an ack of ``receipt``; False when the batch was sent already or is full."""
+        with self._lock:
+            if self._taken or len(self._receipts) >= ACK_BATCH:
+                return False
+            self._receipts.append(receipt)
+            return True
+
+    def take(self) -> work_pb2.WorkRequest:
+        """The request to send now; the batch is closed."""
+        with self._lock:
+            self._taken = True
+            return work_pb2.WorkRequest(request_id=self.request_id, ack=work_pb2.WorkAck(receipts=self._receipts))
+
+
+def outgoing(item: work_pb2.WorkRequest | AckBatch) -> work_pb2.WorkRequest:
+    """What a stream's writer sends for an item of its outbox."""
+    return item.take() if isinstance(item, AckBatch) else item
+
+
 class Outbox(Protocol):
     """Where a stream's requests go (``queue.Queue`` or ``asyncio.Queue``); None half-closes."""
 
-    def put_nowait(self, item: work_pb2.WorkRequest | None, /) -> None: ...
+    def put_nowait(self, item: work_pb2.WorkRequest | AckBatch | None, /) -> None: ...
 
 
 class Waiter(Protocol):
@@ -112,6 +153,7 @@ class Stream:
     half_closed: bool = False
     draining: bool = False
     routing: work_pb2.WorkRouting | None = None  # the latest the broker sent
+    open_ack: AckBatch | None = None  # the newest ack batch put in the outbox (acks join it until it is sent)
 
     @property
     def usable(self) -> bool:
@@ -152,8 +194,19 @@ class Settle:
     nack: queue_service_pb2.NackRequest | None
 
     def from_reply(self, reply: work_pb2.WorkResponse) -> list[LeaseLostError]:
-        """The receipts the stream's answer says were not settled."""
-        return ack_failures(reply.acked.results) if self.ack is not None else nack_failures(reply.nacked.results)
+        """Whether the stream's answer says this job was not settled (an ack's answer may be a batch's)."""
+        failures = ack_failures(reply.acked.results) if self.ack is not None else nack_failures(reply.nacked.results)
+        return [f for f in failures if f.receipt == self.held.job.receipt]
+
+
+@dataclass(frozen=True)
+class AckOf:
+    """The stream request of one ack: ``receipt`` alone, or in a batch with others (see :meth:`WorkCore.send`)."""
+
+    receipt: str
+
+    def __call__(self, request_id: int) -> work_pb2.WorkRequest:
+        return work_pb2.WorkRequest(request_id=request_id, ack=work_pb2.WorkAck(receipts=[self.receipt]))
 
 
 @dataclass(frozen=True)
@@ -371,14 +424,28 @@ class WorkCore:
                 opened += self.route(stream, stream.routing, new_outbox)
         return opened
 
-    def send(self, stream: Stream, build: Callable[[int], work_pb2.WorkRequest], waiter: Waiter) -> bool:
-        """Sends a request on ``stream`` if it is usable (``waiter`` gets the answer); False: send it unary."""
+    def send(self, stream: Stream, build: Callable[[int], work_pb2.WorkRequest], waiter: Waiter) -> Waiter | None:
+        """Sends a request on ``stream`` if it is usable; returns the waiter that gets its answer (None: send it unary).
+
+        That is ``waiter``, but for an ack (``build`` an :class:`AckOf`) that
+        joins the stream's batch not sent yet: then the batch's waiter, whose
+        answer holds the results of every receipt in it.
+        """
         if not stream.usable:
-            return False
+            return None
+        if isinstance(build, AckOf):
+            batch = stream.open_ack
+            if batch is not None and batch.add(build.receipt):
+                return stream.pending[batch.request_id].waiter
+            request_id = next(self._ids)
+            stream.pending[request_id] = Pending(waiter, self.clock())
+            stream.open_ack = AckBatch(request_id, build.receipt)
+            stream.outbox.put_nowait(stream.open_ack)
+            return waiter
         request_id = next(self._ids)
         stream.pending[request_id] = Pending(waiter, self.clock())
         stream.outbox.put_nowait(build(request_id))
-        return True
+        return waiter
 
     @property
     def watchdog_interval(self) -> float:
@@ -493,7 +560,7 @@ class WorkCore:
         if ack:
             return Settle(
                 held,
-                lambda rid: work_pb2.WorkRequest(request_id=rid, ack=work_pb2.WorkAck(receipts=receipts)),
+                AckOf(held.job.receipt),
                 queue_service_pb2.AckRequest(queue=self.queue, subscription=self.subscription, receipts=receipts),
                 None,
             )

@@ -23,7 +23,18 @@ from casq._log import log_handler_failure, report_failure
 from casq._retry import is_outage
 from casq._settle import ack_failures, nack_failures
 from casq._tracing import processing_span
-from casq._work_core import FATAL_CODES, PRIMARY, Held, Heartbeat, Reaction, Stream, StreamClosed, WorkCore
+from casq._work_core import (
+    FATAL_CODES,
+    PRIMARY,
+    AckBatch,
+    Held,
+    Heartbeat,
+    Reaction,
+    Stream,
+    StreamClosed,
+    WorkCore,
+    outgoing,
+)
 from casq.client import Client
 from casq.errors import (
     CasqError,
@@ -47,7 +58,7 @@ __all__ = ["FATAL_CODES", "ErrorCallback", "Handler", "Worker"]
 _CLOSE_GRACE = 5.0
 
 
-def _outbox() -> queue_mod.Queue[work_pb2.WorkRequest | None]:
+def _outbox() -> queue_mod.Queue[work_pb2.WorkRequest | AckBatch | None]:
     return queue_mod.Queue()
 
 
@@ -58,7 +69,7 @@ def _requests(stream: Stream) -> Iterator[work_pb2.WorkRequest]:
         item = outbox.get()
         if item is None:
             return
-        yield item
+        yield outgoing(item)
 
 
 class _Run:
@@ -198,13 +209,13 @@ class _Run:
         """Sends on ``stream`` and waits for the answer; when it is gone, redirected or ends first, calls ``unary``."""
         leader: str | None = None
         if stream is not None:
-            waiter: Future[work_pb2.WorkResponse] = Future()
             with self.lock:
-                sent = self.core.send(stream, build, waiter)
-            if sent:
+                sent = self.core.send(stream, build, Future())
+            if sent is not None:
+                assert isinstance(sent, Future)
                 # Answered, or failed by the stream's end (the watchdog ends a hung one).
                 try:
-                    return from_reply(waiter.result())
+                    return from_reply(sent.result())
                 except RedirectError as redirect:
                     leader = redirect.leader_address or None
                 except (StreamClosed, UnavailableError):

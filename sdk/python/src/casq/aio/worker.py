@@ -22,12 +22,14 @@ from casq._settle import ack_failures, nack_failures
 from casq._tracing import processing_span
 from casq._work_core import (
     PRIMARY,
+    AckBatch,
     Held,
     Heartbeat,
     Reaction,
     Stream,
     StreamClosed,
     WorkCore,
+    outgoing,
 )
 from casq.aio.client import Client
 from casq.errors import (
@@ -58,7 +60,7 @@ _CLOSE_GRACE = 2.0
 WorkCall = aio.StreamStreamCall[work_pb2.WorkRequest, work_pb2.WorkResponse]
 
 
-def _outbox() -> asyncio.Queue[work_pb2.WorkRequest | None]:
+def _outbox() -> asyncio.Queue[work_pb2.WorkRequest | AckBatch | None]:
     return asyncio.Queue()
 
 
@@ -69,7 +71,7 @@ async def _requests(stream: Stream) -> AsyncIterator[work_pb2.WorkRequest]:
         item = await outbox.get()
         if item is None:
             return
-        yield item
+        yield outgoing(item)
 
 
 class _Run:
@@ -215,10 +217,11 @@ class _Run:
         """Sends on ``stream``; when it is gone, redirected or ends first, calls ``unary`` instead."""
         leader: str | None = None
         if stream is not None:
-            waiter: asyncio.Future[work_pb2.WorkResponse] = asyncio.get_running_loop().create_future()
-            if self.core.send(stream, build, waiter):
+            sent = self.core.send(stream, build, asyncio.get_running_loop().create_future())
+            if sent is not None:
+                assert isinstance(sent, asyncio.Future)
                 try:
-                    return from_reply(await waiter)
+                    return from_reply(await sent)
                 except RedirectError as redirect:
                     leader = redirect.leader_address or None
                 except (StreamClosed, UnavailableError):
