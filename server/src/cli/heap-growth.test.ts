@@ -112,4 +112,33 @@ describe("casq serve's heap growth", () => {
     expect(seen.small).toBeGreaterThan(300); // a few MB live: the 64 MiB floor
     expect(seen.set).toBeGreaterThanOrEqual(3);
   });
+
+  it("makes V8 collect more often at a lower percent (V8 honours the flag it sets)", () => {
+    // The same churn of promoted garbage over a ~15 MB live heap, governed at 20% and at 1000% (no floor).
+    const module = join(dirname(fileURLToPath(import.meta.url)), "heap-growth.ts");
+    const majorsAt = (percent: number): number => {
+      const script = `
+        import { constants, PerformanceObserver } from "node:perf_hooks";
+        import { HeapGrowthGovernor } from ${JSON.stringify(module)};
+        new HeapGrowthGovernor(${percent}, 0).start();
+        let majors = 0;
+        new PerformanceObserver((list) => {
+          for (const e of list.getEntries()) if (e.detail?.kind === constants.NODE_PERFORMANCE_GC_MAJOR) majors++;
+        }).observe({ entryTypes: ["gc"] });
+        const live = Array.from({ length: 100_000 }, (_, i) => ({ i, s: "x".repeat(100) + i }));
+        const ring = new Array(100_000);
+        for (let i = 0; i < 1_500_000; i++) ring[i % 100_000] = { i, s: "y".repeat(100) + i };
+        await new Promise((r) => setTimeout(r, 50));
+        console.log(JSON.stringify({ majors, live: live.length }));
+      `;
+      const child = spawnSync(process.execPath, ["--import", "tsx", "--input-type=module", "-e", script], {
+        encoding: "utf8",
+      });
+      expect(child.stderr).toBe("");
+      return (JSON.parse(child.stdout) as { majors: number }).majors;
+    };
+    const tight = majorsAt(20);
+    const loose = majorsAt(1000);
+    expect(tight).toBeGreaterThan(3 * loose);
+  });
 });
