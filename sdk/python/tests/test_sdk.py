@@ -223,3 +223,29 @@ def test_retry_budget_gives_up_on_time() -> None:
     with casq.Client(brokers=["127.0.0.1:1"], max_attempts=2, backoff_initial=0.01) as client:
         with pytest.raises(casq.UnavailableError):
             casq.Producer(client).enqueue("q", "x")
+
+
+def test_stop_returns_after_the_finished_jobs_are_acked(server_address: str) -> None:
+    """run() returns only once the acks of the handlers that finished are answered: closing the client right then loses none."""
+    setup = casq.Client(brokers=[server_address])
+    queue = fresh_queue(setup)
+    jobs = 400
+    casq.Producer(setup).enqueue_batch(queue, [casq.NewMessage(payload=b"x") for _ in range(jobs)])
+    client = casq.Client(brokers=[server_address])
+    worker = casq.Worker(client)
+    done = threading.Lock()
+    count = [0]
+
+    def handler(job: casq.Job) -> None:
+        with done:
+            count[0] += 1
+            if count[0] == jobs // 2:  # stop with ~50 handlers running: their acks go after the stream's half-close
+                threading.Thread(target=worker.stop, kwargs={"timeout": 10.0}, daemon=True).start()
+        time.sleep(0.05)
+
+    worker.run(queue, handler, concurrency=50)
+    client.close()  # as a process that exits after run() returns
+    assert 0 < count[0] < jobs
+    # Every job that ran was acked; none is left leased to the closed client.
+    assert outstanding(setup, queue) == jobs - count[0]
+    setup.close()

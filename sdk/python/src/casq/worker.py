@@ -56,6 +56,8 @@ __all__ = ["FATAL_CODES", "ErrorCallback", "Handler", "Worker"]
 
 # How long run() waits for secondary streams to end after their half-close.
 _CLOSE_GRACE = 5.0
+# How long stop() waits, once the handlers are over, for their acks and nacks in flight to be answered.
+_SETTLE_GRACE = 5.0
 
 
 def _outbox() -> queue_mod.Queue[work_pb2.WorkRequest | AckBatch | None]:
@@ -293,6 +295,7 @@ class _Run:
         finally:
             with self.lock:
                 self.core.forget(held, credit=True)
+                self.lock.notify_all()  # shutdown() waits for the settles in flight
 
     # -- heartbeats -------------------------------------------------------------
 
@@ -336,6 +339,14 @@ class _Run:
                     break
                 self.lock.wait(remaining)
             self.core.abandon()
+            # Let the acks and nacks in flight land (bounded, as the asyncio driver does): run() returns
+            # only then, so a process that closes its client right after loses none of them.
+            grace = time.monotonic() + _SETTLE_GRACE
+            while any(not held.abandoned for held in self.core.held.values()):
+                remaining = grace - time.monotonic()
+                if remaining <= 0:
+                    break
+                self.lock.wait(min(remaining, 0.1))
         self.shut.set()
 
     def close(self) -> None:
