@@ -43,9 +43,10 @@ describe("--leader-lease", () => {
     expect(before.code, before.stderr).toBe(0);
     const led = await shard0(first.address);
     expect(led?.leader?.address).toBe(first.address);
-    // The lease written into the document is the configured one, not the 10 s default.
+    // The lease written into the document is the configured one, not the 10 s default. (Not "<= 1000":
+    // the two instants are rounded to whole milliseconds apart, and CI once saw 1001.)
     const leaseLeft = Date.parse(led?.leader?.leaseUntil ?? "") - Date.parse(led?.observedAt ?? "");
-    expect(leaseLeft).toBeLessThanOrEqual(1000);
+    expect(leaseLeft).toBeLessThan(2_000);
 
     await first.stop("SIGKILL");
     // Until the lease runs out the survivor redirects to the dead leader; then it takes over.
