@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -136,6 +137,11 @@ type run struct {
 	waiting []string // receipts held but not started, in arrival order
 	running int
 	done    chan result
+	// acks are the acks of the results handled in this turn of the loop, by
+	// stream: sent together once the results that are in have been handled;
+	// then regrant's streams get the credit those jobs gave back.
+	acks    map[*session]*pendingReq
+	regrant []*session
 	nextID  uint64
 
 	sessions map[string]*session // open or opening, by broker address
@@ -430,6 +436,16 @@ func (r *run) loop() error {
 			r.heartbeated(b)
 		case res := <-r.done:
 			r.finished(res, stopping)
+			// Handlers that finished meanwhile: their acks go in the same requests.
+			for more := true; more; {
+				select {
+				case res := <-r.done:
+					r.finished(res, stopping)
+				default:
+					more = false
+				}
+			}
+			r.flushAcks()
 		}
 		if !stopping {
 			r.startWaiting()
@@ -648,8 +664,10 @@ func (r *run) finished(res result, stopping bool) {
 	r.running--
 	h.cancel()
 	delete(r.jobs, res.receipt)
-	if res.err == nil {
-		r.settle(h.from, pendingReq{kind: reqAck, receipts: []string{res.receipt}, jobs: []*Job{h.job}, lossReported: h.lost})
+	if res.err == nil && !h.lost {
+		r.gatherAck(h.from, res.receipt, h.job)
+	} else if res.err == nil {
+		r.settle(h.from, pendingReq{kind: reqAck, receipts: []string{res.receipt}, jobs: []*Job{h.job}, lossReported: true})
 	} else {
 		if !h.lost || !errors.Is(res.err, context.Canceled) {
 			// (A handler that stopped because its lease was lost: that
@@ -661,8 +679,48 @@ func (r *run) finished(res result, stopping bool) {
 	}
 	if !stopping && h.owner != nil && !h.owner.gone {
 		h.owner.win.returned()
-		r.grant(h.owner)
+		// Granted after the acks of this turn (flushAcks): credit plus unsettled jobs stay within the window.
+		r.regrant = append(r.regrant, h.owner)
 	}
+}
+
+// ackBatch is the most receipts in one ack request (as the TypeScript and
+// Python SDKs; within the broker's default max_batch of 1000).
+const ackBatch = 500
+
+// gatherAck adds the ack of a finished job to its stream's batch of this
+// turn of the loop (see flushAcks).
+func (r *run) gatherAck(s *session, receipt string, job *Job) {
+	if r.acks == nil {
+		r.acks = map[*session]*pendingReq{}
+	}
+	p := r.acks[s]
+	if p == nil {
+		p = &pendingReq{kind: reqAck}
+		r.acks[s] = p
+	}
+	p.receipts = append(p.receipts, receipt)
+	p.jobs = append(p.jobs, job)
+}
+
+// flushAcks sends the acks gathered this turn: one request of up to ackBatch
+// receipts per stream instead of one per job (by unary call for a stream
+// that is gone, as any settle); then the credit the finished jobs gave back.
+func (r *run) flushAcks() {
+	for s, p := range r.acks {
+		for len(p.receipts) > 0 {
+			n := min(len(p.receipts), ackBatch)
+			r.settle(s, pendingReq{kind: reqAck, receipts: p.receipts[:n], jobs: p.jobs[:n]})
+			p.receipts, p.jobs = p.receipts[n:], p.jobs[n:]
+		}
+		delete(r.acks, s)
+	}
+	for i, s := range r.regrant {
+		if !slices.Contains(r.regrant[:i], s) {
+			r.grant(s)
+		}
+	}
+	r.regrant = r.regrant[:0]
 }
 
 // handBack nacks the jobs that arrived but had not started, each on the

@@ -46,6 +46,7 @@ type fakeLeader struct {
 	opens       int
 	halfCloses  int
 	streamAcks  []string
+	ackSizes    []int // receipts in each ack request of the streams
 	unaryAcks   []string
 	unaryBeats  int
 	beatWorkers []string // worker_id of each unary heartbeat
@@ -153,7 +154,10 @@ func (f *fakeLeader) Work(stream grpc.BidiStreamingServer[casqv1.WorkRequest, ca
 			case *casqv1.WorkRequest_Credit:
 				credits += int(c.Credit.GetCredits())
 			case *casqv1.WorkRequest_Ack:
-				f.snapshot(func(f *fakeLeader) { f.streamAcks = append(f.streamAcks, c.Ack.GetReceipts()...) })
+				f.snapshot(func(f *fakeLeader) {
+					f.streamAcks = append(f.streamAcks, c.Ack.GetReceipts()...)
+					f.ackSizes = append(f.ackSizes, len(c.Ack.GetReceipts()))
+				})
 				unsettled -= len(c.Ack.GetReceipts())
 				reply = &casqv1.WorkResponse{Event: &casqv1.WorkResponse_Acked{Acked: &casqv1.WorkAcked{}}}
 			case *casqv1.WorkRequest_Nack:
@@ -473,6 +477,49 @@ func TestWorkerPrimaryLostWhileSecondaryOpen(t *testing.T) {
 	fb.snapshot(func(f *fakeLeader) {
 		if f.opens != 1 {
 			t.Errorf("B: %d streams opened, want 1 (the secondary became the primary)", f.opens)
+		}
+	})
+}
+
+// TestWorkerAcksFinishedJobsTogether: handlers that finish together are
+// acked in one request, not one each.
+func TestWorkerAcksFinishedJobsTogether(t *testing.T) {
+	const jobs = 20
+	payloads := make([]string, jobs)
+	for i := range payloads {
+		payloads[i] = fmt.Sprintf("a%d", i)
+	}
+	f := startFakeLeader(t, "a", 0, jobs, payloads...)
+	c, err := casq.Dial(context.Background(), casq.Options{Brokers: []string{f.addr}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+
+	gate := make(chan struct{})
+	var started atomic.Int32
+	stop := runWorker(t, c, "q", func(context.Context, *casq.Job) error {
+		started.Add(1)
+		<-gate
+		return nil
+	}, casq.WithConcurrency(jobs), casq.WithPrefetch(jobs), casq.WithErrorHandler(func(err error, _ *casq.Job) { t.Log(err) }))
+
+	eventually(t, "every handler running", func() bool { return started.Load() == jobs })
+	close(gate)
+	acked := func() (n int) {
+		f.snapshot(func(f *fakeLeader) { n = len(f.streamAcks) })
+		return n
+	}
+	eventually(t, "every job acked", func() bool { return acked() == jobs })
+	if err := stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	f.snapshot(func(f *fakeLeader) {
+		if len(f.ackSizes) >= jobs {
+			t.Errorf("%d ack requests for %d jobs that finished together (sizes %v), want them batched", len(f.ackSizes), jobs, f.ackSizes)
+		}
+		if f.violation != "" {
+			t.Error(f.violation)
 		}
 	})
 }
