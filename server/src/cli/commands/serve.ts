@@ -66,45 +66,31 @@ function leaderLeaseMs(value: string): number {
   return ms;
 }
 
-/** Parses `--segment-cache-mib`: a whole number of MiB from 1 to 1,048,576 (1 TiB). */
-function segmentCacheMib(value: string): number {
-  const mib = Number(value);
-  if (!/^[0-9]+$/.test(value) || mib < 1 || mib > 1_048_576)
-    throw new InvalidArgumentError(
-      `--segment-cache-mib must be a whole number from 1 to 1048576 (got ${value}).`,
-    );
-  return mib;
+/**
+ * A parser for a flag that takes a whole number from `min` to `max`, whose
+ * error names the flag (`--segment-cache-mib`, `--warm-sealed-messages`,
+ * `--heap-growth-percent`, `--heap-growth-min-mib`).
+ */
+function wholeNumberOf(flag: string, min: number, max: number): (value: string) => number {
+  return (value: string) => {
+    const n = Number(value);
+    if (!/^[0-9]+$/.test(value) || n < min || n > max)
+      throw new InvalidArgumentError(`${flag} must be a whole number from ${min} to ${max} (got ${value}).`);
+    return n;
+  };
 }
 
-/** Parses `--warm-sealed-messages`: a whole number from 0 to 100,000,000. */
-function warmSealedMessages(value: string): number {
-  const n = Number(value);
-  if (!/^[0-9]+$/.test(value) || n > 100_000_000)
-    throw new InvalidArgumentError(
-      `--warm-sealed-messages must be a whole number from 0 to 100000000 (got ${value}).`,
-    );
-  return n;
-}
+/** `--segment-cache-mib`: MiB from 1 to 1,048,576 (1 TiB). */
+const segmentCacheMib = wholeNumberOf("--segment-cache-mib", 1, 1_048_576);
 
-/** Parses `--heap-growth-percent`: a whole number from 0 (V8's own) to {@link MAX_HEAP_GROWTH_PERCENT}. */
-function heapGrowthPercent(value: string): number {
-  const n = Number(value);
-  if (!/^[0-9]+$/.test(value) || n > MAX_HEAP_GROWTH_PERCENT)
-    throw new InvalidArgumentError(
-      `--heap-growth-percent must be a whole number from 0 to ${MAX_HEAP_GROWTH_PERCENT} (got ${value}).`,
-    );
-  return n;
-}
+/** `--warm-sealed-messages`: from 0 to 100,000,000. */
+const warmSealedMessages = wholeNumberOf("--warm-sealed-messages", 0, 100_000_000);
 
-/** Parses `--heap-growth-min-mib`: a whole number from 0 to {@link MAX_HEAP_GROWTH_MIN_MIB}. */
-function heapGrowthMinMib(value: string): number {
-  const n = Number(value);
-  if (!/^[0-9]+$/.test(value) || n > MAX_HEAP_GROWTH_MIN_MIB)
-    throw new InvalidArgumentError(
-      `--heap-growth-min-mib must be a whole number from 0 to ${MAX_HEAP_GROWTH_MIN_MIB} (got ${value}).`,
-    );
-  return n;
-}
+/** `--heap-growth-percent`: from 0 (V8's own) to {@link MAX_HEAP_GROWTH_PERCENT}. */
+const heapGrowthPercent = wholeNumberOf("--heap-growth-percent", 0, MAX_HEAP_GROWTH_PERCENT);
+
+/** `--heap-growth-min-mib`: from 0 to {@link MAX_HEAP_GROWTH_MIN_MIB}. */
+const heapGrowthMinMib = wholeNumberOf("--heap-growth-min-mib", 0, MAX_HEAP_GROWTH_MIN_MIB);
 
 /** Registers `casq serve`. */
 export function registerServe(program: Command): void {
