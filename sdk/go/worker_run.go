@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"slices"
 	"sync"
 	"time"
 
@@ -141,7 +140,7 @@ type run struct {
 	// stream: sent together once the results that are in have been handled;
 	// then regrant's streams get the credit those jobs gave back.
 	acks    map[*session]*pendingReq
-	regrant []*session
+	regrant map[*session]struct{}
 	nextID  uint64
 
 	sessions map[string]*session // open or opening, by broker address
@@ -680,7 +679,10 @@ func (r *run) finished(res result, stopping bool) {
 	if !stopping && h.owner != nil && !h.owner.gone {
 		h.owner.win.returned()
 		// Granted after the acks of this turn (flushAcks): credit plus unsettled jobs stay within the window.
-		r.regrant = append(r.regrant, h.owner)
+		if r.regrant == nil {
+			r.regrant = map[*session]struct{}{}
+		}
+		r.regrant[h.owner] = struct{}{}
 	}
 }
 
@@ -715,12 +717,10 @@ func (r *run) flushAcks() {
 		}
 		delete(r.acks, s)
 	}
-	for i, s := range r.regrant {
-		if !slices.Contains(r.regrant[:i], s) {
-			r.grant(s)
-		}
+	for s := range r.regrant {
+		r.grant(s)
 	}
-	r.regrant = r.regrant[:0]
+	clear(r.regrant)
 }
 
 // handBack nacks the jobs that arrived but had not started, each on the
