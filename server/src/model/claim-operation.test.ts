@@ -10,6 +10,8 @@ import {
   T0,
 } from "../../testing/model-test-helpers.ts";
 import { applyOperation } from "./apply-operation.ts";
+import { DEFAULT_SUBSCRIPTION } from "./shard-state.ts";
+import { hasRunnable } from "./shard-stats.ts";
 
 describe("claim", () => {
   it("orders by priority (high first), then offset", () => {
@@ -34,6 +36,17 @@ describe("claim", () => {
     expect(ids(claim(s, T0))).toEqual(["now"]);
     expect(ids(claim(s, T0 + 999))).toEqual([]);
     expect(ids(claim(s, T0 + 1000))).toEqual(["urgent-later"]);
+  });
+
+  it("keeps a due message claimable when a look at an earlier time comes after the one that found it due", () => {
+    // A leader looks at its claim order with the batch's time before warming a segment, and
+    // warming schedules with a later one (simulation seed 72143455 lost the message until its
+    // segment was cooled and warmed again).
+    const s = newShard();
+    enqueue(s, T0, msg("delayed", { priority: 5, delayMs: 1000 }), msg("plain"));
+    expect(hasRunnable(s, DEFAULT_SUBSCRIPTION, T0 + 1005)).toBe(true); // due: moved to the runnable index
+    expect(hasRunnable(s, DEFAULT_SUBSCRIPTION, T0 + 990)).toBe(true); // "plain" is; "delayed" is not yet
+    expect(ids(claim(s, T0 + 1010, { max: 1 }))).toEqual(["delayed"]);
   });
 
   it("leases a message to one worker at a time and bumps the attempt per claim", () => {

@@ -196,9 +196,18 @@ export function peekRunnable(
       if (placeholderLive(sub, top.cold)) return { cold: top.cold };
     } else {
       const p = pendingAt(state, sub, top.offset);
-      if (p !== undefined && runnableAt(p.m, p.d) <= now) return p;
+      if (p !== undefined) {
+        const at = runnableAt(p.m, p.d);
+        if (at <= now) return p;
+        // Not runnable at this `now`: backed off again, or asked about with an earlier time
+        // than the one that made it runnable (a leader's look before warming a segment, after
+        // it). It waits in the wake-up index, so it is never lost (simulation seed 72143455).
+        sub.ready.pop();
+        sub.delayed.push({ at, offset: top.offset });
+        continue;
+      }
     }
-    sub.ready.pop(); // stale, or backed off again (its wake-up entry exists)
+    sub.ready.pop(); // stale: settled, leased or gone
   }
 }
 
