@@ -6,6 +6,7 @@
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { WorkRequestSchema, WorkResponse } from "@casq/api/casq/v1/work_pb.ts";
 import { AsyncQueue } from "@casq/sdk/async-queue.ts";
+import { Code } from "@connectrpc/connect";
 import { describe, expect, it } from "vitest";
 import { MemoryStore } from "../../server/src/store/memory-store.ts";
 import type {
@@ -14,6 +15,7 @@ import type {
   PutCondition,
   PutResult,
 } from "../../server/src/store/object-store.ts";
+import { UnavailableError } from "../../server/src/store/store-errors.ts";
 import { bytes, eventually, grpcClients, useTestServers } from "./support.ts";
 
 const server = useTestServers();
@@ -26,6 +28,8 @@ class HeldHeads {
   readonly memory = new MemoryStore();
   readonly heads: Head[] = [];
   hold = false;
+  /** The held PUTs fail (store unavailable) when released. */
+  failHeld = false;
   private waiting: (() => void)[] = [];
   readonly store: ObjectStore;
 
@@ -39,7 +43,10 @@ class HeldHeads {
         options?: CallOptions,
       ): Promise<PutResult> => {
         if (key === headKey) {
-          if (this.hold) await new Promise<void>((resolve) => this.waiting.push(resolve));
+          if (this.hold) {
+            await new Promise<void>((resolve) => this.waiting.push(resolve));
+            if (this.failHeld) throw new UnavailableError(key, "failed by the test");
+          }
           this.heads.push(JSON.parse(new TextDecoder().decode(body)) as Head);
         }
         return memory.put(key, body, condition, options);
@@ -109,4 +116,49 @@ describe("Work stream credit", () => {
     requests.end();
     await reading;
   });
+
+  it("claims again when the credit a failed write took comes back, though it had stopped for want of credit", async () => {
+    // Simulation seed 91001413: a write that would have handed this stream jobs failed after
+    // the stream, finding its credit taken, had stopped claiming; the credit came back but
+    // nothing woke the stream, and its worker got no job for ever.
+    const held = new HeldHeads("queues/parked/0.json");
+    const s = await server({ store: held.store });
+    const clients = grpcClients(s.address);
+    await clients.admin.createQueue({ queue: "parked" });
+
+    const requests = new AsyncQueue<Request>();
+    const responses: WorkResponse[] = [];
+    const stream = clients.queue.work(requests);
+    const reading = (async () => {
+      for await (const r of stream) responses.push(r);
+    })().catch(() => {});
+    requests.push({
+      requestId: 1n,
+      command: { case: "open", value: { queue: "parked", workerId: "worker-1", credits: 2 } },
+    });
+    await eventually(() => responses.some((r) => r.event.case === "opened"));
+
+    // The write of two jobs, which also fills the stream's standing claim (taking its credit), hangs ...
+    held.hold = true;
+    held.failHeld = true;
+    const failing = clients.queue.enqueue({
+      queue: "parked",
+      messages: [{ payload: bytes("a") }, { payload: bytes("b") }],
+    });
+    await eventually(() => held.held === 1);
+    // ... past the stream's 5 s re-probe, which finds no credit left: the stream stops claiming ...
+    await new Promise((resolve) => setTimeout(resolve, 5_500));
+    // ... and then fails: the jobs were not stored, the credit comes back.
+    held.release();
+    await expect(failing).rejects.toMatchObject({ code: Code.Unavailable });
+    held.failHeld = false;
+
+    await clients.queue.enqueue({
+      queue: "parked",
+      messages: [{ payload: bytes("c") }, { payload: bytes("d") }],
+    });
+    await eventually(() => responses.filter((r) => r.event.case === "job").length === 2);
+    requests.end();
+    await reading;
+  }, 20_000);
 });

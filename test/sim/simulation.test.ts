@@ -50,6 +50,14 @@ const REGRESSIONS: { seed: number; overrides: SimConfigOverrides }[] = [
   // restarted leader at the same address as before, so no routing event came and no stream
   // to it was ever opened again: its shard's jobs waited for ever.
   { seed: 941057, overrides: { sdkWorkers: "instead" } },
+  // Model: a delayed message just come due was found runnable while its segment was warmed,
+  // then looked at with the batch's earlier time, and left the claim order until its segment
+  // was cooled and warmed again (claim-order violations).
+  { seed: 72143455, overrides: {} },
+  // Work stream: a write that took the credit of the stream's standing claim failed (store
+  // partition) after the stream had stopped claiming for want of credit; the credit came back
+  // but nothing woke the stream, and its SDK worker got no job for the rest of the run.
+  { seed: 91001413, overrides: {} },
 ];
 
 describe("seeded simulation (brokers, workers, faulty store, auditor)", () => {

@@ -38,7 +38,7 @@ import type { ShardState } from "../model/shard-state.ts";
 import { hasRunnable } from "../model/shard-stats.ts";
 import type { Clock } from "../util/clock.ts";
 import { expectKind } from "./operation-effects.ts";
-import type { ClaimCredit, ShardLeader, StandingClaim } from "./shard-leader.ts";
+import { type ClaimCredit, returnCredit, type ShardLeader, type StandingClaim } from "./shard-leader.ts";
 
 /** Why a wait's timer is cut short (nobody reads it; one object, as `abort()` alone builds a DOMException each time). */
 const TIMER_STOPPED = new CasqError("cancelled", "timer stopped");
@@ -133,7 +133,7 @@ export class ShardClaimer {
     }
     const now = this.clock.now();
     const live = pass.deliveries.filter((delivery) => delivery.message.leaseDeadline > now);
-    if (credit) credit.available += pass.deliveries.length - live.length;
+    if (credit) returnCredit(credit, pass.deliveries.length - live.length);
     pass.deliveries.splice(0, pass.deliveries.length, ...live);
     return pass;
   }

@@ -141,12 +141,43 @@ describe("ShardLeader credited claims", () => {
     const shard = leader(faults);
     await enqueue(shard, 5);
     faults.addRule({ fault: "unavailable", rate: 1, ops: ["put"], limit: 1 });
-    const credit: ClaimCredit = { available: 3 };
+    let returned = 0;
+    const credit: ClaimCredit = { available: 3, returned: () => returned++ };
     await expect(claim(shard, credit)).rejects.toMatchObject({ code: "unavailable" });
     expect(credit.available).toBe(3);
+    expect(returned).toBe(1); // told, so that a consumer parked for want of credit claims again
     const result = expectKind(await claim(shard, credit), "claim");
     expect(result.messages).toHaveLength(3);
     expect(credit.available).toBe(0);
+  });
+
+  it("gives a standing claim's credit back, and says so, when the write that filled it fails", async () => {
+    // A Work stream that stood a claim, saw its credit taken by a write that then failed and
+    // stopped claiming for want of credit was never woken again (simulation seed 91001413).
+    const faults = new FaultInjectingStore(new MemoryStore(), { random: seededRandom(4) });
+    const shard = leader(faults);
+    await shard.submit({ kind: "createSubscription", name: "other" }); // the shard exists, nothing runnable
+    let returned = 0;
+    const credit: ClaimCredit = { available: 2, returned: () => returned++ };
+    let delivered = 0;
+    const withdraw = shard.stand({
+      subscription: "default",
+      workerId: "w",
+      leaseTtlMs: undefined,
+      credit,
+      deliver: (messages) => {
+        delivered += messages.length;
+      },
+    });
+    faults.addRule({ fault: "unavailable", rate: 1, ops: ["put"], limit: 1 });
+    await expect(enqueue(shard, 2)).rejects.toMatchObject({ code: "unavailable" });
+    expect(delivered).toBe(0);
+    expect(credit.available).toBe(2);
+    expect(returned).toBe(1);
+    await enqueue(shard, 2);
+    expect(delivered).toBe(2);
+    expect(credit.available).toBe(0);
+    withdraw();
   });
 
   it("takes the credit once when a lost race makes the batch apply again", async () => {

@@ -193,7 +193,7 @@ export interface StandingClaim {
    * on every shard and taken synchronously as a commit applies them, so they
    * never claim more than it wants together.
    */
-  readonly credit: { available: number };
+  readonly credit: ClaimCredit;
   /** The messages claimed for it, once their commit is durable (leases may have run out since: check). */
   deliver(messages: readonly ClaimedMessage[]): void;
 }
@@ -213,6 +213,20 @@ interface StandingFill {
  */
 export interface ClaimCredit {
   available: number;
+  /**
+   * Called when credit a claim took comes back without jobs sent for it (its
+   * write failed, or its jobs could not be filled in): a consumer that
+   * stopped claiming for want of credit must claim again, or it waits for
+   * ever for jobs it will never be sent.
+   */
+  returned?(): void;
+}
+
+/** Gives `n` credit back to its consumer and tells it (see {@link ClaimCredit.returned}). */
+export function returnCredit(credit: ClaimCredit, n: number): void {
+  if (n <= 0) return;
+  credit.available += n;
+  credit.returned?.();
 }
 
 type Settle<T> = { resolve(value: T): void; reject(error: unknown): void };
@@ -614,6 +628,11 @@ export class ShardLeader {
       for (const fill of fills) fill.claim.credit.available += fill.messages.length;
       for (const t of taken) t.credit.available += t.n;
     };
+    // For good: nothing was sent for it (within an attempt, the credit is taken again at once).
+    const returnAll = () => {
+      for (const fill of fills) returnCredit(fill.claim.credit, fill.messages.length);
+      for (const t of taken) returnCredit(t.credit, t.n);
+    };
     const result = await this.head.commit<AppliedBatch>(
       (working, now) => {
         giveBack();
@@ -663,18 +682,18 @@ export class ShardLeader {
     if (result.kind === "written") this.noteWrite(this.clock.now() - startedExact);
     this.head.pager.unpin();
     if (result.kind === "failed") {
-      giveBack();
+      returnAll();
       return this.failBatch(batch, result.error);
     }
     const applied = result.value;
     for (const fill of fills) this.standing.delete(fill.claim);
     const unfilled = await this.fillClaimedBodies(applied, fills);
     // The claims failed instead (their leases run out): nothing was sent for that credit.
-    if (unfilled !== undefined) for (const t of taken) t.credit.available += t.n;
+    if (unfilled !== undefined) for (const t of taken) returnCredit(t.credit, t.n);
     this.settle(batch, applied.outcomes);
     for (const fill of fills)
       if (unfilled === undefined) fill.claim.deliver(fill.messages);
-      else fill.claim.credit.available += fill.messages.length; // nothing sent: the leases run out
+      else returnCredit(fill.claim.credit, fill.messages.length); // nothing sent: the leases run out
     this.readAhead();
     if (result.kind === "written" && unfilled === undefined) this.gatherAfter(writeMs, applied, fills);
     this.observer?.onCommit?.(

@@ -18,7 +18,8 @@
  *    granted while it waits for the write in flight rides in it. With credit and nothing
  *    runnable it stands a claim on the served shards, which the commit that
  *    makes something runnable applies (the jobs leave with that commit).
- *    Credit is only ever added by `open` and `credit` messages.
+ *    Credit is only ever added by `open` and `credit` messages, and given
+ *    back by a claim whose write failed (which wakes the loop, see ClaimCredit).
  * 3. **Requests.** `heartbeat`, `ack` and `nack` run concurrently with the
  *    claim loop and with each other; each is answered (by request_id) once
  *    durable, or with `request_failed` carrying the status the unary RPC
@@ -47,6 +48,7 @@ import { AsyncQueue } from "@casq/sdk/async-queue.ts";
 import { backoffCap } from "@casq/sdk/backoff.ts";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import { type ClaimPass, type Delivery, throwIfNothingServed } from "../broker/shard-claims.ts";
+import type { ClaimCredit } from "../broker/shard-leader.ts";
 import { CasqError, isCasqError } from "../errors.ts";
 import type { ClaimedMessage, Receipt } from "../model/operations.ts";
 import { inspectMessage } from "../model/shard-inspect.ts";
@@ -133,7 +135,7 @@ class WorkSession implements WorkSessionHandle {
    * claims, which take from it as a commit applies them (see
    * ShardLeader.submit and ShardLeader.stand).
    */
-  private readonly credit: { available: number };
+  private readonly credit: ClaimCredit;
   private pending = 0;
   private halfClosed = false;
   private claiming = true;
@@ -161,7 +163,8 @@ class WorkSession implements WorkSessionHandle {
     credits: number,
   ) {
     this.sessionId = sessionIdFrom(ctx.random);
-    this.credit = { available: credits };
+    // Credit a claim took and gave back (its write failed) must wake a loop parked for want of it.
+    this.credit = { available: credits, returned: () => this.wakeClaims() };
   }
 
   private get credits(): number {
