@@ -16,7 +16,7 @@ import type {
   PutResult,
 } from "../../server/src/store/object-store.ts";
 import { UnavailableError } from "../../server/src/store/store-errors.ts";
-import { bytes, eventually, grpcClients, useTestServers } from "./support.ts";
+import { bytes, type Clients, eventually, grpcClients, useTestServers } from "./support.ts";
 
 const server = useTestServers();
 
@@ -69,6 +69,22 @@ function leasesOf(head: Head, worker: string): number {
   return sub?.deliveries.filter((d) => d.lease?.worker === worker).length ?? 0;
 }
 
+/** Opens a Work stream of `worker-1` with `credits` and waits for `opened`; the responses gather in `responses`. */
+async function openWork(clients: Clients, queue: string, credits: number) {
+  const requests = new AsyncQueue<Request>();
+  const responses: WorkResponse[] = [];
+  const stream = clients.queue.work(requests);
+  const reading = (async () => {
+    for await (const r of stream) responses.push(r);
+  })().catch(() => {});
+  requests.push({
+    requestId: 1n,
+    command: { case: "open", value: { queue, workerId: "worker-1", credits } },
+  });
+  await eventually(() => responses.some((r) => r.event.case === "opened"));
+  return { requests, responses, reading };
+}
+
 describe("Work stream credit", () => {
   it("claims credit granted while its claim waits for the write in flight in that same claim", async () => {
     const held = new HeldHeads("queues/credit/0.json");
@@ -80,17 +96,7 @@ describe("Work stream credit", () => {
       messages: Array.from({ length: 10 }, (_, i) => ({ payload: bytes(`m${i}`) })),
     });
 
-    const requests = new AsyncQueue<Request>();
-    const responses: WorkResponse[] = [];
-    const stream = clients.queue.work(requests);
-    const reading = (async () => {
-      for await (const r of stream) responses.push(r);
-    })().catch(() => {});
-    requests.push({
-      requestId: 1n,
-      command: { case: "open", value: { queue: "credit", workerId: "worker-1", credits: 0 } },
-    });
-    await eventually(() => responses.some((r) => r.event.case === "opened"));
+    const { requests, responses, reading } = await openWork(clients, "credit", 0);
 
     // A write in flight, held by the store.
     held.hold = true;
@@ -126,17 +132,7 @@ describe("Work stream credit", () => {
     const clients = grpcClients(s.address);
     await clients.admin.createQueue({ queue: "parked" });
 
-    const requests = new AsyncQueue<Request>();
-    const responses: WorkResponse[] = [];
-    const stream = clients.queue.work(requests);
-    const reading = (async () => {
-      for await (const r of stream) responses.push(r);
-    })().catch(() => {});
-    requests.push({
-      requestId: 1n,
-      command: { case: "open", value: { queue: "parked", workerId: "worker-1", credits: 2 } },
-    });
-    await eventually(() => responses.some((r) => r.event.case === "opened"));
+    const { requests, responses, reading } = await openWork(clients, "parked", 2);
 
     // The write of two jobs, which also fills the stream's standing claim (taking its credit), hangs ...
     held.hold = true;
