@@ -9,7 +9,8 @@ import { FaultInjectingStore } from "../../testing/fault-injecting-store.ts";
 import { ManualClock } from "../../testing/manual-clock.ts";
 import { ShardState } from "../model/shard-state.ts";
 import { MemoryStore } from "../store/memory-store.ts";
-import type { ObjectStore } from "../store/object-store.ts";
+import type { CallOptions, ObjectStore, PutCondition } from "../store/object-store.ts";
+import { AmbiguousWriteError } from "../store/store-errors.ts";
 import { seededRandom } from "../util/random.ts";
 import { expectKind } from "./operation-effects.ts";
 import { type ClaimCredit, ShardLeader } from "./shard-leader.ts";
@@ -178,6 +179,56 @@ describe("ShardLeader credited claims", () => {
     expect(delivered).toBe(2);
     expect(credit.available).toBe(0);
     withdraw();
+  });
+
+  it("sends and takes what the attempt that landed claimed, when an earlier attempt lands after a later one was made", async () => {
+    // The first head write is answered as ambiguous and lands only as the second attempt is
+    // sent (a PUT the store applies late), so the second loses its race and the first is
+    // what the store holds. Credit granted between the attempts let the second claim more.
+    const memory = new MemoryStore();
+    let late: (() => Promise<unknown>) | undefined;
+    let onAmbiguous = () => {};
+    let armed = false;
+    const store: ObjectStore = Object.assign(Object.create(memory) as MemoryStore, {
+      put: async (key: string, body: Uint8Array, condition: PutCondition, options?: CallOptions) => {
+        if (armed && key === "queues/jobs/0.json") {
+          armed = false;
+          late = () => memory.put(key, body, condition, options);
+          onAmbiguous();
+          throw new AmbiguousWriteError(key, "the answer was lost");
+        }
+        if (late !== undefined) {
+          const landing = late;
+          late = undefined;
+          await landing();
+        }
+        return memory.put(key, body, condition, options);
+      },
+    });
+    const shard = leader(store);
+    await enqueue(shard, 6);
+    const credit: ClaimCredit = { available: 2 };
+    onAmbiguous = () => {
+      credit.available += 3;
+    };
+    const delivered: string[] = [];
+    const withdraw = shard.stand({
+      subscription: "default",
+      workerId: "w",
+      leaseTtlMs: undefined,
+      credit,
+      deliver: (messages) => delivered.push(...messages.map((m) => m.id)),
+    });
+    armed = true;
+    await shard.submit({ kind: "createSubscription", name: "other" }); // a write that fills the standing claim
+    withdraw();
+    const stored = ShardState.decode((await memory.get("queues/jobs/0.json"))?.body as Uint8Array);
+    const leased = stored
+      .sortedMessages()
+      .filter((m) => stored.subs.get("default")?.deliveries.get(m.msg.offset)?.lease);
+    expect(leased.map((m) => m.msg.id)).toEqual(["m0", "m1"]);
+    expect(delivered).toEqual(["m0", "m1"]);
+    expect(credit.available).toBe(3);
   });
 
   it("takes the credit once when a lost race makes the batch apply again", async () => {

@@ -254,6 +254,9 @@ type AppliedBatch = {
   expire: ExpireResult;
   /** The claims of standing claims that rode in this commit. */
   standing: AppliedOperation[];
+  /** This attempt's fills of standing claims and the credit its claims took (an earlier attempt may be the one that landed). */
+  fills: StandingFill[];
+  taken: CreditTaken[];
 };
 type AppliedOperation = { op: Operation; result: OperationResult };
 
@@ -674,7 +677,8 @@ export class ShardLeader {
         for (const [item, at] of credited) applyItem(item, at);
         if (!release) fills = this.fillStanding(working, now);
         if (fills.length > 0) changed = true;
-        return { value: { now, outcomes, expire, standing: fills.map((fill) => fill.applied) }, changed };
+        const standing = fills.map((fill) => fill.applied);
+        return { value: { now, outcomes, expire, standing, fills, taken }, changed };
       },
       { release, prepare: (state, now) => this.pageInFor(batch, state, now) },
     );
@@ -686,6 +690,15 @@ export class ShardLeader {
       return this.failBatch(batch, result.error);
     }
     const applied = result.value;
+    if (applied.fills !== fills) {
+      // An earlier attempt landed (an ambiguous write found applied after a later attempt was
+      // made): its leases are what the store holds, so its claims are what is sent and taken.
+      giveBack();
+      fills = applied.fills;
+      taken = applied.taken;
+      for (const fill of fills) fill.claim.credit.available -= fill.messages.length;
+      for (const t of taken) t.credit.available -= t.n;
+    }
     for (const fill of fills) this.standing.delete(fill.claim);
     const unfilled = await this.fillClaimedBodies(applied, fills);
     // The claims failed instead (their leases run out): nothing was sent for that credit.
