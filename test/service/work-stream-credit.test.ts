@@ -153,7 +153,8 @@ describe("Work stream credit", () => {
       queue: "parked",
       messages: [{ payload: bytes("c") }, { payload: bytes("d") }],
     });
-    await eventually(() => responses.filter((r) => r.event.case === "job").length === 2);
+    // Within a moment (a stream that stopped for want of credit looks again only every 5 s on its own).
+    await eventually(() => responses.filter((r) => r.event.case === "job").length === 2, 2_500);
     requests.end();
     await reading;
   }, 20_000);

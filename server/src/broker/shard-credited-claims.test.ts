@@ -231,6 +231,50 @@ describe("ShardLeader credited claims", () => {
     expect(credit.available).toBe(3);
   });
 
+  it("tells the consumer when a batch applied again after a lost race gives back credit its first attempt took", async () => {
+    // The standing claim is withdrawn while the first attempt's write is in flight (its stream
+    // stopped waiting, and then claiming, for want of credit); the attempt after the lost race
+    // fills nothing, so the credit comes back, and the stream must hear of it.
+    const memory = new MemoryStore();
+    let beforePut: (() => Promise<void>) | undefined;
+    const store: ObjectStore = Object.assign(Object.create(memory) as MemoryStore, {
+      put: async (key: string, body: Uint8Array, condition: PutCondition, options?: CallOptions) => {
+        const hook = key === "queues/jobs/0.json" ? beforePut : undefined;
+        beforePut = undefined;
+        await hook?.();
+        return memory.put(key, body, condition, options);
+      },
+    });
+    const shard = leader(store);
+    await shard.submit({ kind: "createSubscription", name: "other" }); // the shard exists, nothing runnable
+    let returned = 0;
+    const credit: ClaimCredit = { available: 1, returned: () => returned++ };
+    let delivered = 0;
+    const withdraw = shard.stand({
+      subscription: "default",
+      workerId: "w",
+      leaseTtlMs: undefined,
+      credit,
+      deliver: (messages) => {
+        delivered += messages.length;
+      },
+    });
+    beforePut = async () => {
+      expect(credit.available).toBe(0); // the first attempt filled the standing claim
+      withdraw();
+      // Someone edits the head behind the leader's back, keeping its lease: this write loses its race.
+      const stored = await memory.get("queues/jobs/0.json");
+      if (!stored) throw new Error("missing");
+      const edited = ShardState.decode(stored.body);
+      edited.writeId = "operator.1";
+      await memory.put("queues/jobs/0.json", edited.encode(), { ifMatch: stored.etag });
+    };
+    await enqueue(shard, 1);
+    expect(delivered).toBe(0);
+    expect(credit.available).toBe(1);
+    expect(returned).toBeGreaterThan(0);
+  });
+
   it("takes the credit once when a lost race makes the batch apply again", async () => {
     const memory = new MemoryStore();
     const shard = leader(memory);

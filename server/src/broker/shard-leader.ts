@@ -627,12 +627,10 @@ export class ShardLeader {
     let fills: StandingFill[] = [];
     // Likewise the credit the batch's credited claims took.
     let taken: CreditTaken[] = [];
+    // The consumers are told: an attempt applied again may take less (a standing claim withdrawn
+    // meanwhile fills nothing), and a consumer that stopped claiming for want of credit must
+    // claim again (telling one whose credit is taken again at once costs it a look).
     const giveBack = () => {
-      for (const fill of fills) fill.claim.credit.available += fill.messages.length;
-      for (const t of taken) t.credit.available += t.n;
-    };
-    // For good: nothing was sent for it (within an attempt, the credit is taken again at once).
-    const returnAll = () => {
       for (const fill of fills) returnCredit(fill.claim.credit, fill.messages.length);
       for (const t of taken) returnCredit(t.credit, t.n);
     };
@@ -686,7 +684,7 @@ export class ShardLeader {
     if (result.kind === "written") this.noteWrite(this.clock.now() - startedExact);
     this.head.pager.unpin();
     if (result.kind === "failed") {
-      returnAll();
+      giveBack();
       return this.failBatch(batch, result.error);
     }
     const applied = result.value;

@@ -48,7 +48,7 @@ import { AsyncQueue } from "@casq/sdk/async-queue.ts";
 import { backoffCap } from "@casq/sdk/backoff.ts";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import { type ClaimPass, type Delivery, throwIfNothingServed } from "../broker/shard-claims.ts";
-import type { ClaimCredit } from "../broker/shard-leader.ts";
+import { type ClaimCredit, returnCredit } from "../broker/shard-leader.ts";
 import { CasqError, isCasqError } from "../errors.ts";
 import type { ClaimedMessage, Receipt } from "../model/operations.ts";
 import { inspectMessage } from "../model/shard-inspect.ts";
@@ -74,7 +74,7 @@ import type { WorkSessionHandle } from "./work-registry.ts";
 /** Most credit a worker may have outstanding. */
 export const MAX_CREDITS = 10_000;
 
-/** With credit and nothing runnable, re-visit every shard at least this often (to pick up orphaned shards). */
+/** With credit and nothing runnable, re-visit every shard at least this often (to pick up orphaned shards); without credit, look at it again this often. */
 const PROBE_INTERVAL_MS = 5_000;
 /** Claim passes that reached no shard (a store outage) retry after 200 ms, doubling, up to 5 s. */
 const CLAIM_RETRY_BACKOFF = { immediateRetries: 0, baseDelayMs: 200, maxDelayMs: 5_000 } as const;
@@ -448,7 +448,9 @@ class WorkSession implements WorkSessionHandle {
     while (this.claiming) {
       const wake = this.wakeSignal();
       if (this.credits <= 0) {
-        await untilAborted(wake);
+        // Credit comes from the worker or back from a claim, and both wake the loop; the bound
+        // only caps what a wake-up missed by a future change would cost the worker.
+        await this.ctx.clock.sleep(PROBE_INTERVAL_MS, wake).catch(() => {});
         continue;
       }
       const pass = await this.ctx.claimer.claimOnce(
@@ -532,7 +534,8 @@ class WorkSession implements WorkSessionHandle {
     const now = this.ctx.clock.now();
     const live = messages.filter((message) => message.leaseDeadline > now);
     // Leases that ran out before their commit was answered are not sent; they are redelivered.
-    this.credits += messages.length - live.length;
+    // Their credit comes back (the loop may have stopped for want of it since the claim stood).
+    returnCredit(this.credit, messages.length - live.length);
     this.sendJobs(live.map((message) => ({ shard, message })));
   }
 
@@ -721,10 +724,4 @@ function sessionIdFrom(random: Random): string {
       .toString(16)
       .padStart(8, "0");
   return id;
-}
-
-/** Resolves when `signal` aborts. */
-function untilAborted(signal: AbortSignal): Promise<void> {
-  if (signal.aborted) return Promise.resolve();
-  return new Promise((resolve) => signal.addEventListener("abort", () => resolve(), { once: true }));
 }
