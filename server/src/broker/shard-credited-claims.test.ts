@@ -43,6 +43,19 @@ function claim(shard: ShardLeader, credit: ClaimCredit) {
   );
 }
 
+/** Stands a claim of worker `w` on `default` with `credit`; the ids it is sent gather in `delivered`. */
+function standFor(shard: ShardLeader, credit: ClaimCredit): { delivered: string[]; withdraw: () => void } {
+  const delivered: string[] = [];
+  const withdraw = shard.stand({
+    subscription: "default",
+    workerId: "w",
+    leaseTtlMs: undefined,
+    credit,
+    deliver: (messages) => delivered.push(...messages.map((m) => m.id)),
+  });
+  return { delivered, withdraw };
+}
+
 /** Starts a write and waits until the store holds it (later submits wait for the next batch). */
 async function writeInFlight(store: GatedStore, shard: ShardLeader): Promise<{ done: Promise<unknown> }> {
   store.hold = true;
@@ -160,23 +173,14 @@ describe("ShardLeader credited claims", () => {
     await shard.submit({ kind: "createSubscription", name: "other" }); // the shard exists, nothing runnable
     let returned = 0;
     const credit: ClaimCredit = { available: 2, returned: () => returned++ };
-    let delivered = 0;
-    const withdraw = shard.stand({
-      subscription: "default",
-      workerId: "w",
-      leaseTtlMs: undefined,
-      credit,
-      deliver: (messages) => {
-        delivered += messages.length;
-      },
-    });
+    const { delivered, withdraw } = standFor(shard, credit);
     faults.addRule({ fault: "unavailable", rate: 1, ops: ["put"], limit: 1 });
     await expect(enqueue(shard, 2)).rejects.toMatchObject({ code: "unavailable" });
-    expect(delivered).toBe(0);
+    expect(delivered).toHaveLength(0);
     expect(credit.available).toBe(2);
     expect(returned).toBe(1);
     await enqueue(shard, 2);
-    expect(delivered).toBe(2);
+    expect(delivered).toHaveLength(2);
     expect(credit.available).toBe(0);
     withdraw();
   });
@@ -211,14 +215,7 @@ describe("ShardLeader credited claims", () => {
     onAmbiguous = () => {
       credit.available += 3;
     };
-    const delivered: string[] = [];
-    const withdraw = shard.stand({
-      subscription: "default",
-      workerId: "w",
-      leaseTtlMs: undefined,
-      credit,
-      deliver: (messages) => delivered.push(...messages.map((m) => m.id)),
-    });
+    const { delivered, withdraw } = standFor(shard, credit);
     armed = true;
     await shard.submit({ kind: "createSubscription", name: "other" }); // a write that fills the standing claim
     withdraw();
@@ -249,16 +246,7 @@ describe("ShardLeader credited claims", () => {
     await shard.submit({ kind: "createSubscription", name: "other" }); // the shard exists, nothing runnable
     let returned = 0;
     const credit: ClaimCredit = { available: 1, returned: () => returned++ };
-    let delivered = 0;
-    const withdraw = shard.stand({
-      subscription: "default",
-      workerId: "w",
-      leaseTtlMs: undefined,
-      credit,
-      deliver: (messages) => {
-        delivered += messages.length;
-      },
-    });
+    const { delivered, withdraw } = standFor(shard, credit);
     beforePut = async () => {
       expect(credit.available).toBe(0); // the first attempt filled the standing claim
       withdraw();
@@ -270,7 +258,7 @@ describe("ShardLeader credited claims", () => {
       await memory.put("queues/jobs/0.json", edited.encode(), { ifMatch: stored.etag });
     };
     await enqueue(shard, 1);
-    expect(delivered).toBe(0);
+    expect(delivered).toHaveLength(0);
     expect(credit.available).toBe(1);
     expect(returned).toBeGreaterThan(0);
   });
