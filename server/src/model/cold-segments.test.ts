@@ -1,9 +1,11 @@
 import { describe, expect, it } from "vitest";
 import {
+  ack,
   claim,
   docText,
   enqueue,
   expectCasqError,
+  expire,
   msg,
   newShard,
   T0,
@@ -212,6 +214,23 @@ describe("cold segments", () => {
     coolSegment(s, seg, T0);
     const records = metas.get(seg.name) as MessageRecord[];
     expectCasqError(() => warmSegment(s, seg, records.slice(1), T0), "internal");
+    expect(seg.cold).toBe(true);
+  });
+
+  it("refuses (data_loss) to warm a segment whose head entry says an offset left that the segment does not hold", () => {
+    const s = newShard({ retentionMs: 0 });
+    enqueue(s, T0, msg("a"), msg("b"), msg("c"));
+    const [, b] = claim(s, T0, { max: 2 });
+    if (b === undefined) throw new Error("b expected");
+    ack(s, T0, [b.receipt]);
+    expire(s, T0); // b leaves before sealing: the segment holds offsets 0 and 2
+    const metas = sealAll(s, 10);
+    const seg = [...s.segments.values()][0];
+    if (seg === undefined || seg.count !== 2) throw new Error("a segment of two expected");
+    const records = metas.get(seg.name) as MessageMeta[];
+    coolSegment(s, seg, T0);
+    seg.gone.add(1); // a corrupt head: offset 1 never was in the segment
+    expectCasqError(() => warmSegment(s, seg, records, T0), "data_loss");
     expect(seg.cold).toBe(true);
   });
 
