@@ -344,8 +344,10 @@ export class ShardHeadStore {
         } catch {
           this.restoreCommitted(); // index-only work went wrong: rebuild the state from what was written
         }
-        if (this.committed !== undefined) this.prepareSegment(this.committed, now);
-        if (this.committed !== undefined) this.prepareDedup(this.committed, now);
+        // A released shard is the next leader's to seal: a segment written ahead now would be
+        // an orphan (until an epoch after the next one sweeps it).
+        if (this.committed !== undefined && !options.release) this.prepareSegment(this.committed, now);
+        if (this.committed !== undefined && !options.release) this.prepareDedup(this.committed, now);
         if (takingOver) this.sweepOrphans(working);
         if (takingOver)
           this.observer?.onLeadership?.({
@@ -369,7 +371,10 @@ export class ShardHeadStore {
           // The segments it would have referenced never will be: delete them.
           this.collect(sealed);
           this.restoreCommitted();
-          return { kind: "failed", error: asCasqError(error, this.queue, this.shard) };
+          return {
+            kind: "failed",
+            error: this.givingUp(attempts, asCasqError(error, this.queue, this.shard)),
+          };
         }
         const fresh = await this.reload();
         // No write of this commit may have landed, and the shard is now refused (or its
@@ -423,10 +428,13 @@ export class ShardHeadStore {
         if (conflicts > this.options.maxConflictRetries) {
           return {
             kind: "failed",
-            error: new CasqError(
-              "unavailable",
-              `shard ${this.queue}/${this.shard} lost ${conflicts} write races in a row; is another process writing it? retry later`,
-              { queue: this.queue, shard: this.shard },
+            error: this.givingUp(
+              attempts,
+              new CasqError(
+                "unavailable",
+                `shard ${this.queue}/${this.shard} lost ${conflicts} write races in a row; is another process writing it? retry later`,
+                { queue: this.queue, shard: this.shard },
+              ),
             ),
           };
         }
@@ -441,6 +449,22 @@ export class ShardHeadStore {
         }
       }
     }
+  }
+
+  /**
+   * The error a commit gives up with: `error`, unless an earlier attempt's
+   * write was ambiguous. Judged "not landed yet" (its base was still the
+   * newest head), such a write may still land after the commit gives up, so
+   * its callers must not be told it did not happen.
+   */
+  private givingUp<T>(attempts: ReadonlyMap<string, WriteAttempt<T>>, error: CasqError): CasqError {
+    if (![...attempts.values()].some((a) => a.ambiguous)) return error;
+    return new CasqError(
+      "unavailable",
+      `shard ${this.queue}/${this.shard}: an earlier write of this batch may or may not have landed, and then: ${error.message}; retry — use dedup ids to make enqueue retries safe`,
+      { queue: this.queue, shard: this.shard },
+      { cause: error },
+    );
   }
 
   /** A new shard's state (its bodies looked up in this shard's pager, like every state here). */

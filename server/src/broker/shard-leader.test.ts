@@ -161,6 +161,22 @@ describe("ShardLeader resolves lost races and ambiguous writes", () => {
     expect((await readDoc(memory)).nextOffset).toBe(2);
   });
 
+  it("does not say a batch failed plainly when an earlier write of it may still land", async () => {
+    // The first write's answer is lost and the head is unchanged when re-read: not landed yet,
+    // but a PUT the store applies late may still land. The second attempt finds the store down.
+    const memory = new MemoryStore();
+    const faults = new FaultInjectingStore(memory, { random: seededRandom(3) });
+    const shard = leader(faults, "a");
+    await shard.submit({ kind: "enqueue", messages: [{ id: "m0", payload: payload("0") }] });
+    faults.addRule({ fault: "ambiguous_not_applied", rate: 1, ops: ["put"], limit: 1 });
+    faults.addRule({ fault: "unavailable", rate: 1, ops: ["put"], limit: 1 });
+    const failed = shard.submit({ kind: "enqueue", messages: [{ id: "maybe", payload: payload("1") }] });
+    await expect(failed).rejects.toMatchObject({
+      code: "unavailable",
+      message: expect.stringMatching(/may or may not have landed/),
+    });
+  });
+
   it("restores its state after an unavailable store and keeps serving", async () => {
     const memory = new MemoryStore();
     const faults = new FaultInjectingStore(memory, { random: seededRandom(3) });

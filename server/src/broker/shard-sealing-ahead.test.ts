@@ -163,6 +163,27 @@ describe("segments written ahead of the head", () => {
     await b.stop({ release: true });
   });
 
+  it("a release writes no segment ahead, though its batch fills the tail", async () => {
+    next = 0;
+    // How many one-job commits start the segment write of a full tail.
+    const probe = new SegmentGate();
+    const p = leader(probe);
+    const n = await fillTail(p, probe);
+    probe.release();
+    await p.stop({ release: false });
+    next = 0;
+    const store = new SegmentGate();
+    const a = leader(store);
+    for (let i = 0; i < n - 1; i++) await enqueue(a, 1);
+    expect(store.heldPuts).toBe(0);
+    store.release(); // segment writes go through from here on
+    const last = enqueue(a, 1); // rides in the releasing write
+    await a.stop({ release: true });
+    await last;
+    expect(await store.list(SEG)).toEqual([]);
+    expect((await head(store)).messages).toHaveLength(n);
+  });
+
   it("a commit that would take the tail past twice the budget waits for the segment being written", async () => {
     next = 0;
     const store = new SegmentGate();
