@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -61,7 +62,8 @@ type pendingReq struct {
 	receipts []string
 	nack     *casqv1.WorkNack
 	// jobs are the jobs of receipts (same order), for the reports of what
-	// the broker answered; nil where unknown.
+	// the broker answered and to resend it by shard (see unarySettle); nil
+	// for heartbeats.
 	jobs []*Job
 	// sent is when it went on the stream: unanswered for Options.Timeout, it
 	// marks the stream as hung (see hungSessions).
@@ -566,17 +568,32 @@ func (r *run) event(s *session, ev *casqv1.WorkResponse, stopping bool) {
 // leasesLost cancels the handlers of jobs whose lease the worker no longer
 // holds, and reports each loss once. Receipts of jobs already settled are
 // ignored: a heartbeat answered after the job's ack finds its lease gone.
+//
+// A job that had not started is dropped: another worker may hold it now, so
+// it never starts and is not settled (as in the TypeScript and Python SDKs),
+// and its credit goes back to its stream at once.
 func (r *run) leasesLost(receipts []string, reason string) {
+	dropped := false
 	for _, receipt := range receipts {
 		h, ok := r.jobs[receipt]
 		if !ok || h.lost {
 			continue
 		}
 		h.lost = true
-		if h.cancel != nil {
+		if h.started {
 			h.cancel()
+		} else {
+			delete(r.jobs, receipt)
+			r.creditBack(h)
+			dropped = true
 		}
 		r.report(&LeaseLostError{Op: "heartbeat", JobID: h.job.ID, Queue: r.queue, Attempt: h.job.Attempt, Receipt: receipt, Reason: reason}, h.job)
+	}
+	if dropped {
+		// startWaiting would skip them, but the credit windows measure the
+		// jobs buffered by len(r.waiting).
+		r.waiting = slices.DeleteFunc(r.waiting, func(receipt string) bool { return r.jobs[receipt] == nil })
+		r.grantReturned()
 	}
 }
 
@@ -676,14 +693,31 @@ func (r *run) finished(res result, stopping bool) {
 		r.settle(h.from, pendingReq{kind: reqNack, receipts: []string{res.receipt}, jobs: []*Job{h.job}, lossReported: h.lost, nack: &casqv1.WorkNack{
 			DeadLetter: errors.Is(res.err, ErrDeadLetter), Reason: reason(res.err)}})
 	}
-	if !stopping && h.owner != nil && !h.owner.gone {
-		h.owner.win.returned()
+	if !stopping {
 		// Granted after the acks of this turn (flushAcks): credit plus unsettled jobs stay within the window.
-		if r.regrant == nil {
-			r.regrant = map[*session]struct{}{}
-		}
-		r.regrant[h.owner] = struct{}{}
+		r.creditBack(h)
 	}
+}
+
+// creditBack gives the credit of a job the worker no longer holds back to
+// the stream that owns it; grantReturned grants it.
+func (r *run) creditBack(h *held) {
+	if h.owner == nil || h.owner.gone {
+		return
+	}
+	h.owner.win.returned()
+	if r.regrant == nil {
+		r.regrant = map[*session]struct{}{}
+	}
+	r.regrant[h.owner] = struct{}{}
+}
+
+// grantReturned grants the streams the credit given back to them.
+func (r *run) grantReturned() {
+	for s := range r.regrant {
+		r.grant(s)
+	}
+	clear(r.regrant)
 }
 
 // ackBatch is the most receipts in one ack request (as the TypeScript and
@@ -717,10 +751,7 @@ func (r *run) flushAcks() {
 		}
 		delete(r.acks, s)
 	}
-	for s := range r.regrant {
-		r.grant(s)
-	}
-	clear(r.regrant)
+	r.grantReturned()
 }
 
 // handBack nacks the jobs that arrived but had not started, each on the

@@ -380,6 +380,12 @@ func (r *run) settle(s *session, p pendingReq) {
 // unarySettle re-sends an ack, nack or heartbeat as the unary RPC (with
 // redirects and failover). An ack whose delivery was no longer current is
 // reported, as on a stream.
+//
+// An ack or nack goes in one call per shard of its jobs (as in the
+// TypeScript SDK): a broker applies the receipts of the shards it leads and
+// answers the call with a redirect for the others, so one call over shards
+// of two leaders would bounce between them until it gives up, and every job
+// of it would be reported unsettled.
 func (r *run) unarySettle(p pendingReq) {
 	if len(p.receipts) == 0 {
 		return
@@ -388,6 +394,35 @@ func (r *run) unarySettle(p pendingReq) {
 		r.unaryHeartbeat(p.receipts)
 		return
 	}
+	for _, part := range byShard(p) {
+		r.unarySettlePart(part)
+	}
+}
+
+// byShard splits an ack or nack into one request per shard of its jobs,
+// each in the order of p.
+func byShard(p pendingReq) []pendingReq {
+	var parts []pendingReq
+	index := map[uint32]int{}
+	for i, receipt := range p.receipts {
+		job := p.jobs[i]
+		k, ok := index[job.Shard]
+		if !ok {
+			k = len(parts)
+			index[job.Shard] = k
+			part := p
+			part.receipts, part.jobs = nil, nil
+			parts = append(parts, part)
+		}
+		parts[k].receipts = append(parts[k].receipts, receipt)
+		parts[k].jobs = append(parts[k].jobs, job)
+	}
+	return parts
+}
+
+// unarySettlePart sends the ack or nack of one shard's receipts by the unary
+// RPC, in the background, and checks the outcome of each.
+func (r *run) unarySettlePart(p pendingReq) {
 	r.unary.Add(1)
 	go func() {
 		defer r.unary.Done()

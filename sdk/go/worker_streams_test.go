@@ -12,6 +12,7 @@ import (
 	"io"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -48,6 +49,16 @@ type fakeLeader struct {
 	streamAcks  []string
 	ackSizes    []int // receipts in each ack request of the streams
 	unaryAcks   []string
+	streamNacks []string
+	unaryNacks  []string
+	// shardOf is the shard of each payload's message that is not in the
+	// fake's own shard (it led that shard too when it delivered it).
+	shardOf map[string]uint32
+	// elsewhere names the leader of each receipt whose shard another broker
+	// leads now: a unary Ack or Nack settles the other receipts and answers
+	// with a redirect to it, as a broker does.
+	elsewhere   map[string]string
+	losing      []string // receipts the next stream to look announces lost
 	unaryBeats  int
 	beatWorkers []string // worker_id of each unary heartbeat
 	beatErr     error    // when set, unary heartbeats fail with it
@@ -133,17 +144,32 @@ func (f *fakeLeader) Work(stream grpc.BidiStreamingServer[casqv1.WorkRequest, ca
 		for credits > 0 && len(f.payloads) > 0 {
 			p := f.payloads[0]
 			f.payloads = f.payloads[1:]
+			shard, ok := f.shardOf[p]
+			if !ok {
+				shard = f.shard
+			}
 			jobs = append(jobs, &casqv1.ClaimedMessage{
 				Receipt: fmt.Sprintf("%s-%d", f.name, f.sent), Attempt: 1,
-				Message: &casqv1.Message{Id: p, Queue: open.GetQueue(), Payload: []byte(p)},
+				Message: &casqv1.Message{Id: p, Queue: open.GetQueue(), Payload: []byte(p), Shard: shard},
 			})
 			f.sent++
 			credits--
 			unsettled++
 		}
+		lost := f.losing
+		f.losing = nil
+		unsettled -= len(lost)
 		f.mu.Unlock()
 		for _, j := range jobs {
 			if err := stream.Send(&casqv1.WorkResponse{Event: &casqv1.WorkResponse_Job{Job: j}}); err != nil {
+				return err
+			}
+		}
+		if len(lost) > 0 {
+			err := stream.Send(&casqv1.WorkResponse{Event: &casqv1.WorkResponse_LeasesLost{LeasesLost: &casqv1.WorkLeasesLost{
+				Receipts: lost, Reason: "lease expired",
+			}}})
+			if err != nil {
 				return err
 			}
 		}
@@ -159,10 +185,11 @@ func (f *fakeLeader) Work(stream grpc.BidiStreamingServer[casqv1.WorkRequest, ca
 					f.ackSizes = append(f.ackSizes, len(c.Ack.GetReceipts()))
 				})
 				unsettled -= len(c.Ack.GetReceipts())
-				reply = &casqv1.WorkResponse{Event: &casqv1.WorkResponse_Acked{Acked: &casqv1.WorkAcked{}}}
+				reply = &casqv1.WorkResponse{Event: &casqv1.WorkResponse_Acked{Acked: &casqv1.WorkAcked{Results: acked(c.Ack.GetReceipts())}}}
 			case *casqv1.WorkRequest_Nack:
+				f.snapshot(func(f *fakeLeader) { f.streamNacks = append(f.streamNacks, c.Nack.GetReceipts()...) })
 				unsettled -= len(c.Nack.GetReceipts())
-				reply = &casqv1.WorkResponse{Event: &casqv1.WorkResponse_Nacked{Nacked: &casqv1.WorkNacked{}}}
+				reply = &casqv1.WorkResponse{Event: &casqv1.WorkResponse_Nacked{Nacked: &casqv1.WorkNacked{Results: nacked(c.Nack.GetReceipts())}}}
 			case *casqv1.WorkRequest_Heartbeat:
 				reply = &casqv1.WorkResponse{Event: &casqv1.WorkResponse_Heartbeated{Heartbeated: &casqv1.WorkHeartbeated{}}}
 			}
@@ -188,8 +215,61 @@ func (f *fakeLeader) Work(stream grpc.BidiStreamingServer[casqv1.WorkRequest, ca
 }
 
 func (f *fakeLeader) Ack(_ context.Context, req *casqv1.AckRequest) (*casqv1.AckResponse, error) {
-	f.snapshot(func(f *fakeLeader) { f.unaryAcks = append(f.unaryAcks, req.GetReceipts()...) })
-	return &casqv1.AckResponse{}, nil
+	if err := f.settleHere(req.GetReceipts(), &f.unaryAcks); err != nil {
+		return nil, err
+	}
+	return &casqv1.AckResponse{Results: acked(req.GetReceipts())}, nil
+}
+
+func (f *fakeLeader) Nack(_ context.Context, req *casqv1.NackRequest) (*casqv1.NackResponse, error) {
+	if err := f.settleHere(req.GetReceipts(), &f.unaryNacks); err != nil {
+		return nil, err
+	}
+	return &casqv1.NackResponse{Results: nacked(req.GetReceipts())}, nil
+}
+
+// settleHere adds to settled the receipts of a unary Ack or Nack whose
+// shard the fake leads, and returns a redirect to the leader of the others
+// if there are any (nil when it settled them all).
+func (f *fakeLeader) settleHere(receipts []string, settled *[]string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	leader := ""
+	for _, r := range receipts {
+		if l, ok := f.elsewhere[r]; ok {
+			leader = l
+		} else {
+			*settled = append(*settled, r)
+		}
+	}
+	if leader == "" {
+		return nil
+	}
+	st, _ := status.New(codes.Unavailable, "shard led by another broker").
+		WithDetails(&casqv1.LeaderRedirect{LeaderAddress: leader})
+	return st.Err()
+}
+
+// loseLeases has the next stream to look announce the leases of receipts
+// lost (leases_lost), as a broker does when they expire.
+func (f *fakeLeader) loseLeases(receipts ...string) {
+	f.snapshot(func(f *fakeLeader) { f.losing = append(f.losing, receipts...) })
+}
+
+func acked(receipts []string) []*casqv1.AckResult {
+	out := make([]*casqv1.AckResult, len(receipts))
+	for i, r := range receipts {
+		out[i] = &casqv1.AckResult{Receipt: r, Outcome: casqv1.AckOutcome_ACK_OUTCOME_ACKED}
+	}
+	return out
+}
+
+func nacked(receipts []string) []*casqv1.NackResult {
+	out := make([]*casqv1.NackResult, len(receipts))
+	for i, r := range receipts {
+		out[i] = &casqv1.NackResult{Receipt: r, Outcome: casqv1.NackOutcome_NACK_OUTCOME_RETRY_SCHEDULED}
+	}
+	return out
 }
 
 func (f *fakeLeader) LookupShards(context.Context, *casqv1.LookupShardsRequest) (*casqv1.LookupShardsResponse, error) {
@@ -522,4 +602,209 @@ func TestWorkerAcksFinishedJobsTogether(t *testing.T) {
 			t.Error(f.violation)
 		}
 	})
+}
+
+// TestWorkerDropsJobLostBeforeStart: a job whose lease is lost while it
+// waits for a handler slot never runs and is not settled (another worker
+// may hold it now), and its credit goes back to the stream at once.
+func TestWorkerDropsJobLostBeforeStart(t *testing.T) {
+	f := startFakeLeader(t, "A", 0, 2, "j0", "j1", "j2")
+	c, err := casq.Dial(context.Background(), casq.Options{Brokers: []string{f.addr}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var mu sync.Mutex
+	var handled []string
+	release := make(chan struct{})
+	var errs errorLog
+	stop := runWorker(t, c, "q", func(_ context.Context, job *casq.Job) error {
+		mu.Lock()
+		handled = append(handled, string(job.Payload))
+		mu.Unlock()
+		if string(job.Payload) == "j0" {
+			<-release
+		}
+		return nil
+	}, casq.WithConcurrency(1), casq.WithPrefetch(2), casq.WithLogger(nil), casq.WithErrorHandler(errs.add))
+	unblock := sync.OnceFunc(func() { close(release) })
+	t.Cleanup(unblock) // before the worker's stop, should the test fail first
+
+	// j0 holds the only slot; j1 waits behind it.
+	eventually(t, "j0 running and j1 delivered", func() (ok bool) {
+		f.snapshot(func(f *fakeLeader) { ok = f.sent == 2 })
+		mu.Lock()
+		defer mu.Unlock()
+		return ok && slices.Equal(handled, []string{"j0"})
+	})
+	f.loseLeases("A-1")
+	// j1's credit came back: j2 is delivered while j0 still runs.
+	eventually(t, "j2 delivered with j1's credit", func() (ok bool) {
+		f.snapshot(func(f *fakeLeader) { ok = f.sent == 3 })
+		return ok
+	})
+	unblock()
+	eventually(t, "j0 and j2 acked", func() (ok bool) {
+		f.snapshot(func(f *fakeLeader) { ok = len(f.streamAcks) == 2 })
+		return ok
+	})
+	if err := stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	mu.Lock()
+	if !slices.Equal(handled, []string{"j0", "j2"}) {
+		t.Errorf("handled %q, want [j0 j2]: j1's lease was lost before it started", handled)
+	}
+	mu.Unlock()
+	f.snapshot(func(f *fakeLeader) {
+		if !slices.Equal(f.streamAcks, []string{"A-0", "A-2"}) || len(f.streamNacks)+len(f.unaryAcks)+len(f.unaryNacks) != 0 {
+			t.Errorf("acks %q (unary %q), nacks %q (unary %q); want acks [A-0 A-2] on the stream only", f.streamAcks, f.unaryAcks, f.streamNacks, f.unaryNacks)
+		}
+		if f.violation != "" {
+			t.Error(f.violation)
+		}
+	})
+	if got := errs.matching(""); !slices.Equal(got, []string{"j1: casq: lease lost: lease expired"}) {
+		t.Errorf("reported %q, want j1's lost lease once", got)
+	}
+}
+
+// TestWorkerUnaryAckSplitByShard: the acks batched for a stream that is gone
+// go by unary call one shard at a time. A broker settles the receipts of
+// the shards it leads and redirects for the others, so one call carrying
+// the receipts of shards led by two brokers would bounce between them until
+// it gave up, and both jobs would be reported unacked.
+func TestWorkerUnaryAckSplitByShard(t *testing.T) {
+	fa, fb := twoLeaders(t, 2, []string{"x0", "x1"}, nil)
+	// A led shard 1 too when it delivered x1; B leads it now.
+	fa.snapshot(func(f *fakeLeader) {
+		f.shardOf = map[string]uint32{"x1": 1}
+		f.elsewhere = map[string]string{"A-1": fb.addr}
+	})
+	fb.snapshot(func(f *fakeLeader) { f.elsewhere = map[string]string{"A-0": fa.addr} })
+	c, err := casq.Dial(context.Background(), casq.Options{
+		Brokers: []string{fa.addr}, MaxAttempts: 6, BackoffInitial: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var running atomic.Int32
+	gate := make(chan struct{})
+	returning := make(chan struct{}, 2)
+	var errs errorLog
+	var once sync.Once
+	stop := runWorker(t, c, "q", func(context.Context, *casq.Job) error {
+		running.Add(1)
+		<-gate
+		returning <- struct{}{}
+		return nil
+	}, casq.WithConcurrency(2), casq.WithPrefetch(2), casq.WithLogger(nil), casq.WithErrorHandler(func(err error, job *casq.Job) {
+		errs.add(err, job)
+		if job != nil || !strings.Contains(err.Error(), "fake broker shutting down") {
+			return
+		}
+		// A's stream is gone, and the run's loop is in here: both
+		// handlers finish before it handles either, so their acks go in
+		// one batch.
+		once.Do(func() {
+			close(gate)
+			<-returning
+			<-returning
+			// Their results are handed to the loop just after they
+			// return. (Were one late, the acks would go one by one: the
+			// test would pass without testing the split.)
+			time.Sleep(50 * time.Millisecond)
+		})
+	}))
+	eventually(t, "both handlers running", func() bool { return running.Load() == 2 })
+	fa.killStreams()
+	eventually(t, "each ack at its shard's leader", func() (ok bool) {
+		fa.snapshot(func(f *fakeLeader) { ok = slices.Contains(f.unaryAcks, "A-0") })
+		fb.snapshot(func(f *fakeLeader) { ok = ok && slices.Contains(f.unaryAcks, "A-1") })
+		return ok
+	})
+	if err := stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	fa.snapshot(func(f *fakeLeader) {
+		if !slices.Equal(f.unaryAcks, []string{"A-0"}) {
+			t.Errorf("A: unary acks %q, want [A-0]", f.unaryAcks)
+		}
+	})
+	fb.snapshot(func(f *fakeLeader) {
+		if !slices.Equal(f.unaryAcks, []string{"A-1"}) {
+			t.Errorf("B: unary acks %q, want [A-1]", f.unaryAcks)
+		}
+	})
+	if got := errs.matching("x"); len(got) != 0 {
+		t.Errorf("jobs reported: %q", got)
+	}
+}
+
+// TestWorkerUnaryReleaseSplitByShard: the jobs a stopping worker hands back
+// for a stream that is gone are released by unary call one shard at a time,
+// as acks are.
+func TestWorkerUnaryReleaseSplitByShard(t *testing.T) {
+	fa, fb := twoLeaders(t, 3, []string{"j", "x0", "x1"}, nil)
+	// A led shard 1 too when it delivered x1; B leads it now.
+	fa.snapshot(func(f *fakeLeader) {
+		f.shardOf = map[string]uint32{"x1": 1}
+		f.elsewhere = map[string]string{"A-2": fb.addr}
+	})
+	fb.snapshot(func(f *fakeLeader) { f.elsewhere = map[string]string{"A-0": fa.addr, "A-1": fa.addr} })
+	c, err := casq.Dial(context.Background(), casq.Options{
+		Brokers: []string{fa.addr}, MaxAttempts: 6, BackoffInitial: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	started := make(chan struct{})
+	release := make(chan struct{})
+	var errs errorLog
+	stop := runWorker(t, c, "q", func(_ context.Context, job *casq.Job) error {
+		if string(job.Payload) != "j" {
+			t.Errorf("%s ran: it was to be handed back", job.Payload)
+			return nil
+		}
+		close(started)
+		<-release
+		return nil
+	}, casq.WithConcurrency(1), casq.WithPrefetch(3), casq.WithLogger(nil), casq.WithErrorHandler(errs.add))
+	// j runs; x0 (shard 0) and x1 (shard 1) wait behind it.
+	wait(t, started)
+	eventually(t, "x0 and x1 delivered", func() (ok bool) {
+		fa.snapshot(func(f *fakeLeader) { ok = f.sent == 3 })
+		return ok
+	})
+	fa.killStreams()
+	eventually(t, "A's stream opened again", func() (ok bool) {
+		fa.snapshot(func(f *fakeLeader) { ok = f.opens == 2 && f.streamsOpen == 1 })
+		return ok
+	})
+	stopped := make(chan error, 1)
+	go func() { stopped <- stop() }()
+	eventually(t, "each release at its shard's leader", func() (ok bool) {
+		fa.snapshot(func(f *fakeLeader) { ok = slices.Contains(f.unaryNacks, "A-1") })
+		fb.snapshot(func(f *fakeLeader) { ok = ok && slices.Contains(f.unaryNacks, "A-2") })
+		return ok
+	})
+	close(release)
+	if err := wait(t, stopped); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	fa.snapshot(func(f *fakeLeader) {
+		if !slices.Equal(f.unaryNacks, []string{"A-1"}) || !slices.Equal(f.unaryAcks, []string{"A-0"}) {
+			t.Errorf("A: unary nacks %q, acks %q; want [A-1] and [A-0]", f.unaryNacks, f.unaryAcks)
+		}
+	})
+	fb.snapshot(func(f *fakeLeader) {
+		if !slices.Equal(f.unaryNacks, []string{"A-2"}) {
+			t.Errorf("B: unary nacks %q, want [A-2]", f.unaryNacks)
+		}
+	})
+	if got := errs.matching("x"); len(got) != 0 {
+		t.Errorf("jobs reported: %q", got)
+	}
 }
