@@ -17,6 +17,7 @@ import type { WorkRequest } from "@casq/api/casq/v1/work_pb.ts";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { afterEach, describe, expect, it } from "vitest";
 import { serveOnLoopback } from "../testing/loopback-server.ts";
+import { until } from "../testing/until.ts";
 import { Worker } from "./worker.ts";
 
 interface StubBroker {
@@ -83,14 +84,6 @@ const cleanups: (() => Promise<void>)[] = [];
 afterEach(async () => {
   for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
 });
-
-async function until(what: string, check: () => boolean, ms = 10_000): Promise<void> {
-  const deadline = Date.now() + ms;
-  while (!check()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 10));
-  }
-}
 
 describe("worker credits", () => {
   it("gives a job's credit back when its handler finishes, while its ack is still unanswered", async () => {

@@ -20,6 +20,8 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { afterEach, describe, expect, it } from "vitest";
 import { type LoopbackServer, serveOnLoopback } from "../testing/loopback-server.ts";
+import { openedReply } from "../testing/stub-replies.ts";
+import { until } from "../testing/until.ts";
 import { Worker } from "./worker.ts";
 
 interface StubBroker {
@@ -60,27 +62,7 @@ async function startStub(shard: number, breakFirst: boolean): Promise<StubBroker
             if (request.command.case !== "open") continue;
             stub.opens += 1;
             const stream = stub.opens;
-            yield {
-              requestId: request.requestId,
-              event: {
-                case: "opened",
-                value: {
-                  sessionId: `s-${shard}-${stream}`,
-                  brokerId: `broker-${shard}`,
-                  queue: "q",
-                  leaseTtl: { seconds: 30n },
-                  heartbeatInterval: { seconds: 10n },
-                  maxCredits: 1000,
-                  routing: {
-                    servingShards: [shard],
-                    shards: leaders.map((address, s) => ({
-                      shard: s,
-                      leader: { brokerId: `broker-${s}`, address },
-                    })),
-                  },
-                },
-              },
-            };
+            yield openedReply(request.requestId, shard, stream, leaders, 10n);
             yield {
               event: {
                 case: "job",
@@ -109,14 +91,6 @@ afterEach(async () => {
   for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
   leaders.length = 0;
 });
-
-async function until(what: string, check: () => boolean, ms = 10_000): Promise<void> {
-  const deadline = Date.now() + ms;
-  while (!check()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 10));
-  }
-}
 
 describe("worker streams", () => {
   it("opens a stream to the leader of a shard again after the primary stream there broke and the loop moved to another broker", async () => {

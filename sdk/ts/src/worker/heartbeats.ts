@@ -1,8 +1,8 @@
 /**
  * Heartbeats of a run: every interval the broker asked for, each held job
  * not yet settled is heartbeated on the stream that delivered it (or, that
- * stream gone or redirected, by unary call), in chunks of 500; a lease the
- * broker reports lost is passed on.
+ * stream gone or redirected, by unary call per shard), in chunks of 500; a
+ * lease the broker reports lost is passed on.
  */
 
 import { HeartbeatOutcome, type HeartbeatResult } from "@casq/api/casq/v1/message_pb.ts";
@@ -68,56 +68,69 @@ export class Heartbeats {
 
   /** Heartbeats every running job, each on the stream that delivered it (or by unary call). */
   private async heartbeat(): Promise<void> {
-    const bySession = new Map<Session, string[]>();
+    const bySession = new Map<Session, Held[]>();
     for (const held of this.held.values()) {
       if (held.settled || held.abandoned) continue;
-      const receipts = bySession.get(held.session) ?? [];
-      receipts.push(held.job.receipt);
-      bySession.set(held.session, receipts);
+      const helds = bySession.get(held.session) ?? [];
+      helds.push(held);
+      bySession.set(held.session, helds);
     }
     await Promise.all(
-      [...bySession].map(async ([session, receipts]) => {
-        for (let i = 0; i < receipts.length; i += 500)
-          await this.heartbeatChunk(session, receipts.slice(i, i + 500));
+      [...bySession].map(async ([session, helds]) => {
+        for (let i = 0; i < helds.length; i += 500)
+          await this.heartbeatChunk(session, helds.slice(i, i + 500));
       }),
     );
   }
 
-  private async heartbeatChunk(session: Session, chunk: string[]): Promise<void> {
-    try {
-      let results: HeartbeatResult[] | undefined;
-      let leader: string | undefined;
-      if (session.usable) {
-        try {
-          const reply = await session.request({ case: "heartbeat", value: { receipts: chunk } });
-          if (reply.event.case === "heartbeated") results = reply.event.value.results;
-        } catch (thrown) {
-          const error = toCasqError(thrown);
-          if (error instanceof RedirectError) leader = error.leaderAddress;
-          else if (!(error instanceof StreamClosedError) && !isRetryable(error)) throw error;
-        }
+  private async heartbeatChunk(session: Session, chunk: readonly Held[]): Promise<void> {
+    let leader: string | undefined;
+    if (session.usable) {
+      try {
+        const receipts = chunk.map((held) => held.job.receipt);
+        const reply = await session.request({ case: "heartbeat", value: { receipts } });
+        if (reply.event.case === "heartbeated") return this.passOn(reply.event.value.results);
+      } catch (thrown) {
+        const error = toCasqError(thrown);
+        if (error instanceof RedirectError) leader = error.leaderAddress;
+        else if (!(error instanceof StreamClosedError) && !isRetryable(error))
+          return this.reporter.report(error);
       }
-      if (!results) {
-        const response = await callWithFailover(
-          this.pool,
-          ({ address, timeoutMs }) =>
-            this.pool.client(QueueService, address).heartbeat(
-              {
-                queue: this.queue,
-                subscription: this.subscription,
-                workerId: this.workerId,
-                receipts: chunk,
-              },
+    }
+    // By unary call, one per shard (as settles go): a broker heartbeats the receipts of the
+    // shards it leads and redirects for the rest, so one call over shards of two leaders
+    // would bounce between them and extend no lease.
+    const byShard = new Map<number, string[]>();
+    for (const held of chunk) {
+      const receipts = byShard.get(held.job.shard) ?? [];
+      receipts.push(held.job.receipt);
+      byShard.set(held.job.shard, receipts);
+    }
+    await Promise.all([...byShard.values()].map((receipts) => this.heartbeatByCall(receipts, leader)));
+  }
+
+  private async heartbeatByCall(receipts: string[], leader: string | undefined): Promise<void> {
+    try {
+      const response = await callWithFailover(
+        this.pool,
+        ({ address, timeoutMs }) =>
+          this.pool
+            .client(QueueService, address)
+            .heartbeat(
+              { queue: this.queue, subscription: this.subscription, workerId: this.workerId, receipts },
               { timeoutMs },
             ),
-          { ...(leader ? { address: leader } : {}), maxAttempts: 3 },
-        );
-        results = response.results;
-      }
-      for (const r of results)
-        if (r.outcome === HeartbeatOutcome.LOST) this.lost(r.receipt, "heartbeat: lease lost");
+        { ...(leader ? { address: leader } : {}), maxAttempts: 3 },
+      );
+      this.passOn(response.results);
     } catch (error) {
       this.reporter.report(error);
     }
+  }
+
+  /** Passes on the leases a heartbeat found lost. */
+  private passOn(results: readonly HeartbeatResult[]): void {
+    for (const r of results)
+      if (r.outcome === HeartbeatOutcome.LOST) this.lost(r.receipt, "heartbeat: lease lost");
   }
 }
