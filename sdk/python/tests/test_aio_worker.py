@@ -510,3 +510,49 @@ def test_each_job_runs_in_a_processing_span(server_address: str) -> None:
         assert spans[1].status.status_code != StatusCode.ERROR
 
     run(server_address, body)
+
+
+def test_handler_raising_cancelled_error_on_its_own_is_a_failure(server_address: str) -> None:
+    """A CancelledError the handler raises itself (not stop()'s) nacks the job, and the worker takes the next ones."""
+
+    async def body(client: casq.aio.Client) -> None:
+        queue = await fresh_queue(client, max_attempts=1)  # a nack dead-letters the job with the SDK's reason
+        await casq.aio.Producer(client).enqueue_batch(queue, [casq.NewMessage(f"m{i}") for i in range(3)])
+        failed: list[casq.Job] = []
+        done: list[str] = []
+        errors: list[tuple[BaseException, casq.Job | None]] = []
+
+        async def handler(job: casq.Job) -> None:
+            if not failed:
+                failed.append(job)
+                upstream = asyncio.get_running_loop().create_future()
+                upstream.cancel("upstream gone")  # someone else cancelled what the handler awaits
+                await upstream
+            done.append(job.text())
+
+        async def dead_letters() -> list[admin_service_pb2.DeadLetter]:
+            request = admin_service_pb2.ListDeadLettersRequest(queue=queue)
+            return list((await client.admin_stub().ListDeadLetters(request, timeout=10)).dead_letters)
+
+        async def one_dead_letter() -> bool:
+            return len(await dead_letters()) == 1
+
+        worker = casq.aio.Worker(client)
+        # Concurrency 1: the failed job's credit must come back for the next job to arrive. The
+        # lease outlives the test: only a nack settles the job in time.
+        task = start(
+            worker, queue, handler, concurrency=1, lease_ttl=60.0, on_error=lambda error, job: errors.append((error, job))
+        )
+        await eventually(lambda: len(done) == 2, "the two other jobs handled after the failed one")
+        await eventually(one_dead_letter, "the failed job nacked (its last attempt: dead-lettered)")
+        await eventually(lambda: settled(client, queue), "the others acked")
+        await stop(worker, task)
+        dead = (await dead_letters())[0]
+        assert dead.message.id == failed[0].id and dead.attempts == 1
+        assert dead.reason == "CancelledError: upstream gone"  # the reason of any handler failure: "Type: message"
+        assert sorted(done + [failed[0].text()]) == ["m0", "m1", "m2"]
+        assert [(type(error), job.id if job else None) for error, job in errors] == [
+            (asyncio.CancelledError, failed[0].id)
+        ]
+
+    run(server_address, body)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
 import time
 import uuid
@@ -249,3 +250,89 @@ def test_stop_returns_after_the_finished_jobs_are_acked(server_address: str) -> 
     # Every job that ran was acked; none is left leased to the closed client.
     assert outstanding(setup, queue) == jobs - count[0]
     setup.close()
+
+
+def dead_letters(client: casq.Client, queue: str) -> list[admin_service_pb2.DeadLetter]:
+    request = admin_service_pb2.ListDeadLettersRequest(queue=queue)
+    return list(client.admin_stub().ListDeadLetters(request, timeout=10).dead_letters)
+
+
+def test_handler_base_exception_nacks_and_the_worker_goes_on(client: casq.Client) -> None:
+    """A BaseException that is not an Exception (here a CancelledError out of the handler's asyncio.run) is a failure too."""
+    queue = fresh_queue(client, max_attempts=1)  # a nack dead-letters the job with the SDK's reason
+    casq.Producer(client).enqueue_batch(queue, [casq.NewMessage(f"m{i}") for i in range(3)])
+    failed: list[casq.Job] = []
+    done: list[str] = []
+    errors: list[tuple[BaseException, casq.Job | None]] = []
+
+    async def fetch() -> None:
+        upstream = asyncio.get_running_loop().create_future()
+        upstream.cancel("upstream gone")
+        await upstream
+
+    def handler(job: casq.Job) -> None:
+        if not failed:
+            failed.append(job)
+            asyncio.run(fetch())  # raises asyncio.CancelledError, a BaseException
+        done.append(job.text())
+
+    worker = casq.Worker(client)
+    thread = run_in_thread(
+        worker, queue, handler, concurrency=1, lease_ttl=60.0, on_error=lambda error, job: errors.append((error, job))
+    )
+    wait_for(lambda: len(done) == 2)
+    wait_for(lambda: len(dead_letters(client, queue)) == 1)  # nacked, not left leased (the lease outlives the test)
+    wait_for(lambda: outstanding(client, queue) == 0)
+    began = time.monotonic()
+    worker.stop(10)
+    thread.join(5)
+    assert not thread.is_alive()
+    assert time.monotonic() - began < 2.5  # no held job left for the settle grace (5 s) to wait for
+    dead = dead_letters(client, queue)[0]
+    assert dead.message.id == failed[0].id and dead.attempts == 1
+    assert dead.reason == "CancelledError: upstream gone"  # the reason of any handler failure: "Type: message"
+    assert sorted(done + [failed[0].text()]) == ["m0", "m1", "m2"]
+    assert [(type(error), job.id if job else None) for error, job in errors] == [
+        (asyncio.CancelledError, failed[0].id)
+    ]
+
+
+def test_handler_system_exit_nacks_stops_and_run_raises_it(client: casq.Client) -> None:
+    """SystemExit (or KeyboardInterrupt) in a handler: the job is nacked, the worker stops, run() raises it."""
+    queue = fresh_queue(client, max_attempts=1)
+    casq.Producer(client).enqueue_batch(queue, [casq.NewMessage(f"m{i}") for i in range(3)])
+    started: list[casq.Job] = []
+    raised: list[float] = []
+    outcome: list[BaseException | None] = []
+    returned: list[float] = []
+
+    def all_leased() -> bool:
+        figures = client.admin_stub().GetQueue(admin_service_pb2.GetQueueRequest(queue=queue), timeout=10)
+        return [s for s in figures.subscriptions if s.subscription == "default"][0].in_flight == 3
+
+    def handler(job: casq.Job) -> None:
+        started.append(job)
+        wait_for(all_leased)  # one running, two waiting
+        raised.append(time.monotonic())
+        sys.exit(3)
+
+    def target() -> None:
+        try:
+            casq.Worker(client).run(queue, handler, concurrency=1, prefetch=3, lease_ttl=60.0)
+            outcome.append(None)
+        except BaseException as error:  # noqa: BLE001 - the test looks at it
+            outcome.append(error)
+        returned.append(time.monotonic())
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(15)
+    assert not thread.is_alive(), "run() did not end"
+    assert len(outcome) == 1 and isinstance(outcome[0], SystemExit) and outcome[0].code == 3
+    assert returned[0] - raised[0] < 2.5  # promptly: nothing waits out a grace period
+    assert len(started) == 1  # no job started after it
+    (dead,) = dead_letters(client, queue)
+    assert dead.message.id == started[0].id and dead.reason == "SystemExit: 3"
+    figures = client.admin_stub().GetQueue(admin_service_pb2.GetQueueRequest(queue=queue), timeout=10)
+    default = [s for s in figures.subscriptions if s.subscription == "default"][0]
+    assert (default.ready, default.in_flight) == (2, 0)  # the two waiting jobs handed back at once

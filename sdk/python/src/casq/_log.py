@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import cast
 
 from casq.errors import DeadLetter
 from casq.job import Job
@@ -55,19 +56,25 @@ def log_worker_error(error: BaseException, job: Job | None) -> None:
 
 
 def report_failure(
-    error: Exception,
+    error: BaseException,
     job: Job | None,
     on_error: Callable[[Exception, Job | None], None] | None,
     *,
     handler_failed: bool = False,
 ) -> None:
-    """A failure that does not end ``run()``: logged (a handler's with its job), then given to ``on_error``."""
+    """A failure that does not end ``run()``: logged (a handler's with its job), then given to ``on_error``.
+
+    Only a handler's failure may be a BaseException that is not an Exception
+    (a CancelledError of its own, a SystemExit): ``on_error`` gets it as it
+    is, like any handler failure, though it is typed for the Exceptions every
+    other failure is (so that callbacks written for those type-check).
+    """
     if handler_failed and job is not None:
         log_handler_failure(job, error)
     else:
         log_worker_error(error, job)
     if on_error is not None:
         try:
-            on_error(error, job)
+            on_error(cast(Exception, error), job)
         except Exception:  # noqa: BLE001 - a failing callback must not kill the worker
             pass

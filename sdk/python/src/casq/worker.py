@@ -91,6 +91,8 @@ class _Run:
         self.done = threading.Event()  # run() has returned
         self.secondaries: set[threading.Thread] = set()
         self.executor = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="casq-worker")
+        # The first KeyboardInterrupt or SystemExit a handler raised: the run stops and run() raises it.
+        self.interrupted: BaseException | None = None
 
     # -- the streams ------------------------------------------------------------
 
@@ -245,6 +247,7 @@ class _Run:
         ack = False
         dead_letter = False
         reason = ""
+        interrupt: BaseException | None = None
         try:
             # The handler runs as the current span; a failure escaping it marks the span failed.
             with processing_span(job, self.core.queue):
@@ -253,10 +256,15 @@ class _Run:
         except DeadLetter as dead:
             log_handler_failure(job, dead)
             dead_letter, reason = True, dead.reason or "dead-lettered by handler"
-        except Exception as error:  # noqa: BLE001 - any handler failure means nack
+        except BaseException as error:  # noqa: BLE001 - any handler failure means nack, SystemExit and the like too
+            # Not only Exceptions: the pool would swallow the others, leaving the job held (and heartbeated) for good.
             if not held.abandoned:
                 self.report(error, job, handler_failed=True)
             reason = f"{type(error).__name__}: {error}"
+            if isinstance(error, (KeyboardInterrupt, SystemExit)):
+                # As if raised in run(): no job starts after it, and run() raises it once the job is nacked.
+                interrupt = error
+                self._interrupt(error)
         finally:
             with self.lock:
                 start = self.core.handler_done(held)
@@ -264,6 +272,17 @@ class _Run:
             self._react(Reaction(start=start))
         # Abandoned (still running at stop()'s deadline): too late to settle, the core refuses.
         self._settle(held, ack=ack, dead_letter=dead_letter, reason=reason)
+        if interrupt is not None:
+            # The rest of the stop (running handlers given up, as on a Ctrl-C in run()) on a thread of
+            # its own: on this one it would wait for the hand-backs queued behind it in the pool.
+            threading.Thread(target=self.shutdown, args=(0.0,), name="casq-interrupt", daemon=True).start()
+
+    def _interrupt(self, error: BaseException) -> None:
+        """A handler raised KeyboardInterrupt or SystemExit: stop taking jobs; run() raises the first one."""
+        with self.lock:
+            if self.interrupted is None:
+                self.interrupted = error
+        self._stop_taking()
 
     def _release(self, held: Held) -> None:
         """Gives a job that never ran back at once: claimable again, and the delivery counts no attempt."""
@@ -327,11 +346,7 @@ class _Run:
     def shutdown(self, timeout: float | None) -> None:
         """Stops taking jobs, waits up to ``timeout`` for running handlers, then gives up the rest."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        with self.lock:
-            waiting = self.core.stop()
-        self.stopping.set()
-        for held in waiting:  # received but not started: back at once
-            self._submit(self._release, held)
+        self._stop_taking()
         with self.lock:
             while self.core.running > 0:
                 remaining = None if deadline is None else deadline - time.monotonic()
@@ -349,6 +364,14 @@ class _Run:
                 self.lock.wait(min(remaining, 0.1))
         self.shut.set()
 
+    def _stop_taking(self) -> None:
+        """Half-closes every stream (the primary loop then ends) and hands back the jobs not started."""
+        with self.lock:
+            waiting = self.core.stop()
+        self.stopping.set()
+        for held in waiting:  # received but not started: back at once
+            self._submit(self._release, held)
+
     def close(self) -> None:
         """After the loop: end the secondary streams and the run's threads."""
         self.stopping.set()
@@ -357,7 +380,7 @@ class _Run:
         self.executor.shutdown(wait=False, cancel_futures=False)
         self.done.set()
 
-    def report(self, error: Exception, job: Job | None, *, handler_failed: bool = False) -> None:
+    def report(self, error: BaseException, job: Job | None, *, handler_failed: bool = False) -> None:
         report_failure(error, job, self.on_error, handler_failed=handler_failed)
 
 
@@ -388,9 +411,14 @@ class Worker:
         lease_ttl: float | None = None,
         on_error: ErrorCallback | None = None,
     ) -> None:
-        """Run until :meth:`stop`; raises only for failures retrying cannot fix.
+        """Run until :meth:`stop`; raises only for failures retrying cannot fix (and a handler's exit: below).
 
-        Up to ``concurrency`` handlers run at once, across all streams.
+        Returning from the handler acks the job; raising anything nacks it
+        (:class:`casq.DeadLetter` dead-letters it), a ``BaseException`` too.
+        A handler's ``KeyboardInterrupt`` or ``SystemExit`` also stops the
+        run as if raised in ``run()`` (jobs not started are handed back, other
+        running handlers are given up), and ``run()`` raises it once the job
+        is nacked. Up to ``concurrency`` handlers run at once, across all streams.
         Each stream holds up to its prefetch of jobs: running, waiting, and
         credit the broker has not used yet. By default the prefetch adapts, from
         ``concurrency`` up to ``max_prefetch`` (default 100 × ``concurrency``, at
@@ -420,12 +448,15 @@ class Worker:
                 # Also after a fatal error: no stream may be opened again and no waiting job started.
                 run.shutdown(0.0)
                 raise
-            # Stopped: stop() drives the shutdown; run() returns once the handlers are over (or given up).
+            # Stopped: stop() drives the shutdown (or a handler's KeyboardInterrupt or SystemExit did);
+            # run() returns once the handlers are over (or given up).
             run.shut.wait()
         finally:
             run.close()
             if self._run is run:
                 self._run = None
+        if run.interrupted is not None:
+            raise run.interrupted
 
     def stop(self, timeout: float | None = 30.0) -> None:
         """Stop taking jobs, wait up to ``timeout`` for running handlers, then end every stream.

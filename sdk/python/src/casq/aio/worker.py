@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import sys
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
@@ -255,10 +256,14 @@ class _Run:
         except DeadLetter as dead:
             log_handler_failure(job, dead)
             dead_letter, reason = True, dead.reason or "dead-lettered by handler"
-        except asyncio.CancelledError:
-            # Cancelled by stop() after its deadline, or with run(): never settled, the lease expires.
-            held.abandoned = True
-            raise
+        except asyncio.CancelledError as cancelled:
+            if held.abandoned or _cancel_requested():
+                # Cancelled by stop() after its deadline, or with run(): never settled, the lease expires.
+                held.abandoned = True
+                raise
+            # The handler's own (it awaited a task or future someone else cancelled): a failure like any other.
+            self.report(cancelled, job, handler_failed=True)
+            reason = f"{type(cancelled).__name__}: {cancelled}"
         except Exception as error:  # noqa: BLE001 - any handler failure means nack
             if not held.abandoned:
                 self.report(error, job, handler_failed=True)
@@ -357,6 +362,9 @@ class _Run:
 
     async def close(self) -> None:
         """After the loop: nothing of this run may outlive run()."""
+        # Handlers still running (run() cancelled before the shutdown got to them) are given up before they
+        # are cancelled, as the shutdown does: their CancelledError is then not taken for their own failure.
+        self.core.abandon()
         leftovers = set(self.tasks) | set(self.secondaries)
         for task in (self.heartbeat_task, self.watchdog_task):
             if task is not None:
@@ -366,8 +374,22 @@ class _Run:
         if leftovers:
             await asyncio.wait(leftovers, timeout=_CLOSE_GRACE)
 
-    def report(self, error: Exception, job: Job | None, *, handler_failed: bool = False) -> None:
+    def report(self, error: BaseException, job: Job | None, *, handler_failed: bool = False) -> None:
         report_failure(error, job, self.on_error, handler_failed=handler_failed)
+
+
+def _cancel_requested() -> bool:
+    """Whether the current task (a handler's) was asked to cancel: by the run, or by anyone (the loop closing, say).
+
+    When it was not, a CancelledError out of the handler is the handler's own:
+    it awaited something that someone else cancelled. Python 3.10 does not
+    count a task's cancel requests: there only the jobs that stop() or run()
+    gave up count as cancelled.
+    """
+    if sys.version_info < (3, 11):
+        return False
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
 
 
 def _casq_error(failure: BaseException) -> CasqError:
@@ -421,7 +443,9 @@ class Worker:
         queue's shards are led by *n* brokers holds up to ``n`` times that, while
         ``concurrency`` bounds the running handlers across all streams. Each job runs in an
         OpenTelemetry ``process <queue>`` span. Returning from the handler acks
-        the job; raising nacks it (retry with the queue's backoff);
+        the job; raising nacks it (retry with the queue's backoff; a
+        CancelledError the handler raises on its own too: only the cancel of
+        :meth:`stop` or of ``run()`` leaves a job unsettled);
         :class:`casq.DeadLetter` dead-letters it. ``job.lost`` is set when the
         broker reports the lease lost. Outages and redirects are retried; raises
         a :class:`casq.CasqError` only for failures retrying cannot fix
