@@ -382,10 +382,11 @@ func (r *run) settle(s *session, p pendingReq) {
 // reported, as on a stream.
 //
 // An ack or nack goes in one call per shard of its jobs (as in the
-// TypeScript SDK): a broker applies the receipts of the shards it leads and
-// answers the call with a redirect for the others, so one call over shards
-// of two leaders would bounce between them until it gives up, and every job
-// of it would be reported unsettled.
+// TypeScript SDK), and so does a heartbeat (see unaryHeartbeat): a broker
+// applies the receipts of the shards it leads and answers the call with a
+// redirect for the others, so one call over shards of two leaders would
+// bounce between them until it gives up, and every job of it would be
+// reported unsettled.
 func (r *run) unarySettle(p pendingReq) {
 	if len(p.receipts) == 0 {
 		return
@@ -519,17 +520,37 @@ func (r *run) checkSettled(p pendingReq, acks []*casqv1.AckResult, nacks []*casq
 // gone. At most one call per job is in flight, so that a broker that does
 // not answer does not pile them up; the outcome goes back to the loop (see
 // heartbeated), which cancels the handlers of the leases found lost.
+//
+// It goes in one call per shard of the jobs, as acks and nacks do (see
+// unarySettle): a broker heartbeats the receipts of the shards it leads and
+// redirects for the others, so one call over shards of two leaders would
+// bounce between them and extend no lease. The split is made here, on the
+// loop, which owns r.jobs.
 func (r *run) unaryHeartbeat(receipts []string) {
-	var send []string
+	var parts [][]string
+	index := map[uint32]int{}
 	for _, receipt := range receipts {
-		if h, ok := r.jobs[receipt]; ok && !h.beating && !h.lost {
-			h.beating = true
-			send = append(send, receipt)
+		h, ok := r.jobs[receipt]
+		if !ok || h.beating || h.lost {
+			continue
 		}
+		h.beating = true
+		k, seen := index[h.job.Shard]
+		if !seen {
+			k = len(parts)
+			index[h.job.Shard] = k
+			parts = append(parts, nil)
+		}
+		parts[k] = append(parts[k], receipt)
 	}
-	if len(send) == 0 {
-		return
+	for _, send := range parts {
+		r.unaryHeartbeatPart(send)
 	}
+}
+
+// unaryHeartbeatPart heartbeats one shard's receipts by the unary RPC, in
+// the background, and hands the outcome to the loop.
+func (r *run) unaryHeartbeatPart(send []string) {
 	r.unary.Add(1)
 	go func() {
 		defer r.unary.Done()

@@ -56,12 +56,14 @@ type fakeLeader struct {
 	shardOf map[string]uint32
 	// elsewhere names the leader of each receipt whose shard another broker
 	// leads now: a unary Ack or Nack settles the other receipts and answers
-	// with a redirect to it, as a broker does.
+	// with a redirect to it, as a broker does; a unary Heartbeat naming one
+	// is answered with the redirect alone.
 	elsewhere   map[string]string
 	losing      []string // receipts the next stream to look announces lost
 	unaryBeats  int
-	beatWorkers []string // worker_id of each unary heartbeat
-	beatErr     error    // when set, unary heartbeats fail with it
+	beatCalls   [][]string // receipts of each unary heartbeat, redirected or not
+	beatWorkers []string   // worker_id of each unary heartbeat
+	beatErr     error      // when set, unary heartbeats fail with it
 	violation   string
 	kill        chan struct{} // closing it ends the open streams with UNAVAILABLE
 	streamsOpen int
@@ -291,7 +293,15 @@ func (f *fakeLeader) Heartbeat(_ context.Context, req *casqv1.HeartbeatRequest) 
 	f.snapshot(func(f *fakeLeader) {
 		f.unaryBeats++
 		f.beatWorkers = append(f.beatWorkers, req.GetWorkerId())
+		f.beatCalls = append(f.beatCalls, slices.Clone(req.GetReceipts()))
 		fail = f.beatErr
+		for _, r := range req.GetReceipts() {
+			if l, ok := f.elsewhere[r]; ok && fail == nil {
+				st, _ := status.New(codes.Unavailable, "shard led by another broker").
+					WithDetails(&casqv1.LeaderRedirect{LeaderAddress: l})
+				fail = st.Err()
+			}
+		}
 	})
 	if fail != nil {
 		return nil, fail
@@ -806,5 +816,86 @@ func TestWorkerUnaryReleaseSplitByShard(t *testing.T) {
 	})
 	if got := errs.matching("x"); len(got) != 0 {
 		t.Errorf("jobs reported: %q", got)
+	}
+}
+
+// TestWorkerUnaryHeartbeatSplitByShard: the jobs of a stream that is gone
+// are heartbeated by unary call one shard at a time, as acks are. A broker
+// heartbeats the receipts of the shards it leads and redirects for the
+// others, so one call carrying the receipts of shards led by two brokers
+// would bounce between them until it gave up, and no lease would be
+// extended.
+func TestWorkerUnaryHeartbeatSplitByShard(t *testing.T) {
+	fa, fb := twoLeaders(t, 2, []string{"x0", "x1"}, nil)
+	// A led shard 1 too when it delivered x1; B leads it now.
+	fa.snapshot(func(f *fakeLeader) {
+		f.shardOf = map[string]uint32{"x1": 1}
+		f.elsewhere = map[string]string{"A-1": fb.addr}
+	})
+	fb.snapshot(func(f *fakeLeader) { f.elsewhere = map[string]string{"A-0": fa.addr} })
+	c, err := casq.Dial(context.Background(), casq.Options{
+		Brokers: []string{fa.addr}, MaxAttempts: 6, BackoffInitial: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var running atomic.Int32
+	release := make(chan struct{})
+	var errs errorLog
+	stop := runWorker(t, c, "q", func(context.Context, *casq.Job) error {
+		running.Add(1)
+		<-release
+		return nil
+	}, casq.WithConcurrency(2), casq.WithPrefetch(2), casq.WithLogger(nil), casq.WithErrorHandler(errs.add))
+	unblock := sync.OnceFunc(func() { close(release) })
+	t.Cleanup(unblock) // before the worker's stop, should the test fail first
+
+	eventually(t, "both handlers running", func() bool { return running.Load() == 2 })
+	// The stream that delivered both jobs is gone: they are heartbeated by
+	// unary calls (every 100ms, the fake's heartbeat interval).
+	fa.killStreams()
+	// mixed is a unary heartbeat naming the receipts of both shards: each
+	// broker redirects it to the other.
+	mixed := func(call []string) bool { return len(call) > 1 }
+	count := func(calls [][]string, want string) (n int, mixes bool) {
+		for _, call := range calls {
+			mixes = mixes || mixed(call)
+			if slices.Equal(call, []string{want}) {
+				n++
+			}
+		}
+		return n, mixes
+	}
+	eventually(t, "unary heartbeats at each shard's leader", func() bool {
+		var na, nb int
+		var ma, mb bool
+		fa.snapshot(func(f *fakeLeader) { na, ma = count(f.beatCalls, "A-0") })
+		fb.snapshot(func(f *fakeLeader) { nb, mb = count(f.beatCalls, "A-1") })
+		return ma || mb || (na >= 3 && nb >= 3) // a mixed call fails below
+	})
+	unblock()
+	if err := stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	// Each part may go first to the other broker and follow its redirect,
+	// but no call names both shards' receipts.
+	for _, f := range []*fakeLeader{fa, fb} {
+		f.snapshot(func(f *fakeLeader) {
+			for _, call := range f.beatCalls {
+				if mixed(call) {
+					t.Errorf("%s: unary heartbeat of %q, want one shard's receipts per call", f.name, call)
+				}
+			}
+		})
+	}
+	var reported []string
+	for _, e := range errs.matching("") {
+		if !strings.Contains(e, "fake broker shutting down") {
+			reported = append(reported, e)
+		}
+	}
+	if len(reported) != 0 {
+		t.Errorf("reported %q", reported)
 	}
 }
