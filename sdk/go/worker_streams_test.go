@@ -679,14 +679,14 @@ func TestWorkerDropsJobLostBeforeStart(t *testing.T) {
 	}
 }
 
-// TestWorkerUnaryAckSplitByShard: the acks batched for a stream that is gone
-// go by unary call one shard at a time. A broker settles the receipts of
-// the shards it leads and redirects for the others, so one call carrying
-// the receipts of shards led by two brokers would bounce between them until
-// it gave up, and both jobs would be reported unacked.
-func TestWorkerUnaryAckSplitByShard(t *testing.T) {
-	fa, fb := twoLeaders(t, 2, []string{"x0", "x1"}, nil)
-	// A led shard 1 too when it delivered x1; B leads it now.
+// splitShardLeaders starts brokers A and B for the split-by-shard tests: A
+// delivers x0 (shard 0, receipt A-0) and x1 (shard 1, receipt A-1), and each
+// settles and heartbeats only its own shard's receipt, redirecting for the
+// other (A led shard 1 too when it delivered x1; B leads it now). The client
+// knows only A.
+func splitShardLeaders(t *testing.T) (fa, fb *fakeLeader, c *casq.Client) {
+	t.Helper()
+	fa, fb = twoLeaders(t, 2, []string{"x0", "x1"}, nil)
 	fa.snapshot(func(f *fakeLeader) {
 		f.shardOf = map[string]uint32{"x1": 1}
 		f.elsewhere = map[string]string{"A-1": fb.addr}
@@ -698,6 +698,16 @@ func TestWorkerUnaryAckSplitByShard(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return fa, fb, c
+}
+
+// TestWorkerUnaryAckSplitByShard: the acks batched for a stream that is gone
+// go by unary call one shard at a time. A broker settles the receipts of
+// the shards it leads and redirects for the others, so one call carrying
+// the receipts of shards led by two brokers would bounce between them until
+// it gave up, and both jobs would be reported unacked.
+func TestWorkerUnaryAckSplitByShard(t *testing.T) {
+	fa, fb, c := splitShardLeaders(t)
 	defer c.Close()
 	var running atomic.Int32
 	gate := make(chan struct{})
@@ -826,19 +836,7 @@ func TestWorkerUnaryReleaseSplitByShard(t *testing.T) {
 // would bounce between them until it gave up, and no lease would be
 // extended.
 func TestWorkerUnaryHeartbeatSplitByShard(t *testing.T) {
-	fa, fb := twoLeaders(t, 2, []string{"x0", "x1"}, nil)
-	// A led shard 1 too when it delivered x1; B leads it now.
-	fa.snapshot(func(f *fakeLeader) {
-		f.shardOf = map[string]uint32{"x1": 1}
-		f.elsewhere = map[string]string{"A-1": fb.addr}
-	})
-	fb.snapshot(func(f *fakeLeader) { f.elsewhere = map[string]string{"A-0": fa.addr} })
-	c, err := casq.Dial(context.Background(), casq.Options{
-		Brokers: []string{fa.addr}, MaxAttempts: 6, BackoffInitial: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	fa, fb, c := splitShardLeaders(t)
 	defer c.Close()
 	var running atomic.Int32
 	release := make(chan struct{})
