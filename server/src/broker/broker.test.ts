@@ -51,6 +51,25 @@ describe("Broker", () => {
     await broker.stop({ release: true });
   });
 
+  it("names a rejected message by its place in the request, though its shard got only part of it", async () => {
+    const broker = makeBroker(new MemoryStore(), "a", {
+      shardsFor: () => 2,
+      initialConfig: { maxPayloadBytes: 4 },
+    });
+    const keyFor = (shard: number) =>
+      ["k0", "k1", "k2", "k3", "k4", "k5"].find((k) => shardForKey(k, 2) === shard) as string;
+    const rejected = broker.enqueue("orders", [
+      { payload: bytes("ok"), key: keyFor(0) },
+      { payload: bytes("ok"), key: keyFor(0) },
+      { payload: bytes("too long"), key: keyFor(1) }, // the first of shard 1's part
+    ]);
+    await expect(rejected).rejects.toMatchObject({
+      code: "resource_exhausted",
+      message: expect.stringMatching(/^message 2: payload/),
+    });
+    await broker.stop({ release: true });
+  });
+
   it("wakes a long-poll claim as soon as a message is committed", async () => {
     const broker = makeBroker(new MemoryStore(), "a");
     await broker.claim("q", { subscription: "default", workerId: "w", max: 1 });

@@ -229,7 +229,12 @@ export class Broker {
       [...byShard].map(async ([shard, group]) => {
         const result = expectKind(
           await this.leader(queue, shard).submit(
-            { kind: "enqueue", messages: group.map((entry) => entry.message) },
+            {
+              kind: "enqueue",
+              messages: group.map((entry) => entry.message),
+              // Errors name a message by its place in the request, not in this shard's part.
+              ...(byShard.size > 1 ? { requestIndexes: group.map((entry) => entry.index) } : {}),
+            },
             signal ? { signal } : undefined,
           ),
           "enqueue",

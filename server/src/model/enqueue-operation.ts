@@ -64,7 +64,8 @@ export function applyEnqueue(state: ShardState, op: EnqueueOperation, now: numbe
   const batchIds = new Set<string>();
   let addedBytes = 0;
   let offset = state.next;
-  inputs.forEach((input, i) => {
+  inputs.forEach((input, at) => {
+    const i = op.requestIndexes?.[at] ?? at;
     const msg = normalizeNewMessage(input, offset, config, now, i);
     if (msg.dedupId !== undefined && config.dedupWindowMs > 0) {
       const known = state.dedup.get(msg.dedupId);

@@ -58,6 +58,11 @@ export type SubscriptionStart = "latest" | "earliest";
 export interface EnqueueOperation {
   readonly kind: "enqueue";
   readonly messages: readonly NewMessage[];
+  /**
+   * Where each message is in the caller's request, when this shard got only
+   * some of them: errors name the message by its place there. Default: 0, 1, …
+   */
+  readonly requestIndexes?: readonly number[];
 }
 
 /** Lease up to `max` runnable messages of a subscription to a worker. */
