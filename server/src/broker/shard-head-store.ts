@@ -271,8 +271,11 @@ export class ShardHeadStore {
   /**
    * Applies `apply` to the current head and writes the result by CAS,
    * resolving lost races and ambiguous writes (module header, steps 2–5).
-   * `apply` may run several times (once per attempt, each time on a fresh
-   * copy); it must not have effects outside the state it is given.
+   * `apply` may run several times (once per attempt: the first on the
+   * committed state itself, the others on the state re-read after a lost race
+   * or rebuilt after a failed write); it must not have effects outside the
+   * state it is given, and must not throw once it changed that state (a
+   * half-applied state would stay in memory and be written by the next commit).
    * `release` writes `lease_until = 0` so that another broker takes over at once.
    * `prepare`, when given, runs before each `apply` on the state it will get
    * (e.g. to page in bodies the batch needs); it must not change the state.
