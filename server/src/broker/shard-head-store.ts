@@ -274,8 +274,8 @@ export class ShardHeadStore {
    * `apply` may run several times (once per attempt: the first on the
    * committed state itself, the others on the state re-read after a lost race
    * or rebuilt after a failed write); it must not have effects outside the
-   * state it is given, and must not throw once it changed that state (a
-   * half-applied state would stay in memory and be written by the next commit).
+   * state it is given. Should it throw (a bug), the committed state is
+   * rebuilt from what was written and the error goes on.
    * `release` writes `lease_until = 0` so that another broker takes over at once.
    * `prepare`, when given, runs before each `apply` on the state it will get
    * (e.g. to page in bodies the batch needs); it must not change the state.
@@ -309,7 +309,7 @@ export class ShardHeadStore {
       const working = existing ?? this.created(now);
       const previousRecord = working.broker;
       const takingOver = creating || !isOwnRecord(previousRecord, this.identity);
-      const applied = apply(working, now);
+      const applied = this.restoringOnThrow(() => apply(working, now));
       let changed = creating || takingOver || options.release || applied.changed;
       if (!changed && previousRecord && needsRenewal(previousRecord, now, this.options.leaseMs))
         changed = true;
@@ -331,7 +331,7 @@ export class ShardHeadStore {
       const writeId = `${this.identity.id}.${++this.writeCounter}`;
       const basedOn = creating ? undefined : working.writeId;
       working.recordWrite(writeId);
-      const bytes = working.encode();
+      const bytes = this.restoringOnThrow(() => working.encode(), sealed);
       const attempt: WriteAttempt<T> = { value: applied.value, basedOn, ambiguous: false };
       attempts.set(writeId, attempt);
       const condition: PutCondition = creating ? { ifAbsent: true } : { ifMatch: this.etag as string };
@@ -468,6 +468,22 @@ export class ShardHeadStore {
       { queue: this.queue, shard: this.shard },
       { cause: error },
     );
+  }
+
+  /**
+   * Runs `step` of a commit on the working state; when it throws (a bug), the
+   * state it may have half changed is rebuilt from what was written, so that
+   * the next commit does not write it, and the segments sealed for this
+   * attempt (`sealed`) are deleted, before the error goes on.
+   */
+  private restoringOnThrow<R>(step: () => R, sealed: readonly string[] = []): R {
+    try {
+      return step();
+    } catch (error) {
+      this.collect(sealed);
+      this.restoreCommitted();
+      throw error;
+    }
   }
 
   /** A new shard's state (its bodies looked up in this shard's pager, like every state here). */

@@ -634,7 +634,7 @@ export class ShardLeader {
       for (const fill of fills) returnCredit(fill.claim.credit, fill.messages.length);
       for (const t of taken) returnCredit(t.credit, t.n);
     };
-    const result = await this.head.commit<AppliedBatch>(
+    const committing = this.head.commit<AppliedBatch>(
       (working, now) => {
         giveBack();
         fills = [];
@@ -680,6 +680,12 @@ export class ShardLeader {
       },
       { release, prepare: (state, now) => this.pageInFor(batch, state, now) },
     );
+    const result = await committing.catch((error: unknown) => {
+      // A bug threw out of the commit (its state was rebuilt): nothing was sent for the credit taken.
+      this.head.pager.unpin();
+      giveBack();
+      throw error;
+    });
     const writeMs = this.now() - started;
     if (result.kind === "written") this.noteWrite(this.clock.now() - startedExact);
     this.head.pager.unpin();
