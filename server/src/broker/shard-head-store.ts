@@ -349,8 +349,10 @@ export class ShardHeadStore {
         }
         // A released shard is the next leader's to seal: a segment written ahead now would be
         // an orphan (until an epoch after the next one sweeps it).
-        if (this.committed !== undefined && !options.release) this.prepareSegment(this.committed, now);
-        if (this.committed !== undefined && !options.release) this.prepareDedup(this.committed, now);
+        if (this.committed !== undefined && !options.release) {
+          this.prepareSegment(this.committed, now);
+          this.prepareDedup(this.committed, now);
+        }
         if (takingOver) this.sweepOrphans(working);
         if (takingOver)
           this.observer?.onLeadership?.({

@@ -252,9 +252,7 @@ type AppliedBatch = {
   now: number;
   outcomes: Outcome[];
   expire: ExpireResult;
-  /** The claims of standing claims that rode in this commit. */
-  standing: AppliedOperation[];
-  /** This attempt's fills of standing claims and the credit its claims took (an earlier attempt may be the one that landed). */
+  /** The standing claims that rode in this attempt, and the credit its claims took (an earlier attempt may be the one that landed). */
   fills: StandingFill[];
   taken: CreditTaken[];
 };
@@ -675,8 +673,7 @@ export class ShardLeader {
         for (const [item, at] of credited) applyItem(item, at);
         if (!release) fills = this.fillStanding(working, now);
         if (fills.length > 0) changed = true;
-        const standing = fills.map((fill) => fill.applied);
-        return { value: { now, outcomes, expire, standing, fills, taken }, changed };
+        return { value: { now, outcomes, expire, fills, taken }, changed };
       },
       { release, prepare: (state, now) => this.pageInFor(batch, state, now) },
     );
@@ -1016,19 +1013,14 @@ export class ShardLeader {
     casAttempts: number,
     outcome: "ok" | "no_write",
     bytes: number,
-    applied: {
-      now: number;
-      outcomes: readonly Outcome[];
-      expire?: ExpireResult;
-      standing?: readonly AppliedOperation[];
-    },
+    applied: AppliedBatch,
   ): CommitInfo {
     const opsByKind: Record<string, number> = {};
     for (const item of batch) {
       const kind = item.kind === "op" ? item.op.kind : "read";
       opsByKind[kind] = (opsByKind[kind] ?? 0) + 1;
     }
-    const standing = applied.standing ?? [];
+    const standing = applied.fills.map((fill) => fill.applied);
     if (standing.length > 0) opsByKind.claim = (opsByKind.claim ?? 0) + standing.length;
     return {
       queue: this.queue,

@@ -159,18 +159,16 @@ export function warmSegment(
       `shard ${state.queue}/${state.shard}: the records given to warm segment ${seg.name} are not that segment's`,
       { queue: state.queue, shard: state.shard },
     );
-  if (seg.gone.size > 0) {
-    // As when a head is read with its segments: an offset the head says left must be one the
-    // segment holds, or messages the head thinks gone would come back, and the others be dropped.
-    const held = new Set(records.map((r) => r.offset));
-    for (const offset of seg.gone)
-      if (!held.has(offset))
-        throw new CasqError(
-          "data_loss",
-          `shard ${state.queue}/${state.shard}: the head says offset ${offset} left segment ${seg.name}, which does not hold it`,
-          { queue: state.queue, shard: state.shard },
-        );
-  }
+  // As when a head is read with its segments: every offset the head says left must be one the
+  // segment holds, or messages the head thinks gone would come back, and others be dropped.
+  let goneHeld = 0;
+  for (const r of records) if (seg.gone.has(r.offset)) goneHeld += 1;
+  if (goneHeld !== seg.gone.size)
+    throw new CasqError(
+      "data_loss",
+      `shard ${state.queue}/${state.shard}: the head says offsets left segment ${seg.name} that it does not hold`,
+      { queue: state.queue, shard: state.shard },
+    );
   const owing = owingSubscriptions(state, seg);
   seg.cold = false;
   seg.liveSummary = undefined;
