@@ -70,6 +70,27 @@ describe("Broker", () => {
     await broker.stop({ release: true });
   });
 
+  it("bounds a request by max_batch as a whole, though no shard's part is over it, and stores none of it", async () => {
+    const broker = makeBroker(new MemoryStore(), "a", { shardsFor: () => 2, initialConfig: { maxBatch: 3 } });
+    const keys = ["k0", "k1", "k2", "k3", "k4", "k5", "k6", "k7"];
+    const onShard = (shard: number) => keys.filter((k) => shardForKey(k, 2) === shard).slice(0, 2);
+    // Two messages for each shard: 4 in the request, over max_batch 3, each part within it.
+    const messages = [...onShard(0), ...onShard(1)].map((key) => ({ payload: bytes("x"), key }));
+    expect(messages).toHaveLength(4);
+    await expect(broker.enqueue("orders", messages)).rejects.toMatchObject({
+      code: "resource_exhausted",
+      message: expect.stringMatching(/^batch of 4 messages exceeds the queue's max_batch of 3/),
+    });
+    for (const shard of [0, 1]) {
+      const claimed = await broker.claim("orders", { subscription: "default", workerId: "w", max: 3 });
+      expect(claimed, `shard ${shard}`).toEqual([]);
+    }
+    // Within the limit it is stored, split over both shards.
+    const stored = await broker.enqueue("orders", messages.slice(1));
+    expect(new Set(stored.map((o) => o.shard))).toEqual(new Set([0, 1]));
+    await broker.stop({ release: true });
+  });
+
   it("wakes a long-poll claim as soon as a message is committed", async () => {
     const broker = makeBroker(new MemoryStore(), "a");
     await broker.claim("q", { subscription: "default", workerId: "w", max: 1 });

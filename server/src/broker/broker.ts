@@ -232,8 +232,11 @@ export class Broker {
             {
               kind: "enqueue",
               messages: group.map((entry) => entry.message),
-              // Errors name a message by its place in the request, not in this shard's part.
-              ...(byShard.size > 1 ? { requestIndexes: group.map((entry) => entry.index) } : {}),
+              // Errors name a message by its place in the request, not in this shard's part;
+              // max_batch bounds the request, not the part.
+              ...(byShard.size > 1
+                ? { requestIndexes: group.map((entry) => entry.index), requestSize: messages.length }
+                : {}),
             },
             signal ? { signal } : undefined,
           ),

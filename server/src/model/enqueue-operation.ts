@@ -13,7 +13,8 @@
  * has no key).
  *
  * Limits (rejecting the whole batch, state unchanged): more than `maxBatch`
- * messages, a payload above `maxPayloadBytes`, too many or too large headers
+ * messages in the caller's request (`requestSize`: every shard's part of a
+ * request over the limit is refused, not only the parts over it), a payload above `maxPayloadBytes`, too many or too large headers
  * -> `resource_exhausted`; a document that would grow beyond
  * `maxDocumentBytes` -> `resource_exhausted` ("queue shard is full"), while
  * claims, acks and nacks keep working so consumers can drain it.
@@ -50,10 +51,11 @@ export function applyEnqueue(state: ShardState, op: EnqueueOperation, now: numbe
       { queue: state.queue, shard: state.shard },
     );
   }
-  if (inputs.length > config.maxBatch) {
+  const requestSize = op.requestSize ?? inputs.length;
+  if (requestSize > config.maxBatch) {
     throw new CasqError(
       "resource_exhausted",
-      `batch of ${inputs.length} messages exceeds the queue's max_batch of ${config.maxBatch}; split it into smaller batches`,
+      `batch of ${requestSize} messages exceeds the queue's max_batch of ${config.maxBatch}; split it into smaller batches`,
     );
   }
 

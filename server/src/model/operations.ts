@@ -63,6 +63,12 @@ export interface EnqueueOperation {
    * some of them: errors name the message by its place there. Default: 0, 1, …
    */
   readonly requestIndexes?: readonly number[];
+  /**
+   * How many messages the caller's request had, when this shard got only
+   * some of them: `max_batch` bounds the request, not its part for one shard.
+   * Default: `messages.length`.
+   */
+  readonly requestSize?: number;
 }
 
 /** Lease up to `max` runnable messages of a subscription to a worker. */
