@@ -157,11 +157,16 @@ function checkNewMessage(
     hasHeaders = true;
     if (name === "") invalid(`${at(index)}.headers: a header name is empty`);
   }
-  const trace = traceContextFromProto(m.traceContext) ?? callTrace;
+  const own = traceContextFromProto(m.traceContext);
+  const trace = own ?? callTrace;
   if (trace !== undefined) {
     const bytes = Object.entries(trace).reduce((n, [k, v]) => n + utf8Bytes(k) + utf8Bytes(v), 0);
     if (bytes > MAX_TRACE_CONTEXT_BYTES)
-      invalid(`${at(index)}.trace_context is larger than ${MAX_TRACE_CONTEXT_BYTES} bytes`);
+      invalid(
+        own !== undefined
+          ? `${at(index)}.trace_context is larger than ${MAX_TRACE_CONTEXT_BYTES} bytes`
+          : `the call's traceparent / tracestate metadata (the trace context of ${at(index)}, which has none of its own) is larger than ${MAX_TRACE_CONTEXT_BYTES} bytes`,
+      );
   }
   let runAt: number | undefined;
   let delayMs: number | undefined;
