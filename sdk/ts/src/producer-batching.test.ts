@@ -11,6 +11,7 @@ import { context, ROOT_CONTEXT, trace } from "@opentelemetry/api";
 import { AsyncLocalStorageContextManager } from "@opentelemetry/context-async-hooks";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { type LoopbackServer, serveOnLoopback } from "../testing/loopback-server.ts";
+import { RESEND_PARALLEL } from "./enqueue-batcher.ts";
 import { InvalidArgumentError, UnavailableError } from "./errors.ts";
 import { Producer, type ProducerOptions } from "./producer.ts";
 
@@ -39,6 +40,11 @@ interface Stub {
   refuse?: (request: EnqueueRequest) => ConnectError | undefined;
   /** After storing, break every connection instead of answering (once per `true`). */
   breakAfterStoring: boolean;
+  /** Answers each request this long after it came in (0: at once). */
+  delayMs: number;
+  /** Requests being answered now, and the most at once so far. */
+  inFlight: number;
+  maxInFlight: number;
   close: () => Promise<void>;
 }
 
@@ -53,6 +59,9 @@ async function startStub(): Promise<Stub> {
     received: [],
     stored: new Map(),
     breakAfterStoring: false,
+    delayMs: 0,
+    inFlight: 0,
+    maxInFlight: 0,
     close: async () => {},
   };
   const handler = connectNodeAdapter({
@@ -67,6 +76,12 @@ async function startStub(): Promise<Stub> {
           });
           const refusal = stub.refuse?.(request);
           if (refusal) throw refusal;
+          if (stub.delayMs > 0) {
+            stub.inFlight += 1;
+            stub.maxInFlight = Math.max(stub.maxInFlight, stub.inFlight);
+            await new Promise((r) => setTimeout(r, stub.delayMs));
+            stub.inFlight -= 1;
+          }
           // All or nothing, deduplicated by dedup id, like the broker.
           const results = request.messages.map((m) => {
             const known = stub.stored.get(m.dedupId);
@@ -191,6 +206,33 @@ describe("Producer.enqueue batching", () => {
         .flatMap((r) => r.dedupIds)
         .sort(),
     ).toEqual([...(stub.received[0]?.dedupIds ?? [])].sort());
+  });
+
+  it("resends a refused merged request's messages in parallel, each key's in call order", async () => {
+    const stub = await startStub();
+    stub.refuse = (request) =>
+      request.messages.some((m) => decoder.decode(m.payload) === "bad")
+        ? new ConnectError("messages[0].priority is out of range", Code.InvalidArgument)
+        : undefined;
+    const producer = producerFor(stub);
+    const unkeyed = range(40).map((i) => producer.enqueue("q", i === 0 ? "bad" : `p${i}`));
+    const keyed = range(5).map((i) => producer.enqueue("q", `k${i}`, { key: "one-key" }));
+    // Sent with the merged request; the resends are each held a while, so that parallel ones overlap.
+    await new Promise((r) => setImmediate(r));
+    stub.delayMs = 20;
+    const settled = await Promise.allSettled([...unkeyed, ...keyed]);
+
+    expect(settled.filter((s) => s.status === "rejected")).toHaveLength(1);
+    expect(stub.received[0]?.payloads.length).toBe(45);
+    expect(stub.received).toHaveLength(46);
+    // Unkeyed messages went side by side (before: one after another, beside the key's lane: 2 at a time), at most the bound.
+    expect(stub.maxInFlight).toBeGreaterThan(2);
+    expect(stub.maxInFlight).toBeLessThanOrEqual(RESEND_PARALLEL);
+    // One key's messages kept their order in the store.
+    const keyedOffsets = range(5).map(
+      (i) => stub.stored.get(stub.received[0]?.dedupIds[40 + i] ?? "")?.offset,
+    );
+    expect(keyedOffsets).toEqual([...keyedOffsets].sort((a, b) => Number((a ?? 0n) - (b ?? 0n))));
   });
 
   it("gives every caller of a request the error that is about the request as a whole", async () => {
