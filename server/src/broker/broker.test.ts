@@ -51,7 +51,7 @@ describe("Broker", () => {
     await broker.stop({ release: true });
   });
 
-  it("names a rejected message by its place in the request, though its shard got only part of it", async () => {
+  it("names a rejected message by its place in the request, though its shard got only part of it, and stores none of it", async () => {
     const broker = makeBroker(new MemoryStore(), "a", {
       shardsFor: () => 2,
       initialConfig: { maxPayloadBytes: 4 },
@@ -67,6 +67,11 @@ describe("Broker", () => {
       code: "resource_exhausted",
       message: expect.stringMatching(/^message 2: payload/),
     });
+    // Shard 0's part was refused with it: nothing of the request is stored.
+    for (const shard of [0, 1]) {
+      const claimed = await broker.claim("orders", { subscription: "default", workerId: "w", max: 3 });
+      expect(claimed, `shard ${shard}`).toEqual([]);
+    }
     await broker.stop({ release: true });
   });
 

@@ -9,6 +9,7 @@
  * the shard leader.
  */
 import { CasqError, isCasqError } from "../errors.ts";
+import { checkNewMessage } from "../model/input-validation.ts";
 import type { NewMessage, OperationResult, Receipt } from "../model/operations.ts";
 import type { QueueConfig } from "../model/queue-config.ts";
 import { validateName } from "../model/shard-state.ts";
@@ -199,7 +200,9 @@ export class Broker {
   /**
    * Enqueues a batch. Resolves once every message is durable. Messages for
    * different shards are written by different CAS writes: each shard's part
-   * is all-or-nothing, the batch as a whole is not. With `remoteLeaderOf`, a
+   * is all-or-nothing, the batch as a whole is not (but a message the
+   * queue's config refuses fails the batch before any part is written, see
+   * {@link checkWhole}; a shard too full fails its part only). With `remoteLeaderOf`, a
    * batch whose shards are led by several brokers is refused before anything
    * is written (`batch_redirect`, see {@link refuseSplitBatch}).
    */
@@ -224,6 +227,7 @@ export class Broker {
       group.push({ index, message });
     }
     if (byShard.size > 1 && remoteLeaderOf) await this.refuseSplitBatch(queue, byShard, remoteLeaderOf);
+    if (byShard.size > 1) await this.checkWhole(queue, byShard);
     const outcomes: EnqueueOutcome[] = new Array(messages.length);
     await Promise.all(
       [...byShard].map(async ([shard, group]) => {
@@ -250,6 +254,26 @@ export class Broker {
       }),
     );
     return outcomes;
+  }
+
+  /**
+   * Checks every message of a request split over several shards against the
+   * queue's config before any shard applies its part: each shard checks only
+   * its own part, so a message a limit refuses (a payload too large) would
+   * fail its shard's part while the other shards stored theirs. The config is
+   * the first shard's (shards share it, but while an UpdateConfig reaches
+   * them one by one); what depends on a shard's state (a shard too full) is
+   * still checked by each part alone.
+   */
+  private async checkWhole(
+    queue: string,
+    byShard: ReadonlyMap<number, readonly { index: number; message: NewMessage }[]>,
+  ): Promise<void> {
+    const [first] = byShard.keys();
+    const config = await this.leader(queue, first as number).config();
+    const now = Math.floor(this.params.clock.now());
+    for (const group of byShard.values())
+      for (const { index, message } of group) checkNewMessage(message, config, now, index);
   }
 
   /**

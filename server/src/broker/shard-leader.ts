@@ -392,6 +392,12 @@ export class ShardLeader {
     });
   }
 
+  /** The config in force on this shard: its loaded state's, or read (loading the shard) when none is loaded. */
+  config(): Promise<QueueConfig> {
+    const state = this.head.state;
+    return state !== undefined ? Promise.resolve(state.config) : this.read((s) => s.config);
+  }
+
   /**
    * Registers a {@link StandingClaim} until the returned function is called
    * (or it was filled once: then it is removed). If something is runnable

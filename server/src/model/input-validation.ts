@@ -81,18 +81,25 @@ function limit(what: string, actual: number, max: number, field: keyof QueueConf
   );
 }
 
+/** What {@link checkNewMessage} found valid, in stored form. */
+export interface CheckedNewMessage {
+  readonly headers: Record<string, string>;
+  readonly traceContext: Record<string, string> | undefined;
+  readonly runAt: number;
+}
+
 /**
- * Checks one message of an enqueue and returns its stored form (payload
- * copied, maps sorted, `runAt` resolved against `now`). Error messages name
- * it by `index` ("message 3"). Throws `CasqError`; never mutates.
+ * Checks one message of an enqueue against the queue's `config` (fields and
+ * limits; nothing that depends on the shard's state) and returns its maps
+ * sorted and its `runAt` resolved against `now`. Error messages name it by
+ * `index` ("message 3"). Throws `CasqError`; never mutates.
  */
-export function normalizeNewMessage(
+export function checkNewMessage(
   input: NewMessage,
-  offset: number,
   config: QueueConfig,
   now: number,
   index: number,
-): MessageRecord {
+): CheckedNewMessage {
   // Labels are built only on the way to an error, not once per message enqueued.
   if (typeof input !== "object" || input === null) invalid(`message ${index} must be an object`);
   if (!isId(input.id)) checkId(`message ${index}: id`, input.id);
@@ -147,6 +154,21 @@ export function normalizeNewMessage(
     checkInteger(`message ${index}: run_at`, input.runAt, 0, now + MAX_DELAY_MS);
     runAt = Math.max(now, input.runAt);
   }
+  return { headers, traceContext, runAt };
+}
+
+/**
+ * Checks one message of an enqueue ({@link checkNewMessage}) and returns its
+ * stored form at `offset` (payload copied). Throws `CasqError`; never mutates.
+ */
+export function normalizeNewMessage(
+  input: NewMessage,
+  offset: number,
+  config: QueueConfig,
+  now: number,
+  index: number,
+): MessageRecord {
+  const { headers, traceContext, runAt } = checkNewMessage(input, config, now, index);
   return {
     id: input.id,
     offset,
