@@ -118,6 +118,35 @@ describe("FaultInjectingStore", () => {
     expect(store.stats().appliedButLost).toBe(0);
   });
 
+  it("lands an ambiguous_late write after its caller gave up, if its condition still holds then", async () => {
+    const latency = { kind: "fixed", ms: 100 } as const;
+    const { store, memory, clock } = make({
+      rules: [{ fault: "ambiguous_late", rate: 1, limit: 2, latency }],
+    });
+    await memory.put("q/a.json", bytes("v1"), { ifAbsent: true });
+    const etag = (await memory.get("q/a.json"))?.etag as string;
+    // The caller hears "ambiguous" after half the latency; nothing has landed yet.
+    const late = store.put("q/a.json", bytes("v2"), { ifMatch: etag }).catch((e: unknown) => e);
+    await clock.advanceBy(50);
+    expect(await late).toBeInstanceOf(AmbiguousWriteError);
+    expect(text((await memory.get("q/a.json"))?.body)).toBe("v1");
+    // The rest of the latency later it lands.
+    await clock.advanceBy(50);
+    expect(text((await memory.get("q/a.json"))?.body)).toBe("v2");
+    expect(store.stats().landedLate).toBe(1);
+
+    // One whose condition a write made meanwhile broke is refused when it arrives.
+    const now = (await memory.get("q/a.json"))?.etag as string;
+    const refused = store.put("q/a.json", bytes("v3"), { ifMatch: now }).catch((e: unknown) => e);
+    await clock.advanceBy(50);
+    expect(await refused).toBeInstanceOf(AmbiguousWriteError);
+    await memory.put("q/a.json", bytes("v4"), { ifMatch: now });
+    await clock.advanceBy(50);
+    expect(text((await memory.get("q/a.json"))?.body)).toBe("v4");
+    expect(store.stats().landedLate).toBe(1);
+    expect(store.stats().injected.ambiguous_late).toBe(2);
+  });
+
   it("applies an ambiguous delete too", async () => {
     const { store, memory } = make();
     await memory.put("q/a.json", bytes("v1"), { ifAbsent: true });

@@ -30,6 +30,12 @@
  *   what actually happened.)
  * - `ambiguous_not_applied`: the request was lost in flight:
  *   `AmbiguousWriteError`, and the write did NOT happen.
+ * - `ambiguous_late`: the caller hears `AmbiguousWriteError` after the first
+ *   part of the latency (its client timed out), while the request is still
+ *   on its way: the inner store acts on it after the rest of the latency,
+ *   with its condition checked then — so it lands after writes the caller
+ *   made meanwhile, or is refused by them (a 412 nobody hears).
+ *   {@link FaultStats.landedLate} counts those that landed.
  * - `delay`: no error; the call takes the rule's latency instead of the
  *   normal one (a slow store, a GC pause, a throttled link).
  *
@@ -89,6 +95,7 @@ export type FaultKind =
   | "conflict"
   | "ambiguous_applied"
   | "ambiguous_not_applied"
+  | "ambiguous_late"
   | "delay";
 
 /** Every {@link FaultKind}, in a stable order. */
@@ -98,6 +105,7 @@ export const FAULT_KINDS: readonly FaultKind[] = [
   "conflict",
   "ambiguous_applied",
   "ambiguous_not_applied",
+  "ambiguous_late",
   "delay",
 ];
 
@@ -109,6 +117,7 @@ export const FAULT_OPERATIONS: Readonly<Record<FaultKind, readonly StoreOperatio
   conflict: ["put", "delete"],
   ambiguous_applied: ["put", "delete"],
   ambiguous_not_applied: ["put", "delete"],
+  ambiguous_late: ["put", "delete"],
 };
 
 /** A fault to inject into matching calls with some probability. */
@@ -166,6 +175,8 @@ export interface FaultStats {
   readonly byRule: Readonly<Record<string, number>>;
   /** `ambiguous_applied` faults whose inner write succeeded (the write landed, the answer was lost). */
   readonly appliedButLost: number;
+  /** `ambiguous_late` faults whose inner write succeeded when it arrived (after its caller gave up on it). */
+  readonly landedLate: number;
   /** Sum of all latencies given to calls, ms. */
   readonly totalLatencyMs: number;
 }
@@ -306,6 +317,7 @@ export class FaultInjectingStore implements ObjectStore {
       injected: { ...c.injected },
       byRule: { ...c.byRule },
       appliedButLost: c.appliedButLost,
+      landedLate: c.landedLate,
       totalLatencyMs: c.totalLatencyMs,
     };
   }
@@ -426,6 +438,21 @@ export class FaultInjectingStore implements ObjectStore {
       case "ambiguous_not_applied":
         await this.wait(after, signal, () => lostInFlight("aborted after the request was lost"));
         throw new AmbiguousWriteError(key, "injected fault: request lost in flight (it was NOT applied)");
+      case "ambiguous_late":
+        // Sent: no abort reaches it now. It arrives after the rest of the latency.
+        void this.clock
+          .sleep(after)
+          .then(call)
+          .then(
+            () => {
+              this.counters.landedLate++;
+            },
+            () => {},
+          );
+        throw new AmbiguousWriteError(
+          key,
+          "injected fault: no answer; the request is still in flight and may land later",
+        );
       default:
         try {
           result = await call();
@@ -526,6 +553,7 @@ interface Counters {
   injected: Record<FaultKind, number>;
   byRule: Record<string, number>;
   appliedButLost: number;
+  landedLate: number;
   totalLatencyMs: number;
 }
 
@@ -538,10 +566,12 @@ function emptyCounters(): Counters {
       conflict: 0,
       ambiguous_applied: 0,
       ambiguous_not_applied: 0,
+      ambiguous_late: 0,
       delay: 0,
     },
     byRule: {},
     appliedButLost: 0,
+    landedLate: 0,
     totalLatencyMs: 0,
   };
 }

@@ -295,6 +295,14 @@ export class BrokerSlot {
         rate: f.delay * s,
         latency: { kind: "uniform", minMs: 500, maxMs: 2_500 },
       },
+      // Last, and skipped at rate 0 (no draw): runs without late landings draw as before it existed.
+      {
+        id: "late",
+        fault: "ambiguous_late",
+        rate: f.ambiguousLate * s,
+        ops: ["put", "delete"],
+        latency: { kind: "uniform", minMs: 20, maxMs: 2_000 },
+      },
     ];
     for (const rule of rules) this.link.addRule({ ...rule, rate: Math.min(1, rule.rate) });
   }

@@ -19,6 +19,12 @@ export interface LinkFaultRates {
   readonly ambiguousApplied: number;
   /** Puts only: the request is lost, nothing lands. */
   readonly ambiguousNotApplied: number;
+  /**
+   * Puts and deletes: the caller hears "ambiguous", the request lands (or is
+   * refused by its condition) up to 2 s later, after the caller's next
+   * writes. Only in runs with {@link SimConfig.lateLanding}.
+   */
+  readonly ambiguousLate: number;
   /** A slow call (0.5-2.5 s). */
   readonly delay: number;
 }
@@ -78,6 +84,13 @@ export interface SimConfig {
    * through the faulty link) when claims reach them, redrives or purges need them.
    */
   readonly warmSealedMessages: number;
+  /**
+   * Whether the links land some ambiguous writes late
+   * ({@link LinkFaultRates.ambiguousLate}): half the runs. Drawn last, so that
+   * runs without it (and the regression seeds, which set it off) are the
+   * worlds they were before it existed.
+   */
+  readonly lateLanding: boolean;
 }
 
 /** Whether a run has SDK workers (see {@link SimConfig.sdkWorkers}). */
@@ -96,6 +109,7 @@ export function drawConfig(seed: number, random: SimRandom, overrides: SimConfig
     conflict: 0.01 * scale,
     ambiguousApplied: 0.02 * scale,
     ambiguousNotApplied: 0.015 * scale,
+    ambiguousLate: 0.01 * scale,
     delay: 0.01 * scale,
   };
   const config: SimConfig = {
@@ -131,6 +145,7 @@ export function drawConfig(seed: number, random: SimRandom, overrides: SimConfig
     sdkWorkers: random.weighted<SdkWorkerMode>({ off: 70, beside: 15, instead: 15 }),
     segmentCacheBytes: random.chance(0.5) ? random.int(1, 8_192) : 64 * 1024 * 1024,
     warmSealedMessages: random.chance(0.5) ? random.int(0, 40) : 20_000,
+    lateLanding: random.chance(0.5),
   };
   return { ...config, ...overrides };
 }

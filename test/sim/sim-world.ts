@@ -122,7 +122,8 @@ export class SimWorld implements SimContext {
   /** Turns faults on and starts every actor (not awaited: they run on the clock). */
   startChaos(): void {
     this.phase = "chaos";
-    for (const slot of this.slots) slot.setFaults(this.config.faults);
+    const faults = this.config.lateLanding ? this.config.faults : { ...this.config.faults, ambiguousLate: 0 };
+    for (const slot of this.slots) slot.setFaults(faults);
     const config = this.config;
     for (let i = 0; i < config.producers; i++) {
       const name = `p${i}`;

@@ -36,28 +36,28 @@ const REGRESSIONS: { seed: number; overrides: SimConfigOverrides }[] = [
   // Work stream: a shard this broker believed it led (behind a partition) moved to another
   // broker while the stream's served set stayed the same; no routing was sent, so the SDK
   // workers never opened a stream to the new leader and the drain never finished.
-  { seed: 700175, overrides: {} },
+  { seed: 700175, overrides: { lateLanding: false } },
   // SDK worker: its leader crashed and restarted at the same address; the broker it waited
   // at redirected there for ever, and the worker, taking that leader for dead, never went back.
-  { seed: 800062, overrides: { sdkWorkers: "instead" } },
+  { seed: 800062, overrides: { sdkWorkers: "instead", lateLanding: false } },
   // Simulated transport: a crashed SDK worker's Work stream was never ended at the broker (in
   // memory, a response stream is pulled only as its client reads), so the broker's graceful stop
   // waited for it for ever while still leading its shards, and the drain never finished. Since
   // producers in SDK seeds are the SDK's this seed runs another world; broker-services.test.ts pins the bug.
-  { seed: 800069, overrides: { sdkWorkers: "instead" } },
+  { seed: 800069, overrides: { sdkWorkers: "instead", lateLanding: false } },
   // SDK worker: its primary stream's broker crashed, the reconnect loop moved to the stream
   // already open at the other broker and stayed there; that stream's routing named the
   // restarted leader at the same address as before, so no routing event came and no stream
   // to it was ever opened again: its shard's jobs waited for ever.
-  { seed: 941057, overrides: { sdkWorkers: "instead" } },
+  { seed: 941057, overrides: { sdkWorkers: "instead", lateLanding: false } },
   // Model: a delayed message just come due was found runnable while its segment was warmed,
   // then looked at with the batch's earlier time, and left the claim order until its segment
   // was cooled and warmed again (claim-order violations).
-  { seed: 72143455, overrides: {} },
+  { seed: 72143455, overrides: { lateLanding: false } },
   // Work stream: a write that took the credit of the stream's standing claim failed (store
   // partition) after the stream had stopped claiming for want of credit; the credit came back
   // but nothing woke the stream, and its SDK worker got no job for the rest of the run.
-  { seed: 91001413, overrides: {} },
+  { seed: 91001413, overrides: { lateLanding: false } },
 ];
 
 describe("seeded simulation (brokers, workers, faulty store, auditor)", () => {
