@@ -20,7 +20,7 @@ from casq._work_core import (
     WorkCore,
     outgoing,
 )
-from casq.errors import CasqError, RedirectError, StreamTimeoutError, UnavailableError
+from casq.errors import CasqError, LeaseLostError, RedirectError, StreamTimeoutError, UnavailableError
 from casq.v1 import errors_pb2, message_pb2, shard_pb2, work_pb2
 
 
@@ -360,7 +360,7 @@ def test_acks_made_while_the_writer_is_busy_go_as_one_request_and_each_job_reads
     assert answer is not None
     assert settles[0].from_reply(answer) == []
     lost = settles[1].from_reply(answer)
-    assert len(lost) == 1 and lost[0].receipt == "r2"
+    assert len(lost) == 1 and isinstance(lost[0], LeaseLostError) and lost[0].receipt == "r2"
 
     # A stream that ends fails the batch not sent yet (each job then goes unary), and takes no more.
     core.close_stream(stream)

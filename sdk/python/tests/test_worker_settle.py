@@ -1,4 +1,4 @@
-"""Workers report settles the broker did not apply, and leave a Work stream whose broker hangs.
+"""Workers report settles the broker did not apply, settle off the handlers' threads, and leave a Work stream whose broker hangs.
 
 A hung broker (SIGSTOP) keeps the connection up and never answers: without
 a timeout on the stream's open and on its requests (acks, nacks,
@@ -14,6 +14,7 @@ import signal
 import threading
 
 from brokers import Broker
+from scripted_broker import QUEUE, ScriptedBroker, serve
 from test_aio_worker import eventually
 from test_aio_worker import fresh_queue as aio_fresh_queue
 from test_hung_broker import BOUND, leader_pair, stopped_leader  # noqa: F401 - fixtures
@@ -21,7 +22,7 @@ from test_sdk import fresh_queue, outstanding, run_in_thread, wait_for
 
 import casq
 import casq.aio
-from casq.v1 import queue_service_pb2, queue_service_pb2_grpc
+from casq.v1 import admin_service_pb2, queue_service_pb2, queue_service_pb2_grpc
 
 
 def dead_letter_own_delivery(stub: queue_service_pb2_grpc.QueueServiceStub, job: casq.Job) -> None:
@@ -149,3 +150,69 @@ def test_sync_ack_on_a_stream_whose_broker_hangs_is_resent_elsewhere(
         thread.join(5)
     assert attempts == [1]
     assert not any(isinstance(e, casq.LeaseLostError) for e in errors)
+
+
+def test_sync_ack_waiting_for_its_answer_does_not_hold_a_handler_slot() -> None:
+    """With concurrency 1, the second job starts while the first one's ack is still unanswered.
+
+    The scripted broker answers the first ack only once the second handler
+    started (or gives up after a while): a worker that waited for the answer on
+    the handler's pool thread would run no handler meanwhile.
+    """
+    second_started = threading.Event()
+    broker = ScriptedBroker(["first", "second"], hold_acks=second_started, hold_timeout=5.0)
+    started: list[str] = []
+
+    def handler(job: casq.Job) -> None:
+        started.append(job.receipt)
+        if job.receipt == "second":
+            second_started.set()
+
+    with serve(broker) as address, casq.Client([address], timeout=10.0) as client:
+        worker = casq.Worker(client)
+        thread = run_in_thread(worker, QUEUE, handler, concurrency=1, prefetch=2)
+        try:
+            wait_for(lambda: broker.settled() == {"first", "second"} and len(broker.held_in_time) >= 1, timeout=BOUND)
+        finally:
+            worker.stop(5)
+            thread.join(5)
+        assert not thread.is_alive()
+    assert started == ["first", "second"]
+    assert broker.settles[0] == ("stream ack", "first")
+    assert broker.held_in_time[0], "the second handler waited for the first job's ack to be answered"
+
+
+def test_sync_stop_hands_back_prefetched_jobs_while_a_handler_still_runs(client: casq.Client) -> None:
+    """stop() hands the jobs received but not started back at once, not once the running handlers are over."""
+    queue = fresh_queue(client)
+    casq.Producer(client).enqueue_batch(queue, [casq.NewMessage(f"m{i}") for i in range(3)])
+    started: list[str] = []
+    running, finish = threading.Event(), threading.Event()
+
+    def default_figures() -> tuple[int, int]:
+        figures = client.admin_stub().GetQueue(admin_service_pb2.GetQueueRequest(queue=queue), timeout=10)
+        default = [s for s in figures.subscriptions if s.subscription == "default"][0]
+        return int(default.ready), int(default.in_flight)
+
+    def handler(job: casq.Job) -> None:
+        started.append(job.text())
+        running.set()
+        finish.wait(BOUND)
+
+    worker = casq.Worker(client)
+    thread = run_in_thread(worker, queue, handler, concurrency=1, prefetch=3, lease_ttl=60.0)
+    assert running.wait(10)
+    wait_for(lambda: default_figures() == (0, 3))  # one running, two received and waiting
+    stopper = threading.Thread(target=worker.stop, kwargs={"timeout": BOUND}, daemon=True)
+    stopper.start()
+    try:
+        # Handed back while the handler still runs: claimable again, not leased to the stopping worker.
+        wait_for(lambda: default_figures() == (2, 1), timeout=5.0)
+        assert not finish.is_set()
+    finally:
+        finish.set()
+    stopper.join(10)
+    thread.join(10)
+    assert not thread.is_alive()
+    assert len(started) == 1
+    wait_for(lambda: default_figures() == (2, 0))  # the running job acked once its handler returned

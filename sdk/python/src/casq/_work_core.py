@@ -33,7 +33,7 @@ from casq._backoff import backoff_delay
 from casq._credit_window import CreditWindow, credit_window_bounds
 from casq._messages import to_duration
 from casq._settle import ack_failures, nack_failures
-from casq.errors import CasqError, LeaseLostError, RedirectError, StreamTimeoutError, UnavailableError, error_from_status
+from casq.errors import CasqError, RedirectError, StreamTimeoutError, UnavailableError, error_from_status
 from casq.job import Job
 from casq.v1 import message_pb2, queue_service_pb2, work_pb2
 
@@ -193,10 +193,15 @@ class Settle:
     ack: queue_service_pb2.AckRequest | None
     nack: queue_service_pb2.NackRequest | None
 
-    def from_reply(self, reply: work_pb2.WorkResponse) -> list[LeaseLostError]:
-        """Whether the stream's answer says this job was not settled (an ack's answer may be a batch's)."""
-        failures = ack_failures(reply.acked.results) if self.ack is not None else nack_failures(reply.nacked.results)
-        return [f for f in failures if f.receipt == self.held.job.receipt]
+    def from_reply(self, reply: work_pb2.WorkResponse) -> list[CasqError]:
+        """Whether the stream's answer says this job was not settled (an ack's answer may be a batch's).
+
+        Only this job's receipt is looked at: an answer with no result for it is a failure (UNKNOWN), not a success.
+        """
+        receipts = [self.held.job.receipt]
+        if self.ack is not None:
+            return ack_failures(receipts, reply.acked.results)
+        return nack_failures(receipts, reply.nacked.results)
 
 
 @dataclass(frozen=True)

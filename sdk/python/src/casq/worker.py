@@ -3,7 +3,10 @@
 The thread driver of the Work protocol core (casq/_work_core.py): a thread
 reads each stream, handlers run in a thread pool, and a heartbeat thread and
 a watchdog thread serve the run; the core, called under one lock, decides
-what each event means and what to send.
+what each event means and what to send. Acks, nacks and hand-backs never
+hold a handler thread: they go in the stream's outbox, and their answers
+(and the unary calls that replace a stream that could not carry them) are
+handled on settle threads of their own.
 """
 
 from __future__ import annotations
@@ -30,8 +33,10 @@ from casq._work_core import (
     Held,
     Heartbeat,
     Reaction,
+    Settle,
     Stream,
     StreamClosed,
+    Waiter,
     WorkCore,
     outgoing,
 )
@@ -39,7 +44,6 @@ from casq.client import Client
 from casq.errors import (
     CasqError,
     DeadLetter,
-    LeaseLostError,
     RedirectError,
     UnavailableError,
     error_from_rpc,
@@ -58,6 +62,10 @@ __all__ = ["FATAL_CODES", "ErrorCallback", "Handler", "Worker"]
 _CLOSE_GRACE = 5.0
 # How long stop() waits, once the handlers are over, for their acks and nacks in flight to be answered.
 _SETTLE_GRACE = 5.0
+# The fewest settle threads (more with a higher concurrency): they handle settle answers and make the
+# unary calls of settles no stream carries (the hand-backs at stop among them), so a few slow calls
+# do not hold up the rest.
+_SETTLE_THREADS = 8
 
 
 def _outbox() -> queue_mod.Queue[work_pb2.WorkRequest | AckBatch | None]:
@@ -91,6 +99,11 @@ class _Run:
         self.done = threading.Event()  # run() has returned
         self.secondaries: set[threading.Thread] = set()
         self.executor = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="casq-worker")
+        # Not the handlers' pool: a settle waiting for its answer or a unary call must not take a handler's
+        # thread (fewer handlers would run than asked), nor wait behind running handlers (a hand-back at stop).
+        self.settles = ThreadPoolExecutor(
+            max_workers=max(_SETTLE_THREADS, concurrency), thread_name_prefix="casq-settle"
+        )
         # The first KeyboardInterrupt or SystemExit a handler raised: the run stops and run() raises it.
         self.interrupted: BaseException | None = None
 
@@ -145,13 +158,14 @@ class _Run:
         if reaction.start_heartbeats:
             threading.Thread(target=self._heartbeats, name="casq-heartbeats", daemon=True).start()
         for held in reaction.release:
-            self._submit(self._release, held)
+            self._release(held)
         for held in reaction.start:
-            self._submit(self._execute, held)
+            self._submit(held)
 
-    def _submit(self, fn: Callable[[Held], None], held: Held) -> None:
+    def _submit(self, held: Held) -> None:
+        """Runs a started job's handler on the handler pool."""
         try:
-            self.executor.submit(fn, held)
+            self.executor.submit(self._execute, held)
         except RuntimeError:
             # The run is over (a broker sent a job after the half-close): its lease expires.
             with self.lock:
@@ -211,19 +225,30 @@ class _Run:
         from_reply: Callable[[work_pb2.WorkResponse], T],
     ) -> T:
         """Sends on ``stream`` and waits for the answer; when it is gone, redirected or ends first, calls ``unary``."""
-        leader: str | None = None
+        sent: Waiter | None = None
         if stream is not None:
             with self.lock:
                 sent = self.core.send(stream, build, Future())
-            if sent is not None:
-                assert isinstance(sent, Future)
-                # Answered, or failed by the stream's end (the watchdog ends a hung one).
-                try:
-                    return from_reply(sent.result())
-                except RedirectError as redirect:
-                    leader = redirect.leader_address or None
-                except (StreamClosed, UnavailableError):
-                    pass  # StreamTimeoutError included
+        return self._answer(sent, unary, from_reply)
+
+    def _answer(
+        self,
+        sent: Waiter | None,
+        unary: Callable[[str], T],
+        from_reply: Callable[[work_pb2.WorkResponse], T],
+    ) -> T:
+        """Waits for the stream's answer to a request (``sent``: its waiter); when it was not sent on a
+        stream (None), or was redirected or the stream ended first, calls ``unary``."""
+        leader: str | None = None
+        if sent is not None:
+            assert isinstance(sent, Future)
+            # Answered, or failed by the stream's end (the watchdog ends a hung one).
+            try:
+                return from_reply(sent.result())
+            except RedirectError as redirect:
+                leader = redirect.leader_address or None
+            except (StreamClosed, UnavailableError):
+                pass  # StreamTimeoutError included
         if leader:
             try:
                 return unary(leader)
@@ -271,10 +296,11 @@ class _Run:
                 self.lock.notify_all()
             self._react(Reaction(start=start))
         # Abandoned (still running at stop()'s deadline): too late to settle, the core refuses.
+        # This does not wait for the answer: the thread is the next handler's at once.
         self._settle(held, ack=ack, dead_letter=dead_letter, reason=reason)
         if interrupt is not None:
             # The rest of the stop (running handlers given up, as on a Ctrl-C in run()) on a thread of
-            # its own: on this one it would wait for the hand-backs queued behind it in the pool.
+            # its own: it waits for the settles in flight, which must not keep this pool thread.
             threading.Thread(target=self.shutdown, args=(0.0,), name="casq-interrupt", daemon=True).start()
 
     def _interrupt(self, error: BaseException) -> None:
@@ -291,22 +317,52 @@ class _Run:
     def _settle(
         self, held: Held, *, ack: bool, dead_letter: bool = False, reason: str = "", release: bool = False
     ) -> None:
-        """Acks or nacks a held job exactly once: on the stream, else by unary call."""
+        """Acks or nacks a held job exactly once: on the stream, else by unary call; returns at once.
+
+        The request goes in the stream's outbox (the stream's writer sends it)
+        and its answer is handled on a settle thread when it comes (see
+        :meth:`_settled`); with no stream to carry it, the unary call is made
+        there too. So the caller (a handler's pool thread, stop()) never waits
+        for a round trip.
+        """
+        sent: Waiter | None = None
         with self.lock:
             settle = self.core.settle(held, ack=ack, dead_letter=dead_letter, reason=reason, release=release)
-        if settle is None:
+            if settle is None:
+                return
+            if held.stream is not None:
+                sent = self.core.send(held.stream, settle.stream_request, Future())
+        if sent is None:
+            self._on_settle_thread(settle, None)
             return
+        assert isinstance(sent, Future)
+        # Runs on the thread that answers it (a stream's reader, under the lock): only hands it over.
+        sent.add_done_callback(lambda answered: self._on_settle_thread(settle, answered))
+
+    def _on_settle_thread(self, settle: Settle, sent: Future[work_pb2.WorkResponse] | None) -> None:
+        """Hands a settle's answer (or its unary call) to a settle thread."""
+        try:
+            self.settles.submit(self._settled, settle, sent)
+        except RuntimeError:
+            # The run is over (an answer or failure came after close()): a thread of its own, not lost.
+            threading.Thread(target=self._settled, args=(settle, sent), name="casq-settle", daemon=True).start()
+
+    def _settled(self, settle: Settle, sent: Future[work_pb2.WorkResponse] | None) -> None:
+        """On a settle thread: reports what a settle did not do, resending it unary when no stream carried it."""
+        held = settle.held
         client = self.client
 
-        def unary(address: str) -> list[LeaseLostError]:
+        def unary(address: str) -> list[CasqError]:
             stub = client.queue_stub(address)
             if settle.ack is not None:
-                return ack_failures(stub.Ack(settle.ack, timeout=client.timeout, metadata=client.metadata()).results)
+                acked = stub.Ack(settle.ack, timeout=client.timeout, metadata=client.metadata())
+                return ack_failures(settle.ack.receipts, acked.results)
             assert settle.nack is not None
-            return nack_failures(stub.Nack(settle.nack, timeout=client.timeout, metadata=client.metadata()).results)
+            nacked = stub.Nack(settle.nack, timeout=client.timeout, metadata=client.metadata())
+            return nack_failures(settle.nack.receipts, nacked.results)
 
         try:
-            for failure in self._request(held.stream, settle.stream_request, unary, settle.from_reply):
+            for failure in self._answer(sent, unary, settle.from_reply):
                 self.report(failure, held.job)
         except CasqError as error:
             # Not settled: the lease expires and casq redelivers the job (at-least-once).
@@ -369,8 +425,8 @@ class _Run:
         with self.lock:
             waiting = self.core.stop()
         self.stopping.set()
-        for held in waiting:  # received but not started: back at once
-            self._submit(self._release, held)
+        for held in waiting:  # received but not started: back at once, not after the running handlers
+            self._release(held)
 
     def close(self) -> None:
         """After the loop: end the secondary streams and the run's threads."""
@@ -378,6 +434,7 @@ class _Run:
         self._end_secondaries()
         self.over.set()
         self.executor.shutdown(wait=False, cancel_futures=False)
+        self.settles.shutdown(wait=False, cancel_futures=False)
         self.done.set()
 
     def report(self, error: BaseException, job: Job | None, *, handler_failed: bool = False) -> None:

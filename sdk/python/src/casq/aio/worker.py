@@ -36,7 +36,6 @@ from casq.aio.client import Client
 from casq.errors import (
     CasqError,
     DeadLetter,
-    LeaseLostError,
     RedirectError,
     StreamTimeoutError,
     UnavailableError,
@@ -287,14 +286,14 @@ class _Run:
             return
         client = self.client
 
-        async def unary(address: str) -> list[LeaseLostError]:
+        async def unary(address: str) -> list[CasqError]:
             stub = client.queue_stub(address)
             if settle.ack is not None:
                 acked = await stub.Ack(settle.ack, timeout=client.timeout, metadata=client.metadata())
-                return ack_failures(acked.results)
+                return ack_failures(settle.ack.receipts, acked.results)
             assert settle.nack is not None
             nacked = await stub.Nack(settle.nack, timeout=client.timeout, metadata=client.metadata())
-            return nack_failures(nacked.results)
+            return nack_failures(settle.nack.receipts, nacked.results)
 
         try:
             for failure in await self._request(held.stream, settle.stream_request, unary, settle.from_reply):
