@@ -89,6 +89,13 @@ type session struct {
 	ctx      context.Context
 	cancel   context.CancelFunc
 	stream   grpc.BidiStreamingClient[casqv1.WorkRequest, casqv1.WorkResponse] // set once open
+	// out queues the requests for the stream's sender goroutine (see
+	// sendLoop), set once open; closed by the half-close.
+	out chan *casqv1.WorkRequest
+	// brokenBy is set when the worker gives the stream up because its
+	// broker reads no more of it (see send): it is cancelled, and its end
+	// is reported with this error.
+	brokenBy *Error
 
 	open       bool // Opened received (false while the handshake runs)
 	gone       bool // dropped or closed: nothing more is sent on it
@@ -171,8 +178,9 @@ type run struct {
 	looked    chan lookupResult
 	lookupCtx context.Context // cancelled as the loop returns
 
-	unary  sync.WaitGroup
-	tracer trace.Tracer
+	unary   sync.WaitGroup
+	senders sync.WaitGroup // the sessions' sendLoops
+	tracer  trace.Tracer
 }
 
 // report logs a failure that does not end Run (at Warn) and hands it to the
@@ -250,6 +258,7 @@ func (r *run) loop() error {
 		stopLookups()
 		close(r.quit)
 		r.closeAll()
+		r.senders.Wait()
 		r.stopHandlers()
 		r.unary.Wait()
 	}()
@@ -354,16 +363,14 @@ func (r *run) loop() error {
 				continue
 			}
 			// Opened as the worker was stopping: grant it nothing and
-			// half-close it at once, so that it sends no job.
+			// half-close it at once (activate does), so that it sends no job.
 			s.halfClosed = stopping
 			r.activate(s, res)
 			if s.primary {
 				failures = 0
 				r.c.prefer(s.addr)
 			}
-			if stopping {
-				_ = s.stream.CloseSend()
-			} else {
+			if !stopping {
 				r.reconcileStreams()
 			}
 		case m := <-r.inbox:
@@ -380,6 +387,10 @@ func (r *run) loop() error {
 				r.event(s, m.ev, stopping)
 			default:
 				e := toError(m.err, s.stream.Trailer())
+				if s.brokenBy != nil {
+					// Cancelled by the worker: say why.
+					e, m.err = s.brokenBy, s.brokenBy
+				}
 				draining := s.draining
 				r.dropSession(s)
 				if stopping {
@@ -556,7 +567,12 @@ func (r *run) event(s *session, ev *casqv1.WorkResponse, stopping bool) {
 			r.reportFailed(p, err)
 		}
 	case *casqv1.WorkResponse_Draining:
+		// Its jobs still settle on it; its shards need a stream to their
+		// new leader, which routing may have named already.
 		s.draining = true
+		if !stopping {
+			r.reconcileStreams()
+		}
 	case *casqv1.WorkResponse_Routing:
 		r.applyRouting(s, e.Routing)
 		if !stopping {

@@ -86,7 +86,7 @@ func (r *run) handshake(s *session) openResult {
 }
 
 // activate makes an opened session live: routing, heartbeats, adoption of
-// the jobs of lost streams, and its receive goroutine.
+// the jobs of lost streams, and its send and receive goroutines.
 func (r *run) activate(s *session, res openResult) {
 	s.stream, s.open = res.stream, true
 	r.applyRouting(s, res.opened.GetRouting())
@@ -120,6 +120,12 @@ func (r *run) activate(s *session, res openResult) {
 		s.win.returned()
 	}
 	s.adopting = 0
+	s.out = make(chan *casqv1.WorkRequest, 2*s.win.max+sendQueueSlack)
+	r.senders.Add(1)
+	go r.sendLoop(s)
+	if s.halfClosed {
+		close(s.out)
+	}
 	r.grant(s)
 	delete(r.failures, s.addr)
 	delete(r.retryAt, s.addr)
@@ -180,7 +186,9 @@ func (r *run) lookup() {
 // reconcileStreams opens a secondary session to the leader of every shard
 // that no open session serves, unless a session to that broker exists or
 // its last one failed too recently; it starts a due lookup, and arms
-// r.reconcile for what is not due yet.
+// r.reconcile for what is not due yet. A draining session serves nothing:
+// it gets no more jobs (as in the TypeScript SDK), so the new leader of its
+// shards gets a stream at once rather than once it ends.
 func (r *run) reconcileStreams() {
 	now := time.Now()
 	var wake time.Time
@@ -191,7 +199,7 @@ func (r *run) reconcileStreams() {
 	}
 	covered := map[uint32]bool{}
 	for _, s := range r.sessions {
-		if s.open {
+		if s.open && !s.draining {
 			for shard := range s.serving {
 				covered[shard] = true
 			}
@@ -291,8 +299,9 @@ func (r *run) finishAll() {
 	live := 0
 	for _, s := range r.sessions {
 		if !s.halfClosed {
+			// After the requests queued before it.
 			s.halfClosed = true
-			_ = s.stream.CloseSend()
+			close(s.out)
 		}
 		live++
 	}
@@ -327,10 +336,17 @@ func giveBack(jobs ...*Job) pendingReq {
 	return pendingReq{kind: reqNack, receipts: receipts, jobs: jobs, nack: &casqv1.WorkNack{Release: true, Reason: "worker stopping"}}
 }
 
-// send sends req on s, or (p given) re-sends it as a unary call when s can
-// no longer carry it.
+// sendQueueSlack is the room in a stream's send queue beyond two requests
+// (a settle and a credit) per job its window can hold: heartbeats and the
+// like.
+const sendQueueSlack = 256
+
+// send queues req for s's sender, or (p given) re-sends it as a unary call
+// when s can no longer carry it. It never blocks: a broker that stops
+// reading (a frozen process, a full flow-control window) would block a gRPC
+// Send, and with it the loop's timers, the other streams and the handlers.
 func (r *run) send(s *session, req *casqv1.WorkRequest, p *pendingReq) {
-	if s == nil || s.gone || !s.open || s.halfClosed {
+	if s == nil || s.gone || !s.open || s.halfClosed || s.brokenBy != nil {
 		if p != nil {
 			r.unarySettle(*p)
 		}
@@ -342,10 +358,46 @@ func (r *run) send(s *session, req *casqv1.WorkRequest, p *pendingReq) {
 		p.sent = time.Now()
 		s.pending[req.RequestId] = *p
 	}
-	if err := s.stream.Send(req); err != nil {
-		// The receive goroutine reports the stream's end; pending requests
-		// are re-sent then.
-		return
+	select {
+	case s.out <- req:
+	default:
+		// Its broker left a full queue unread: given up as a broken stream.
+		// Cancelled, it ends; the receive goroutine reports that, and the
+		// pending requests (this one too) are re-sent then, by unary calls
+		// that start at the next broker (as after a StreamTimeoutError).
+		s.brokenBy = &Error{Code: codes.Unavailable, Message: fmt.Sprintf(
+			"casq: broker %s left %d Work stream requests unread (hung?): stream ended, going elsewhere", s.addr, cap(s.out))}
+		s.cancel()
+		if r.c.current() == s.addr {
+			r.c.next(s.addr)
+		}
+	}
+}
+
+// sendLoop sends the requests queued on s.out in order, on a goroutine of
+// its own (see send); the half-close follows the requests queued before it.
+// It returns at the half-close or once s is cancelled (which also ends a
+// Send that blocks), so it never outlives its session. A Send that fails
+// ends the stream, and the receive goroutine reports the end; the requests
+// queued meanwhile are dropped (pending ones are re-sent then).
+func (r *run) sendLoop(s *session) {
+	defer r.senders.Done()
+	failed := false
+	for {
+		select {
+		case req, ok := <-s.out:
+			switch {
+			case !ok:
+				if !failed {
+					_ = s.stream.CloseSend()
+				}
+				return
+			case !failed:
+				failed = s.stream.Send(req) != nil
+			}
+		case <-s.ctx.Done():
+			return
+		}
 	}
 }
 
@@ -355,7 +407,7 @@ const maxCreditsDefault = 1000
 
 // grant sends s the credit its window allows now, if any.
 func (r *run) grant(s *session) {
-	if s == nil || s.gone || !s.open || s.halfClosed || s.draining {
+	if s == nil || s.gone || !s.open || s.halfClosed || s.draining || s.brokenBy != nil {
 		return
 	}
 	n := s.win.takeGrant()

@@ -66,6 +66,11 @@ type fakeLeader struct {
 	beatErr     error      // when set, unary heartbeats fail with it
 	violation   string
 	kill        chan struct{} // closing it ends the open streams with UNAVAILABLE
+	// drain, closed, has the open streams send draining and no more jobs;
+	// they still answer requests and stay open.
+	drain       chan struct{}
+	routeGen    int           // bumped by reroute: the open streams send routing
+	beatEvery   time.Duration // heartbeat interval of its streams; 0: 100 ms
 	streamsOpen int
 }
 
@@ -75,7 +80,7 @@ func startFakeLeader(t *testing.T, name string, shard uint32, prefetch int, payl
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fakeLeader{name: name, shard: shard, prefetch: prefetch, addr: lis.Addr().String(), payloads: payloads, kill: make(chan struct{})}
+	f := &fakeLeader{name: name, shard: shard, prefetch: prefetch, addr: lis.Addr().String(), payloads: payloads, kill: make(chan struct{}), drain: make(chan struct{})}
 	srv := grpc.NewServer()
 	casqv1.RegisterQueueServiceServer(srv, f)
 	go func() { _ = srv.Serve(lis) }()
@@ -99,6 +104,25 @@ func (f *fakeLeader) killStreams() {
 	close(old)
 }
 
+// drainStreams has the open streams announce draining (as a broker handing
+// its shards over does) and send no more jobs; later streams are not drained.
+func (f *fakeLeader) drainStreams() {
+	f.mu.Lock()
+	old := f.drain
+	f.drain = make(chan struct{})
+	f.mu.Unlock()
+	close(old)
+}
+
+// reroute sets the routes and has the open streams send them in a routing
+// event.
+func (f *fakeLeader) reroute(routes []*casqv1.ShardRoute) {
+	f.snapshot(func(f *fakeLeader) {
+		f.routes = routes
+		f.routeGen++
+	})
+}
+
 func (f *fakeLeader) Work(stream grpc.BidiStreamingServer[casqv1.WorkRequest, casqv1.WorkResponse]) error {
 	first, err := stream.Recv()
 	if err != nil {
@@ -108,11 +132,14 @@ func (f *fakeLeader) Work(stream grpc.BidiStreamingServer[casqv1.WorkRequest, ca
 	f.mu.Lock()
 	f.opens++
 	f.streamsOpen++
-	routes, kill := f.routes, f.kill
+	routes, kill, drain, gen, beatEvery := f.routes, f.kill, f.drain, f.routeGen, f.beatEvery
 	f.mu.Unlock()
+	if beatEvery == 0 {
+		beatEvery = 100 * time.Millisecond
+	}
 	defer f.snapshot(func(f *fakeLeader) { f.streamsOpen-- })
 	err = stream.Send(&casqv1.WorkResponse{Event: &casqv1.WorkResponse_Opened{Opened: &casqv1.WorkOpened{
-		Queue: open.GetQueue(), HeartbeatInterval: durationpb.New(100 * time.Millisecond), MaxCredits: 1000,
+		Queue: open.GetQueue(), HeartbeatInterval: durationpb.New(beatEvery), MaxCredits: 1000,
 		Routing: &casqv1.WorkRouting{ServingShards: []uint32{f.shard}, Shards: routes},
 	}}})
 	if err != nil {
@@ -137,13 +164,27 @@ func (f *fakeLeader) Work(stream grpc.BidiStreamingServer[casqv1.WorkRequest, ca
 	}()
 	tick := time.NewTicker(10 * time.Millisecond) // picks up payloads added later
 	defer tick.Stop()
+	draining := false
 	for {
+		select {
+		case <-drain:
+			if !draining {
+				draining = true
+				err := stream.Send(&casqv1.WorkResponse{Event: &casqv1.WorkResponse_Draining{Draining: &casqv1.WorkDraining{
+					Grace: durationpb.New(5 * time.Second),
+				}}})
+				if err != nil {
+					return err
+				}
+			}
+		default:
+		}
 		f.mu.Lock()
 		if credits+unsettled > f.prefetch && f.violation == "" {
 			f.violation = fmt.Sprintf("%s: credit %d + unsettled %d > prefetch %d", f.name, credits, unsettled, f.prefetch)
 		}
 		var jobs []*casqv1.ClaimedMessage
-		for credits > 0 && len(f.payloads) > 0 {
+		for !draining && credits > 0 && len(f.payloads) > 0 {
 			p := f.payloads[0]
 			f.payloads = f.payloads[1:]
 			shard, ok := f.shardOf[p]
@@ -161,7 +202,17 @@ func (f *fakeLeader) Work(stream grpc.BidiStreamingServer[casqv1.WorkRequest, ca
 		lost := f.losing
 		f.losing = nil
 		unsettled -= len(lost)
+		var routing *casqv1.WorkRouting
+		if f.routeGen != gen {
+			gen = f.routeGen
+			routing = &casqv1.WorkRouting{ServingShards: []uint32{f.shard}, Shards: f.routes}
+		}
 		f.mu.Unlock()
+		if routing != nil {
+			if err := stream.Send(&casqv1.WorkResponse{Event: &casqv1.WorkResponse_Routing{Routing: routing}}); err != nil {
+				return err
+			}
+		}
 		for _, j := range jobs {
 			if err := stream.Send(&casqv1.WorkResponse{Event: &casqv1.WorkResponse_Job{Job: j}}); err != nil {
 				return err
@@ -567,6 +618,87 @@ func TestWorkerPrimaryLostWhileSecondaryOpen(t *testing.T) {
 	fb.snapshot(func(f *fakeLeader) {
 		if f.opens != 1 {
 			t.Errorf("B: %d streams opened, want 1 (the secondary became the primary)", f.opens)
+		}
+	})
+}
+
+// A broker that hands its shard over drains its stream: no more jobs from
+// it, but it still answers the settles of the jobs it sent, up to its grace.
+// The worker opens a stream to the shard's new leader as soon as the routing
+// names it, not once the draining stream ends (the draining stream no longer
+// serves the shard), and acks the job it still holds on the draining stream.
+func TestWorkerDrainingStreamDoesNotCoverItsShards(t *testing.T) {
+	fa, fb := twoLeaders(t, 2, []string{"a0"}, nil)
+	fc := startFakeLeader(t, "C", 0, 2, "c0")
+	c, err := casq.Dial(context.Background(), casq.Options{Brokers: []string{fa.addr}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Closed after the worker stopped (cleanups run last first).
+	t.Cleanup(func() { _ = c.Close() })
+	started := make(chan string, 2)
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	stop := runWorker(t, c, "q", func(_ context.Context, job *casq.Job) error {
+		started <- string(job.Payload)
+		if string(job.Payload) == "a0" {
+			<-release
+		}
+		return nil
+	}, casq.WithConcurrency(2), casq.WithPrefetch(2), casq.WithErrorHandler(func(err error, _ *casq.Job) { t.Log(err) }))
+	// A failed test still lets the worker stop.
+	t.Cleanup(func() { releaseOnce.Do(func() { close(release) }) })
+	if got := wait(t, started); got != "a0" {
+		t.Fatalf("first job %q, want a0", got)
+	}
+	eventually(t, "a stream to B", func() (ok bool) {
+		fb.snapshot(func(f *fakeLeader) { ok = f.streamsOpen == 1 })
+		return ok
+	})
+
+	// A hands shard 0 over to C: its stream drains (and stays open, as the
+	// worker holds a0 from it), and B's routing names C.
+	moved := []*casqv1.ShardRoute{
+		{Shard: 0, Leader: &casqv1.ShardLeader{Address: fc.addr}},
+		{Shard: 1, Leader: &casqv1.ShardLeader{Address: fb.addr}},
+	}
+	fc.snapshot(func(f *fakeLeader) { f.routes = moved })
+	fa.drainStreams()
+	fb.reroute(moved)
+	if got := wait(t, started); got != "c0" {
+		t.Fatalf("second job %q, want c0", got)
+	}
+	fa.snapshot(func(f *fakeLeader) {
+		if f.streamsOpen != 1 {
+			t.Fatalf("A: %d streams open when C's job came, want its draining stream", f.streamsOpen)
+		}
+	})
+	releaseOnce.Do(func() { close(release) })
+	eventually(t, "a0 acked", func() (ok bool) {
+		fa.snapshot(func(f *fakeLeader) { ok = len(f.streamAcks)+len(f.unaryAcks) == 1 })
+		return ok
+	})
+	if err := stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	fa.snapshot(func(f *fakeLeader) {
+		if !slices.Equal(f.streamAcks, []string{"A-0"}) || len(f.unaryAcks) != 0 {
+			t.Errorf("A: stream acks %q, unary acks %q; want A-0 on its draining stream", f.streamAcks, f.unaryAcks)
+		}
+		if f.opens != 1 {
+			t.Errorf("A: %d streams opened, want 1", f.opens)
+		}
+	})
+	for _, f := range []*fakeLeader{fa, fb, fc} {
+		f.snapshot(func(f *fakeLeader) {
+			if f.violation != "" {
+				t.Error(f.violation)
+			}
+		})
+	}
+	fc.snapshot(func(f *fakeLeader) {
+		if !slices.Equal(f.streamAcks, []string{"C-0"}) || f.opens != 1 {
+			t.Errorf("C: %d streams opened, stream acks %q; want 1 and C-0", f.opens, f.streamAcks)
 		}
 	})
 }
