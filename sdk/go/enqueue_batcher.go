@@ -212,32 +212,48 @@ func (b *enqueueBatcher) sendMerged(queue string, waiters []*enqueueWaiter) ([]E
 	return b.c.send(ctx, queue, msgs)
 }
 
+// resendParallel is the most requests in flight at once while a refused
+// merged request is resent message by message.
+const resendParallel = 16
+
 // sendEach sends one request per waiter: messages with one key one after
-// another in call order (their order in the shard), different keys in
-// parallel.
+// another in call order (their order in the shard); unkeyed messages and
+// different keys side by side, at most resendParallel at a time (one bad
+// message among 1,000 unkeyed ones costs ~1,000 / 16 round trips, not 1,000).
 func (b *enqueueBatcher) sendEach(queue string, waiters []*enqueueWaiter) {
-	byKey := map[string][]*enqueueWaiter{}
-	var keys []string
+	lanes := make(chan []*enqueueWaiter, len(waiters))
+	byKey := map[string]int{}
+	var order [][]*enqueueWaiter
 	for _, w := range waiters {
 		k := w.msg.GetKey()
-		if _, ok := byKey[k]; !ok {
-			keys = append(keys, k)
+		if i, ok := byKey[k]; ok && k != "" {
+			order[i] = append(order[i], w)
+			continue
 		}
-		byKey[k] = append(byKey[k], w)
+		if k != "" {
+			byKey[k] = len(order)
+		}
+		order = append(order, []*enqueueWaiter{w})
 	}
+	for _, lane := range order {
+		lanes <- lane
+	}
+	close(lanes)
 	var wg sync.WaitGroup
-	for _, k := range keys {
+	for range min(resendParallel, len(order)) {
 		wg.Go(func() {
-			for _, w := range byKey[k] {
-				ctx := context.Background()
-				if w.parent != "" {
-					ctx = WithTraceParent(context.Background(), w.parent, w.state)
-				}
-				res, err := b.c.send(ctx, queue, []*casqv1.NewMessage{w.msg})
-				if err != nil {
-					w.done <- enqueueOutcome{err: err}
-				} else {
-					w.done <- enqueueOutcome{res: res[0]}
+			for lane := range lanes {
+				for _, w := range lane {
+					ctx := context.Background()
+					if w.parent != "" {
+						ctx = WithTraceParent(context.Background(), w.parent, w.state)
+					}
+					res, err := b.c.send(ctx, queue, []*casqv1.NewMessage{w.msg})
+					if err != nil {
+						w.done <- enqueueOutcome{err: err}
+					} else {
+						w.done <- enqueueOutcome{res: res[0]}
+					}
 				}
 			}
 		})

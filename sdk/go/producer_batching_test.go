@@ -127,3 +127,47 @@ func TestEnqueueBatchingOff(t *testing.T) {
 		t.Fatalf("%d RPCs for 16 calls", rpcs.Load())
 	}
 }
+
+// The messages of a refused merged request are resent side by side, not
+// one after another (one bad message among n unkeyed ones cost n round trips).
+func TestRefusedMergedEnqueueIsResentInParallel(t *testing.T) {
+	var inFlight, most atomic.Int64
+	var refused atomic.Bool
+	hold := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, o ...grpc.CallOption) error {
+		r, ok := req.(*casqv1.EnqueueRequest)
+		if ok && len(r.GetMessages()) == 1 && refused.Load() {
+			// A resend: counted, and held so that resends made side by side overlap.
+			n := inFlight.Add(1)
+			defer inFlight.Add(-1)
+			for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		err := invoker(ctx, method, req, reply, cc, o...)
+		if ok && len(r.GetMessages()) > 1 && casq.Code(err) == codes.InvalidArgument {
+			refused.Store(true)
+		}
+		return err
+	}
+	c, err := casq.Dial(context.Background(), casq.Options{
+		Brokers:     []string{serverAddr},
+		Timeout:     5 * time.Second,
+		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(hold)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	_, errs := enqueueAll(t, c, queueName(t), 40, 3)
+	for i, err := range errs {
+		if (i == 3) != (err != nil) {
+			t.Fatalf("call %d: %v", i, err)
+		}
+	}
+	if !refused.Load() {
+		t.Fatal("no merged request was refused: nothing was resent")
+	}
+	if m := most.Load(); m < 2 {
+		t.Fatalf("at most %d resend in flight at once, want them side by side", m)
+	}
+}
