@@ -112,3 +112,26 @@ def test_asyncio_calls_are_merged(server_address: str) -> None:
 def test_limits_are_checked(client: casq.Client) -> None:
     with pytest.raises(ValueError):
         casq.Producer(client, max_batch_messages=1001)
+
+
+def test_a_refused_merged_request_is_resent_in_parallel_lanes_keeping_each_keys_order() -> None:
+    from casq._enqueue_merge import RESEND_PARALLEL, Call, resend_lanes
+    from casq._messages import build_batch
+
+    def call(key: str, n: int) -> Call:
+        batch = build_batch("q", [casq.NewMessage(payload=f"{key}{n}".encode(), key=key or None)], True)
+        return Call(batch=batch, traceparent=None, tracestate=None, future=None)
+
+    calls = [call("", i) for i in range(40)] + [call("k", i) for i in range(5)] + [call("j", i) for i in range(3)]
+    lanes = resend_lanes(calls)
+    # Unkeyed calls do not wait for each other in one lane (they did: all 40 one after another).
+    assert len(lanes) == RESEND_PARALLEL
+    assert max(sum(1 for c in lane if c.message.key == "") for lane in lanes) <= 3
+    assert sorted(id(c) for lane in lanes for c in lane) == sorted(id(c) for c in calls)
+    for key in ("k", "j"):
+        holding = [lane for lane in lanes if any(c.message.key == key for c in lane)]
+        assert len(holding) == 1
+        assert [c.message.payload for c in holding[0] if c.message.key == key] == [
+            f"{key}{i}".encode() for i in range(5 if key == "k" else 3)
+        ]
+    assert resend_lanes(calls[:3]) == [[calls[0]], [calls[1]], [calls[2]]]

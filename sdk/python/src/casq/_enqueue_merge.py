@@ -165,12 +165,33 @@ def merged_request(queue: str, calls: list[Call]) -> tuple[queue_service_pb2.Enq
     return request, None, None
 
 
-def by_key(calls: list[Call]) -> list[list[Call]]:
-    """The calls grouped by key, in call order: one key's messages are resent one after another."""
-    groups: dict[str, list[Call]] = {}
+RESEND_PARALLEL = 16
+"""Most requests in flight at once while a refused merged request is resent message by message."""
+
+
+def resend_lanes(calls: list[Call]) -> list[list[Call]]:
+    """The calls of a refused merged request in at most :data:`RESEND_PARALLEL` lanes, resent side by side.
+
+    A lane's calls go one after another; one key's calls are all in one lane,
+    in call order (their order in the shard). Unkeyed calls and different keys
+    are spread over the lanes, so that one bad message among 1,000 unkeyed ones
+    costs ~1,000 / 16 round trips, not 1,000.
+    """
+    groups: list[list[Call]] = []
+    by_key: dict[str, list[Call]] = {}
     for c in calls:
-        groups.setdefault(c.message.key, []).append(c)
-    return list(groups.values())
+        key = c.message.key
+        if key == "":
+            groups.append([c])
+        elif key in by_key:
+            by_key[key].append(c)
+        else:
+            by_key[key] = [c]
+            groups.append(by_key[key])
+    lanes: list[list[Call]] = [[] for _ in range(min(RESEND_PARALLEL, len(groups)))]
+    for i, group in enumerate(groups):
+        lanes[i % len(lanes)].extend(group)
+    return lanes
 
 
 def settle(call: Call, result: Any = None, error: BaseException | None = None) -> None:

@@ -21,8 +21,8 @@ from casq._enqueue_merge import (
     MAY_BE_ONE_MESSAGES_FAULT,
     Call,
     Lanes,
-    by_key,
     merged_request,
+    resend_lanes,
     settle,
 )
 from casq._messages import (
@@ -158,7 +158,7 @@ class Producer:
                     for c in calls:
                         settle(c, error=error)
                     return
-                run_parallel([functools.partial(self._send_each, group) for group in by_key(calls)])
+                run_parallel([functools.partial(self._send_each, group) for group in resend_lanes(calls)])
                 return
             except BaseException as error:
                 for c in calls:
@@ -170,7 +170,7 @@ class Producer:
             self._hand_on(queue)
 
     def _send_each(self, calls: list[Call]) -> None:
-        """One request per call, one after another (``calls`` share a key: their order in the shard)."""
+        """One request per call, one after another (a lane of :func:`resend_lanes`: one key's calls keep their order)."""
         for c in calls:
             metadata = build_metadata(self.client.token, c.traceparent, c.tracestate)
             deadline = time.monotonic() + self.client.retry_timeout
