@@ -24,7 +24,8 @@ type EnqueueResult struct {
 	Shard  uint32
 	Offset uint64
 	// Duplicate is true when the dedup id matched an earlier message; ID,
-	// Shard and Offset are then the original's.
+	// Shard and Offset are then the original's. Never for a message whose
+	// dedup id the SDK made up: only this call could have stored it.
 	Duplicate bool
 }
 
@@ -74,22 +75,34 @@ type Message struct {
 // queue are merged into one Enqueue request unless Options.NoEnqueueBatching
 // is set; the result and any error are this message's own either way.
 func (p *Producer) Enqueue(ctx context.Context, queue string, payload []byte, opts ...EnqueueOption) (EnqueueResult, error) {
-	nm := p.c.newMessage(Message{Payload: payload, Options: opts})
+	nm, own := p.c.newMessage(Message{Payload: payload, Options: opts})
 	// Without a dedup id a resent merged request could store the message twice.
 	if b := p.c.enqueueBatcher(); b != nil && nm.DedupId != "" {
-		return b.enqueue(ctx, queue, nm)
+		res, err := b.enqueue(ctx, queue, nm)
+		return ownStore(res, own), err
 	}
 	res, err := p.c.send(ctx, queue, []*casqv1.NewMessage{nm})
 	if err != nil {
 		return EnqueueResult{}, err
 	}
-	return res[0], nil
+	return ownStore(res[0], own), nil
+}
+
+// ownStore is the result of a message whose dedup id the SDK made up (own):
+// never a duplicate, as only this call could have stored it (a retry found
+// its earlier attempt stored, or a merged request refused for another
+// caller's message had).
+func ownStore(res EnqueueResult, own bool) EnqueueResult {
+	if own {
+		res.Duplicate = false
+	}
+	return res
 }
 
 // newMessage builds the request message of m, with a random dedup id unless
-// it has one or Options.NoDefaultDedupIDs is set.
-func (c *Client) newMessage(m Message) *casqv1.NewMessage {
-	nm := &casqv1.NewMessage{Payload: m.Payload}
+// it has one or Options.NoDefaultDedupIDs is set; own says it got one.
+func (c *Client) newMessage(m Message) (nm *casqv1.NewMessage, own bool) {
+	nm = &casqv1.NewMessage{Payload: m.Payload}
 	for _, o := range m.Options {
 		o(nm)
 	}
@@ -97,8 +110,9 @@ func (c *Client) newMessage(m Message) *casqv1.NewMessage {
 		// Once per call: every retry of it (and every part of a split
 		// batch) carries the same id.
 		nm.DedupId = rand.Text()
+		own = true
 	}
-	return nm
+	return nm, own
 }
 
 // maxBatchSplits bounds how often one EnqueueBatch splits (a part of) its
@@ -114,10 +128,16 @@ const maxBatchSplits = 3
 // as a *BatchSplitError, and other parts may have been stored then.
 func (p *Producer) EnqueueBatch(ctx context.Context, queue string, msgs []Message) ([]EnqueueResult, error) {
 	nms := make([]*casqv1.NewMessage, 0, len(msgs))
+	own := make([]bool, 0, len(msgs))
 	for _, m := range msgs {
-		nms = append(nms, p.c.newMessage(m))
+		nm, o := p.c.newMessage(m)
+		nms, own = append(nms, nm), append(own, o)
 	}
-	return p.c.send(ctx, queue, nms)
+	res, err := p.c.send(ctx, queue, nms)
+	for i := range res {
+		res[i] = ownStore(res[i], own[i])
+	}
+	return res, err
 }
 
 // send is one Enqueue of nms with the client's failover, redirects and splits.

@@ -11,6 +11,7 @@ import (
 	casqv1 "github.com/casq/casq/sdk/go/gen/casq/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // dialEnqueues dials with opts and counts the client's Enqueue RPCs and the
@@ -169,5 +170,51 @@ func TestRefusedMergedEnqueueIsResentInParallel(t *testing.T) {
 	}
 	if m := most.Load(); m < 2 {
 		t.Fatalf("at most %d resend in flight at once, want them side by side", m)
+	}
+}
+
+// A message whose dedup id the SDK made up is never reported a duplicate:
+// when an attempt stored it but its answer was lost, the retry finds it
+// stored, and that store was this call's own. A dedup id of the caller's
+// still reports duplicates.
+func TestOwnDedupIDIsNeverADuplicate(t *testing.T) {
+	var lose atomic.Bool
+	loseAnswer := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, o ...grpc.CallOption) error {
+		err := invoker(ctx, method, req, reply, cc, o...)
+		if _, ok := req.(*casqv1.EnqueueRequest); ok && err == nil && lose.CompareAndSwap(true, false) {
+			return status.Error(codes.Unavailable, "test: the answer was lost")
+		}
+		return err
+	}
+	for _, batching := range []bool{true, false} {
+		c, err := casq.Dial(context.Background(), casq.Options{
+			Brokers:           []string{serverAddr},
+			Timeout:           5 * time.Second,
+			NoEnqueueBatching: !batching,
+			DialOptions:       []grpc.DialOption{grpc.WithChainUnaryInterceptor(loseAnswer)},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		queue := queueName(t)
+		lose.Store(true)
+		res, err := c.Producer().Enqueue(context.Background(), queue, []byte("once"))
+		if err != nil || res.Duplicate || lose.Load() {
+			t.Fatalf("batching %v: %+v %v; want stored once by this call, not a duplicate (answer lost: %v)", batching, res, err, !lose.Load())
+		}
+		lose.Store(true)
+		batch, err := c.Producer().EnqueueBatch(context.Background(), queue, []casq.Message{{Payload: []byte("b")}})
+		if err != nil || batch[0].Duplicate {
+			t.Fatalf("batching %v: batch %+v %v; want not a duplicate", batching, batch, err)
+		}
+		mine, err := c.Producer().Enqueue(context.Background(), queue, []byte("x"), casq.WithDedupID("mine"))
+		if err != nil || mine.Duplicate {
+			t.Fatal(mine, err)
+		}
+		again, err := c.Producer().Enqueue(context.Background(), queue, []byte("y"), casq.WithDedupID("mine"))
+		if err != nil || !again.Duplicate || again.ID != mine.ID {
+			t.Fatalf("batching %v: %+v %v; want a duplicate of %s", batching, again, err, mine.ID)
+		}
 	}
 }

@@ -257,9 +257,31 @@ describe("Producer.enqueue batching", () => {
     expect(results.map((r) => r.id)).toEqual(range(16).map((i) => `id-t${i}`));
     expect(stub.stored.size).toBe(16);
     expect(stub.received.length).toBe(2);
-    // The resend carried the same dedup ids, so the broker answered with what it had stored.
+    // The resend carried the same dedup ids, so the broker answered with what it had stored: the
+    // calls' own stores (their dedup ids are the producer's), so none is reported a duplicate.
     expect(stub.received[1]?.dedupIds).toEqual(stub.received[0]?.dedupIds);
-    expect(results.every((r) => r.duplicate)).toBe(true);
+    expect(results.every((r) => !r.duplicate)).toBe(true);
+  });
+
+  it("reports duplicate only for a dedup id the caller chose, merged or in a batch", async () => {
+    const stub = await startStub();
+    const producer = producerFor(stub);
+    await producer.enqueue("q", "first", { dedupId: "mine" });
+    const [again, fresh] = await Promise.all([
+      producer.enqueue("q", "again", { dedupId: "mine" }),
+      producer.enqueue("q", "fresh"),
+    ]);
+    expect(again?.duplicate).toBe(true);
+    expect(again?.id).toBe("id-first");
+    expect(fresh?.duplicate).toBe(false);
+    const batch = await producer.enqueueBatch("q", [{ payload: "b", dedupId: "mine" }, { payload: "c" }]);
+    expect(batch.map((r) => r.duplicate)).toEqual([true, false]);
+    // A batch resent after a lost answer: its own dedup ids found stored, none a duplicate.
+    stub.breakAfterStoring = true;
+    const resent = await producer.enqueueBatch("q", [{ payload: "d" }, { payload: "e" }]);
+    expect(stub.received.at(-1)?.payloads).toEqual(["d", "e"]);
+    expect(stub.received.at(-2)?.payloads).toEqual(["d", "e"]);
+    expect(resent.map((r) => r.duplicate)).toEqual([false, false]);
   });
 
   it("sends calls alone with batching off, with a signal, or without a dedup id", async () => {

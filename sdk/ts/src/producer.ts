@@ -92,7 +92,14 @@ export interface EnqueueResult {
   readonly shard: number;
   /** Offset within the shard. */
   readonly offset: bigint;
-  /** True when a message with the same dedup id was already stored; nothing new was stored. */
+  /**
+   * True when a message with the same dedup id was already stored; nothing
+   * new was stored. Never for a message whose dedup id the producer made up
+   * ({@link ProducerOptions.defaultDedupIds}): only this call could have
+   * stored it, so a retry that found it stored (after an attempt whose answer
+   * was lost, or a merged request refused for another caller's message) is
+   * this call's own store.
+   */
   readonly duplicate: boolean;
 }
 
@@ -159,6 +166,11 @@ function toNewMessage(message: OutgoingMessage, defaultDedupIds: boolean): NewMe
           ? { case: "runAt", value: timestampFromMs(message.runAt.getTime()) }
           : { case: undefined },
   };
+}
+
+/** The result of a message whose dedup id the producer made up: never a duplicate (see {@link EnqueueResult.duplicate}). */
+function ownStore(result: EnqueueResult): EnqueueResult {
+  return result.duplicate ? { ...result, duplicate: false } : result;
 }
 
 /**
@@ -257,7 +269,10 @@ export class Producer {
     if (this.batcher !== undefined && options.signal === undefined) {
       const message = toNewMessage({ ...options, payload }, this.defaultDedupIds);
       // Without a dedup id a resent merged request could store the message twice.
-      if ((message.dedupId ?? "") !== "") return this.batcher.add(queue, message, options.timeoutMs);
+      if ((message.dedupId ?? "") !== "") {
+        const result = await this.batcher.add(queue, message, options.timeoutMs);
+        return options.dedupId === undefined ? ownStore(result) : result;
+      }
     }
     const [result] = await this.enqueueBatch(queue, [{ ...options, payload }], options);
     return result as EnqueueResult;
@@ -289,7 +304,9 @@ export class Producer {
         options.timeoutMs === undefined ? undefined : this.pool.options.clock.now() + options.timeoutMs,
     };
     const encoded = messages.map((m) => toNewMessage(m, this.defaultDedupIds));
-    return this.send(queue, encoded, ctx, undefined, 0);
+    const results = await this.send(queue, encoded, ctx, undefined, 0);
+    if (!this.defaultDedupIds) return results;
+    return results.map((r, i) => (messages[i]?.dedupId === undefined ? ownStore(r) : r));
   }
 
   /**
