@@ -9,7 +9,7 @@
  * the shard leader.
  */
 import { CasqError, isCasqError } from "../errors.ts";
-import { checkNewMessage } from "../model/input-validation.ts";
+import { checkNewMessage, checkRequestSize } from "../model/input-validation.ts";
 import type { NewMessage, OperationResult, Receipt } from "../model/operations.ts";
 import type { QueueConfig } from "../model/queue-config.ts";
 import { validateName } from "../model/shard-state.ts";
@@ -257,13 +257,15 @@ export class Broker {
   }
 
   /**
-   * Checks every message of a request split over several shards against the
-   * queue's config before any shard applies its part: each shard checks only
-   * its own part, so a message a limit refuses (a payload too large) would
-   * fail its shard's part while the other shards stored theirs. The config is
-   * the first shard's (shards share it, but while an UpdateConfig reaches
-   * them one by one); what depends on a shard's state (a shard too full) is
-   * still checked by each part alone.
+   * Checks a request split over several shards (its size and every message)
+   * against the queue's config before any shard applies its part: each shard
+   * checks only its own part, so a message a limit refuses (a payload too
+   * large) would fail its shard's part while the other shards stored theirs.
+   * The config is the first shard's as this broker holds it: shards share
+   * it, but while an UpdateQueue reaches them one by one a part can still be
+   * refused alone, as can one that depends on its shard's state (a shard too
+   * full, one without a subscription yet). Best effort, then: each part is
+   * checked again where it is applied.
    */
   private async checkWhole(
     queue: string,
@@ -272,6 +274,9 @@ export class Broker {
     const [first] = byShard.keys();
     const config = await this.leader(queue, first as number).config();
     const now = Math.floor(this.params.clock.now());
+    let size = 0;
+    for (const group of byShard.values()) size += group.length;
+    checkRequestSize(size, config);
     for (const group of byShard.values())
       for (const { index, message } of group) checkNewMessage(message, config, now, index);
   }

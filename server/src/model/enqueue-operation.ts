@@ -30,7 +30,7 @@
 import { CasqError } from "../errors.ts";
 import { dedupBytes, messageBytes } from "./approx-size.ts";
 import { putDedup } from "./dedup-segments.ts";
-import { normalizeNewMessage } from "./input-validation.ts";
+import { checkRequestSize, normalizeNewMessage } from "./input-validation.ts";
 import type { EnqueueItemResult, EnqueueOperation, EnqueueResult } from "./operations.ts";
 import { retainInTail } from "./segment-mechanics.ts";
 import { onFullySettled, schedule } from "./shard-mechanics.ts";
@@ -51,13 +51,7 @@ export function applyEnqueue(state: ShardState, op: EnqueueOperation, now: numbe
       { queue: state.queue, shard: state.shard },
     );
   }
-  const requestSize = op.requestSize ?? inputs.length;
-  if (requestSize > config.maxBatch) {
-    throw new CasqError(
-      "resource_exhausted",
-      `batch of ${requestSize} messages exceeds the queue's max_batch of ${config.maxBatch}; split it into smaller batches`,
-    );
-  }
+  checkRequestSize(op.requestSize ?? inputs.length, config);
 
   // Phase 1: validate and plan, touching nothing.
   const results: EnqueueItemResult[] = [];

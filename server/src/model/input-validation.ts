@@ -81,6 +81,16 @@ function limit(what: string, actual: number, max: number, field: keyof QueueConf
   );
 }
 
+/** Throws `resource_exhausted` when an enqueue request of `size` messages is over the queue's `max_batch`. */
+export function checkRequestSize(size: number, config: QueueConfig): void {
+  if (size > config.maxBatch) {
+    throw new CasqError(
+      "resource_exhausted",
+      `batch of ${size} messages exceeds the queue's max_batch of ${config.maxBatch}; split it into smaller batches`,
+    );
+  }
+}
+
 /** What {@link checkNewMessage} found valid, in stored form. */
 export interface CheckedNewMessage {
   readonly headers: Record<string, string>;
