@@ -135,3 +135,30 @@ def test_a_refused_merged_request_is_resent_in_parallel_lanes_keeping_each_keys_
             f"{key}{i}".encode() for i in range(5 if key == "k" else 3)
         ]
     assert resend_lanes(calls[:3]) == [[calls[0]], [calls[1]], [calls[2]]]
+
+
+def test_a_resend_that_fails_with_something_else_still_answers_its_caller(server_address: str) -> None:
+    async def main() -> None:
+        async with casq.aio.Client(brokers=[server_address], timeout=10.0) as c:
+            producer = casq.aio.Producer(c)
+            send = producer._send
+            sizes: list[int] = []
+
+            async def failing(request: queue_service_pb2.EnqueueRequest, *args: Any) -> Any:
+                sizes.append(len(request.messages))
+                if len(request.messages) == 1 and request.messages[0].payload == b"m3":
+                    raise RuntimeError("not a casq error")
+                return await send(request, *args)
+
+            setattr(producer, "_send", failing)
+            queue = _queue()
+            # One turn, m5's priority out of range.
+            calls = [producer.enqueue(queue, f"m{i}", priority=5000 if i == 5 else 0) for i in range(8)]
+            outcomes = await asyncio.wait_for(asyncio.gather(*calls, return_exceptions=True), timeout=30)
+            # The first call goes alone, the other 7 merged: refused for m5, then resent one by one.
+            assert sorted(sizes) == [1] * 8 + [7]
+            assert isinstance(outcomes[5], casq.CasqError) and outcomes[5].code.name == "INVALID_ARGUMENT"
+            assert isinstance(outcomes[3], RuntimeError) and str(outcomes[3]) == "not a casq error"
+            assert all(isinstance(o, casq.EnqueueResult) for i, o in enumerate(outcomes) if i not in (3, 5))
+
+    asyncio.run(main())

@@ -171,14 +171,19 @@ class Producer:
 
     def _send_each(self, calls: list[Call]) -> None:
         """One request per call, one after another (a lane of :func:`resend_lanes`: one key's calls keep their order)."""
-        for c in calls:
+        for at, c in enumerate(calls):
             metadata = build_metadata(self.client.token, c.traceparent, c.tracestate)
             deadline = time.monotonic() + self.client.retry_timeout
             try:
                 results = self._send(c.batch.request, metadata, deadline, None, 0)
-            except CasqError as error:
+            except Exception as error:  # each caller gets its own outcome, whatever it is
                 settle(c, error=error)
                 continue
+            except BaseException as error:
+                # Cancelled or interrupted: no caller of the lane is left waiting.
+                for rest in calls[at:]:
+                    settle(rest, error=error)
+                raise
             settle(c, c.batch.results(results)[0])
 
     def enqueue_batch(
