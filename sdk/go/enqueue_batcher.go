@@ -54,10 +54,14 @@ const enqueueLaneFlights = 2
 
 // mayBeOneMessagesFault reports whether a failed Enqueue may be caused by one
 // of its messages (a bad field, a payload over a limit, a batch above the
-// queue's max_batch, a shard too full for all of them but not for each).
+// queue's max_batch, a shard too full for all of them but not for each), or
+// by the shard of some of them only (a shard refused as unreadable,
+// DATA_LOSS; a fault of one shard's write, INTERNAL) while the other shards
+// stored their parts.
 func mayBeOneMessagesFault(code codes.Code) bool {
 	switch code {
-	case codes.InvalidArgument, codes.ResourceExhausted, codes.FailedPrecondition, codes.AlreadyExists, codes.OutOfRange:
+	case codes.InvalidArgument, codes.ResourceExhausted, codes.FailedPrecondition, codes.AlreadyExists, codes.OutOfRange,
+		codes.DataLoss, codes.Internal:
 		return true
 	}
 	return false

@@ -218,3 +218,66 @@ func TestOwnDedupIDIsNeverADuplicate(t *testing.T) {
 		}
 	}
 }
+
+// When one shard of a merged request fails (DATA_LOSS) after the others stored
+// their parts, each caller still gets its own outcome: the merged request is
+// resent message by message, and a stored message is its caller's own store.
+func TestMergedEnqueueShardFaultIsResentPerMessage(t *testing.T) {
+	broken := []byte("broken")
+	shardFault := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, o ...grpc.CallOption) error {
+		r, ok := req.(*casqv1.EnqueueRequest)
+		if !ok {
+			return invoker(ctx, method, req, reply, cc, o...)
+		}
+		var healthy []*casqv1.NewMessage
+		hit := false
+		for _, m := range r.GetMessages() {
+			if string(m.GetPayload()) == string(broken) {
+				hit = true
+			} else {
+				healthy = append(healthy, m)
+			}
+		}
+		if !hit {
+			return invoker(ctx, method, req, reply, cc, o...)
+		}
+		if len(healthy) > 0 { // the healthy shard's part is stored, then the broken one fails the call
+			part := &casqv1.EnqueueRequest{Queue: r.GetQueue(), Messages: healthy}
+			if err := invoker(ctx, method, part, &casqv1.EnqueueResponse{}, cc, o...); err != nil {
+				return err
+			}
+		}
+		return status.Error(codes.DataLoss, "test: shard 1 is unreadable")
+	}
+	c, err := casq.Dial(context.Background(), casq.Options{
+		Brokers:     []string{serverAddr},
+		Timeout:     5 * time.Second,
+		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(shardFault)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	queue := queueName(t)
+	payloads := [][]byte{[]byte("h0"), []byte("h1"), broken, []byte("h3")}
+	res := make([]casq.EnqueueResult, len(payloads))
+	errs := make([]error, len(payloads))
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i, p := range payloads {
+		wg.Go(func() {
+			<-start
+			res[i], errs[i] = c.Producer().Enqueue(context.Background(), queue, p)
+		})
+	}
+	close(start)
+	wg.Wait()
+	for i := range payloads {
+		switch {
+		case i == 2 && casq.Code(errs[i]) != codes.DataLoss:
+			t.Fatalf("broken message: %v, want DATA_LOSS", errs[i])
+		case i != 2 && (errs[i] != nil || res[i].Duplicate || res[i].ID == ""):
+			t.Fatalf("message %d: %+v %v; want stored, not a duplicate", i, res[i], errs[i])
+		}
+	}
+}

@@ -162,3 +162,35 @@ def test_a_resend_that_fails_with_something_else_still_answers_its_caller(server
             assert all(isinstance(o, casq.EnqueueResult) for i, o in enumerate(outcomes) if i not in (3, 5))
 
     asyncio.run(main())
+
+
+def test_a_shard_fault_of_a_merged_request_is_resent_per_message(server_address: str) -> None:
+    import grpc
+
+    async def main() -> None:
+        async with casq.aio.Client(brokers=[server_address], timeout=10.0) as c:
+            producer = casq.aio.Producer(c)
+            send = producer._send
+
+            async def shard_fault(request: queue_service_pb2.EnqueueRequest, *args: Any) -> Any:
+                healthy = [m for m in request.messages if m.payload != b"broken"]
+                if len(healthy) == len(request.messages):
+                    return await send(request, *args)
+                if healthy:  # the healthy shard's part is stored, then the broken one fails the call
+                    part = queue_service_pb2.EnqueueRequest(queue=request.queue, messages=healthy)
+                    await send(part, *args)
+                raise casq.CasqError(grpc.StatusCode.DATA_LOSS, "test: shard 1 is unreadable")
+
+            setattr(producer, "_send", shard_fault)
+            queue = _queue()
+            payloads = ["h0", "h1", "broken", "h3", "h4"]
+            outcomes = await asyncio.wait_for(
+                asyncio.gather(*(producer.enqueue(queue, p) for p in payloads), return_exceptions=True), timeout=30
+            )
+            assert isinstance(outcomes[2], casq.CasqError) and outcomes[2].code == grpc.StatusCode.DATA_LOSS
+            for i in (0, 1, 3, 4):
+                # Stored by the merged request: each caller hears its own store, not a duplicate.
+                result = outcomes[i]
+                assert isinstance(result, casq.EnqueueResult) and not result.duplicate, result
+
+    asyncio.run(main())

@@ -51,8 +51,10 @@ export const DEFAULT_BATCH_BYTES = 4 * 1024 * 1024;
 /**
  * Codes of a failed Enqueue that may be caused by one of its messages (a
  * bad field, a payload over a limit, a batch above the queue's `max_batch`,
- * a shard too full for all of them but not for each): a merged request
- * that fails so is resent message by message.
+ * a shard too full for all of them but not for each), or by the shard of
+ * some of them only (a shard refused as unreadable, `DATA_LOSS`; a fault of
+ * one shard's write, `INTERNAL`) while the other shards stored their parts:
+ * a merged request that fails so is resent message by message.
  */
 export const MAY_BE_ONE_MESSAGES_FAULT: ReadonlySet<Code> = new Set([
   Code.InvalidArgument,
@@ -60,6 +62,8 @@ export const MAY_BE_ONE_MESSAGES_FAULT: ReadonlySet<Code> = new Set([
   Code.FailedPrecondition,
   Code.AlreadyExists,
   Code.OutOfRange,
+  Code.DataLoss,
+  Code.Internal,
 ]);
 
 /** Most requests in flight at once while a failed merged request is resent message by message. */

@@ -208,6 +208,30 @@ describe("Producer.enqueue batching", () => {
     ).toEqual([...(stub.received[0]?.dedupIds ?? [])].sort());
   });
 
+  it("resends message by message when one shard of a merged request fails (DATA_LOSS) while others stored theirs", async () => {
+    const stub = await startStub();
+    // The merged request: the healthy shard's messages are stored, then the broken shard's part fails it.
+    stub.refuse = (request) => {
+      if (!request.messages.some((m) => decoder.decode(m.payload) === "broken")) return undefined;
+      if (request.messages.length === 1) return new ConnectError("shard 1 is unreadable", Code.DataLoss);
+      for (const m of request.messages)
+        if (decoder.decode(m.payload) !== "broken")
+          stub.stored.set(m.dedupId, { id: `id-${decoder.decode(m.payload)}`, key: m.key, offset: 99n });
+      return new ConnectError("shard 1 is unreadable", Code.DataLoss);
+    };
+    const producer = producerFor(stub);
+    const settled = await Promise.allSettled(
+      range(4).map((i) => producer.enqueue("q", i === 2 ? "broken" : `h${i}`)),
+    );
+
+    expect(settled[2]).toMatchObject({ status: "rejected", reason: { code: Code.DataLoss } });
+    for (const i of [0, 1, 3]) {
+      // Each caller whose message the healthy shard stored hears so: its own store, not a duplicate.
+      expect(settled[i]).toMatchObject({ status: "fulfilled", value: { id: `id-h${i}`, duplicate: false } });
+    }
+    expect(stub.received.map((r) => r.payloads.length)).toEqual([4, 1, 1, 1, 1]);
+  });
+
   it("resends a refused merged request's messages in parallel, each key's in call order", async () => {
     const stub = await startStub();
     stub.refuse = (request) =>

@@ -46,7 +46,9 @@ DEFAULT_BATCH_BYTES = 4 * 1024 * 1024
 
 # Codes of a failed Enqueue that may be caused by one of its messages (a bad field,
 # a payload over a limit, a batch above the queue's max_batch, a shard too full
-# for all of them but not for each): the merged request is resent message by message.
+# for all of them but not for each), or by the shard of some of them only (a shard
+# refused as unreadable, DATA_LOSS; a fault of one shard's write, INTERNAL) while the
+# other shards stored their parts: the merged request is resent message by message.
 MAY_BE_ONE_MESSAGES_FAULT = frozenset(
     {
         grpc.StatusCode.INVALID_ARGUMENT,
@@ -54,6 +56,8 @@ MAY_BE_ONE_MESSAGES_FAULT = frozenset(
         grpc.StatusCode.FAILED_PRECONDITION,
         grpc.StatusCode.ALREADY_EXISTS,
         grpc.StatusCode.OUT_OF_RANGE,
+        grpc.StatusCode.DATA_LOSS,
+        grpc.StatusCode.INTERNAL,
     }
 )
 
