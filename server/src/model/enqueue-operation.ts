@@ -14,8 +14,8 @@
  *
  * Limits (rejecting the whole batch, state unchanged): more than `maxBatch`
  * messages in the caller's request (`requestSize`: every shard's part of a
- * request over the limit is refused, not only the parts over it), a payload above `maxPayloadBytes`, too many or too large headers
- * -> `resource_exhausted`; a document that would grow beyond
+ * request over the limit is refused, not only the parts over it), a payload
+ * above `maxPayloadBytes`, too many or too large headers -> `resource_exhausted`; a document that would grow beyond
  * `maxDocumentBytes` -> `resource_exhausted` ("queue shard is full"), while
  * claims, acks and nacks keep working so consumers can drain it.
  *
