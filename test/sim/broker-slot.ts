@@ -133,6 +133,7 @@ export class BrokerSlot {
         leaseMs: this.config.leadershipLeaseMs,
         ...this.config.commit,
         warmSealedMessages: this.config.warmSealedMessages,
+        residentDedupIdBytes: this.config.residentDedupIdBytes,
       },
       shardsFor: () => this.config.shards,
       initialConfig: this.config.queueConfig,

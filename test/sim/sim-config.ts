@@ -6,6 +6,7 @@
  * retrying store, one to three shards), so a few hundred seeds cover a lot
  * of ground.
  */
+import { DEFAULT_RESIDENT_DEDUP_ID_BYTES } from "../../server/src/broker/dedup-id-pager.ts";
 import type { QueueConfig } from "../../server/src/model/queue-config.ts";
 import type { SimRandom } from "./sim-random.ts";
 
@@ -91,6 +92,14 @@ export interface SimConfig {
    * worlds they were before it existed.
    */
   readonly lateLanding: boolean;
+  /**
+   * Bytes of sealed dedup ids a leader keeps in memory per shard (commit
+   * option): in half the runs at most a few hundred, so that the
+   * ids of most dedup segments are paged out and read back (through the
+   * faulty link) when a producer's resend looks one up. Drawn after
+   * {@link lateLanding}, for the same reason.
+   */
+  readonly residentDedupIdBytes: number;
 }
 
 /** Whether a run has SDK workers (see {@link SimConfig.sdkWorkers}). */
@@ -146,6 +155,7 @@ export function drawConfig(seed: number, random: SimRandom, overrides: SimConfig
     segmentCacheBytes: random.chance(0.5) ? random.int(1, 8_192) : 64 * 1024 * 1024,
     warmSealedMessages: random.chance(0.5) ? random.int(0, 40) : 20_000,
     lateLanding: random.chance(0.5),
+    residentDedupIdBytes: random.chance(0.5) ? random.int(0, 600) : DEFAULT_RESIDENT_DEDUP_ID_BYTES,
   };
   return { ...config, ...overrides };
 }

@@ -12,6 +12,7 @@
  * - `CASQ_SIM_VERBOSE=1`: print one summary line per seed.
  */
 import { afterAll, describe, expect, it } from "vitest";
+import { DEFAULT_RESIDENT_DEDUP_ID_BYTES } from "../../server/src/broker/dedup-id-pager.ts";
 import {
   failureReport,
   replayCommand,
@@ -28,6 +29,9 @@ const first = Number(process.env.CASQ_SIM_FIRST_SEED ?? 1);
 const verbose = process.env.CASQ_SIM_VERBOSE === "1" || single !== undefined;
 const seeds = single !== undefined ? [single] : Array.from({ length: count }, (_, i) => first + i);
 
+/** The worlds of seeds from before dedup ids were paged out (none is, at the default budget). */
+const BEFORE_PAGING = { residentDedupIdBytes: DEFAULT_RESIDENT_DEDUP_ID_BYTES };
+
 /**
  * Seeds that once found a bug, run on every test run (a later change of the
  * simulation may send them elsewhere; they still cost little).
@@ -36,28 +40,28 @@ const REGRESSIONS: { seed: number; overrides: SimConfigOverrides }[] = [
   // Work stream: a shard this broker believed it led (behind a partition) moved to another
   // broker while the stream's served set stayed the same; no routing was sent, so the SDK
   // workers never opened a stream to the new leader and the drain never finished.
-  { seed: 700175, overrides: { lateLanding: false } },
+  { seed: 700175, overrides: { lateLanding: false, ...BEFORE_PAGING } },
   // SDK worker: its leader crashed and restarted at the same address; the broker it waited
   // at redirected there for ever, and the worker, taking that leader for dead, never went back.
-  { seed: 800062, overrides: { sdkWorkers: "instead", lateLanding: false } },
+  { seed: 800062, overrides: { sdkWorkers: "instead", lateLanding: false, ...BEFORE_PAGING } },
   // Simulated transport: a crashed SDK worker's Work stream was never ended at the broker (in
   // memory, a response stream is pulled only as its client reads), so the broker's graceful stop
   // waited for it for ever while still leading its shards, and the drain never finished. Since
   // producers in SDK seeds are the SDK's this seed runs another world; broker-services.test.ts pins the bug.
-  { seed: 800069, overrides: { sdkWorkers: "instead", lateLanding: false } },
+  { seed: 800069, overrides: { sdkWorkers: "instead", lateLanding: false, ...BEFORE_PAGING } },
   // SDK worker: its primary stream's broker crashed, the reconnect loop moved to the stream
   // already open at the other broker and stayed there; that stream's routing named the
   // restarted leader at the same address as before, so no routing event came and no stream
   // to it was ever opened again: its shard's jobs waited for ever.
-  { seed: 941057, overrides: { sdkWorkers: "instead", lateLanding: false } },
+  { seed: 941057, overrides: { sdkWorkers: "instead", lateLanding: false, ...BEFORE_PAGING } },
   // Model: a delayed message just come due was found runnable while its segment was warmed,
   // then looked at with the batch's earlier time, and left the claim order until its segment
   // was cooled and warmed again (claim-order violations).
-  { seed: 72143455, overrides: { lateLanding: false } },
+  { seed: 72143455, overrides: { lateLanding: false, ...BEFORE_PAGING } },
   // Work stream: a write that took the credit of the stream's standing claim failed (store
   // partition) after the stream had stopped claiming for want of credit; the credit came back
   // but nothing woke the stream, and its SDK worker got no job for the rest of the run.
-  { seed: 91001413, overrides: { lateLanding: false } },
+  { seed: 91001413, overrides: { lateLanding: false, ...BEFORE_PAGING } },
 ];
 
 describe("seeded simulation (brokers, workers, faulty store, auditor)", () => {

@@ -156,12 +156,45 @@ export async function readMessageSegment(
   shard: number,
   ref: Pick<SegmentRef, "name" | "first" | "last" | "count" | "bytes" | "sha256">,
 ): Promise<SegmentRead> {
-  const where = { queue, shard };
-  const stored = await read(store, segmentPrefix(queue, shard) + ref.name, where);
+  const read = await readChecked(store, queue, shard, ref);
+  if ("problem" in read) return read;
+  return { records: parseSegmentDocument(read.body, { queue, shard, ref }), bytes: read.body.byteLength };
+}
+
+/** A dedup segment read on demand by a leader: its entries, or what is wrong with the object. */
+export type DedupSegmentRead =
+  | { readonly chunk: DedupChunk }
+  | { readonly problem: "is missing" | "fails its checksum" };
+
+/**
+ * Reads the dedup segment `ref` of queue `queue` shard `shard`, checked
+ * against its size and SHA-256 (the leader's page-in of dedup ids: see
+ * `dedup-id-pager.ts`). Rejects with `unavailable` when the store fails, and
+ * `data_loss` when the object parses wrong.
+ */
+export async function readDedupSegment(
+  store: ObjectStore,
+  queue: string,
+  shard: number,
+  ref: DedupSegmentRef,
+): Promise<DedupSegmentRead> {
+  const read = await readChecked(store, queue, shard, ref);
+  if ("problem" in read) return read;
+  return { chunk: DedupChunk.from(parseDedupSegmentDocument(read.body, { queue, shard, ref })) };
+}
+
+/** The bytes of the segment object `ref` names, or what is wrong with it (missing, or not the size and SHA-256 the head gives). */
+async function readChecked(
+  store: ObjectStore,
+  queue: string,
+  shard: number,
+  ref: { readonly name: string; readonly bytes: number; readonly sha256: string },
+): Promise<{ readonly body: Uint8Array } | { readonly problem: "is missing" | "fails its checksum" }> {
+  const stored = await read(store, segmentPrefix(queue, shard) + ref.name, { queue, shard });
   if (stored === undefined) return { problem: "is missing" };
   if (stored.body.byteLength !== ref.bytes || sha256Hex(stored.body) !== ref.sha256)
     return { problem: "fails its checksum" };
-  return { records: parseSegmentDocument(stored.body, { queue, shard, ref }), bytes: stored.body.byteLength };
+  return { body: stored.body };
 }
 
 async function read(

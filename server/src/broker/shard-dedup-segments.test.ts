@@ -3,9 +3,10 @@ import { ManualClock } from "../../testing/manual-clock.ts";
 import { isCasqError } from "../errors.ts";
 import { MemoryStore } from "../store/memory-store.ts";
 import type { CallOptions, StoredObject } from "../store/object-store.ts";
+import { UnavailableError } from "../store/store-errors.ts";
 import { seededRandom } from "../util/random.ts";
 import { expectKind } from "./broker.ts";
-import { ShardLeader } from "./shard-leader.ts";
+import { type CommitOptions, ShardLeader } from "./shard-leader.ts";
 
 const HEAD = "queues/jobs/0.json";
 const SEG = "queues/jobs/0/seg/";
@@ -16,7 +17,13 @@ const payload = new TextEncoder().encode("small job payload");
 const dedupOf = (i: number) =>
   `${(i * 2654435761).toString(16).padStart(12, "0")}-dedup-${i}-4a1c-9e2f-7b3d5c8a`;
 
-function leader(store: MemoryStore, name: string, clock: ManualClock, tailBytes = 256 * 1024) {
+function leader(
+  store: MemoryStore,
+  name: string,
+  clock: ManualClock,
+  tailBytes = 256 * 1024,
+  options: Partial<CommitOptions> = {},
+) {
   return new ShardLeader({
     store,
     queue: "jobs",
@@ -24,7 +31,7 @@ function leader(store: MemoryStore, name: string, clock: ManualClock, tailBytes 
     identity: { id: `broker-${name}`, address: `${name}:50051` },
     clock,
     random: seededRandom(name.length),
-    options: { tailBytes },
+    options: { tailBytes, ...options },
   });
 }
 
@@ -68,6 +75,13 @@ async function drain(shard: ShardLeader) {
     });
   }
 }
+
+/** What `promise` rejects with (undefined when it resolves). */
+const errorOf = (promise: Promise<unknown>): Promise<unknown> =>
+  promise.then(
+    () => undefined,
+    (e: unknown) => e,
+  );
 
 /** A duplicate of message `i`: answered with the original, nothing stored. */
 async function expectDuplicate(shard: ShardLeader, i: number, store: MemoryStore) {
@@ -208,6 +222,67 @@ describe("shard format v2: dedup ids in dedup segments", () => {
     expect(await dedupKeys(store)).toEqual([]);
   });
 
+  it("keeps the ids of few dedup segments in memory and reads one back for a duplicate; a failed read stores nothing", async () => {
+    class FlakyStore extends MemoryStore {
+      dedupReads = 0;
+      failDedupReads = false;
+      override async get(key: string, options?: CallOptions): Promise<StoredObject | undefined> {
+        if (key.endsWith(".dedup.json")) {
+          this.dedupReads += 1;
+          if (this.failDedupReads) throw new UnavailableError(key, "injected");
+        }
+        return super.get(key, options);
+      }
+    }
+    const store = new FlakyStore();
+    const clock = new ManualClock();
+    // ids of a few dedup segments in memory (each holds ~2 KiB of ids)
+    const a = leader(store, "a", clock, 2048, { residentDedupIdBytes: 5_000 });
+    await enqueue(a, 0, 300);
+    const { doc } = await head(store);
+    expect(doc.dedup_segments.length).toBeGreaterThan(5);
+    await a.submit({ kind: "enqueue", messages: [{ id: "fresh-0", payload, dedupId: "fresh-0" }] });
+    const resident = a.dedupIdStats;
+    expect(resident.residentBytes).toBeLessThanOrEqual(5_000 + 3_000); // the budget, and what the last commit sealed
+    expect(resident.chunks).toBeLessThan(doc.dedup_segments.length);
+    // new ids need no read; the duplicate of an early message reads its segment back, once
+    expect(store.dedupReads).toBe(0);
+    await a.submit({ kind: "enqueue", messages: [{ id: "fresh-1", payload, dedupId: "fresh-1" }] });
+    expect(store.dedupReads).toBe(0);
+    await expectDuplicate(a, 3, store);
+    expect(store.dedupReads).toBe(1);
+    await expectDuplicate(a, 4, store); // same segment, still in memory
+    expect(store.dedupReads).toBe(1);
+    // push it out again, then fail its read: unavailable, nothing stored
+    await enqueue(a, 300, 100);
+    store.failDedupReads = true;
+    const before = (await head(store)).doc.next_offset;
+    // in one batch with another enqueue, which is not held up by it
+    const [error, other] = await Promise.all([
+      errorOf(a.submit({ kind: "enqueue", messages: [{ id: "retry-3", payload, dedupId: dedupOf(3) }] })),
+      a.submit({ kind: "enqueue", messages: [{ id: "fresh-2", payload, dedupId: "fresh-2" }] }),
+    ]);
+    expect(isCasqError(error, "unavailable"), String(error)).toBe(true);
+    expect(String(error)).toContain("nothing was stored");
+    expect(expectKind(other, "enqueue").results).toEqual([
+      { id: "fresh-2", offset: before, duplicate: false },
+    ]);
+    expect((await head(store)).doc.next_offset).toBe(before + 1);
+    store.failDedupReads = false;
+    await expectDuplicate(a, 3, store);
+    // a dedup segment lost while its ids are paged out: the shard is refused, nothing overwritten
+    await enqueue(a, 400, 100);
+    await store.delete(SEG + doc.dedup_segments[0].name);
+    const etag = (await store.get(HEAD))?.etag;
+    const lost = await errorOf(
+      a.submit({ kind: "enqueue", messages: [{ id: "retry-0", payload, dedupId: dedupOf(0) }] }),
+    );
+    expect(isCasqError(lost, "data_loss"), String(lost)).toBe(true);
+    expect(String(lost)).toContain("dedup segment");
+    expect((await store.get(HEAD))?.etag).toBe(etag);
+    await a.stop({ release: false });
+  });
+
   it("refuses the shard with data_loss when a live dedup segment is missing", async () => {
     const store = new MemoryStore();
     const clock = new ManualClock();
@@ -218,10 +293,7 @@ describe("shard format v2: dedup ids in dedup segments", () => {
     await store.delete(SEG + doc.dedup_segments[0].name);
     const before = await store.get(HEAD);
     const b = leader(store, "b", clock, 2048);
-    const error = await b.submit({ kind: "enqueue", messages: [{ id: "x", payload }] }).then(
-      () => undefined,
-      (e: unknown) => e,
-    );
+    const error = await errorOf(b.submit({ kind: "enqueue", messages: [{ id: "x", payload }] }));
     expect(isCasqError(error, "data_loss"), String(error)).toBe(true);
     expect(String(error)).toContain("dedup segment");
     expect((await store.get(HEAD))?.etag).toBe(before?.etag);

@@ -69,6 +69,7 @@ import type { ObjectStore, PutCondition, StoredObject } from "../store/object-st
 import { isStoreError } from "../store/store-errors.ts";
 import type { Clock } from "../util/clock.ts";
 import type { Random } from "../util/random.ts";
+import { DedupIdPager } from "./dedup-id-pager.ts";
 import { type BrokerIdentity, heldByOther, isOwnRecord, needsRenewal, takeoverRecord } from "./leadership.ts";
 import { SegmentBodyCache } from "./segment-body-cache.ts";
 import { loadSegments } from "./segment-loader.ts";
@@ -111,6 +112,8 @@ export interface HeadStoreOptions {
    * their index entry stays, and they are read back when claims reach them.
    */
   readonly warmSealedMessages: number;
+  /** Bytes of sealed dedup ids kept in memory beyond those a batch needs (see `dedup-id-pager.ts`). */
+  readonly residentDedupIdBytes: number;
 }
 
 /**
@@ -231,6 +234,8 @@ export class ShardHeadStore {
 
   /** Pages the bodies of this shard's sealed messages in and out (see `segment-pager.ts`). */
   readonly pager: SegmentPager;
+  /** Pages the ids of this shard's sealed dedup entries in and out (see `dedup-id-pager.ts`). */
+  readonly dedupIds: DedupIdPager;
 
   constructor(params: ShardHeadStoreParams) {
     this.store = params.store;
@@ -251,6 +256,12 @@ export class ShardHeadStore {
       cache: params.bodyCache ?? new SegmentBodyCache(),
       headMoved: async () => (await this.store.get(this.key))?.etag !== this.etag,
     });
+    this.dedupIds = new DedupIdPager(
+      params.store,
+      params.queue,
+      params.shard,
+      params.options.residentDedupIdBytes,
+    );
   }
 
   /** Current mode. */
@@ -593,6 +604,8 @@ export class ShardHeadStore {
       this.committed.bodies = this.pager.lookup;
       this.checkEverySegment = false;
       this.pruneSegments(doc);
+      for (const chunk of this.dedupSegments.values()) this.dedupIds.admit(chunk);
+      this.dedupIds.trim();
     } catch (error) {
       if (isCasqError(error, "unavailable")) {
         this.committed = undefined;
@@ -636,7 +649,8 @@ export class ShardHeadStore {
   refuseIfLost(error: unknown): void {
     if (!isCasqError(error, "data_loss") || this.committed === undefined) return;
     this.segments.clear(); // so that the next load reads (and checks) every segment again,
-    this.checkEverySegment = true; // cold ones included
+    this.checkEverySegment = true; // cold ones included,
+    for (const name of [...this.dedupSegments.keys()]) this.forgetDedupChunk(name); // dedup segments too
     this.refuse(error);
   }
 
@@ -945,7 +959,7 @@ export class ShardHeadStore {
       sha256: sha256Hex(bytes),
       createdAt: now,
     });
-    if (seg.chunk !== undefined) this.dedupSegments.set(name, seg.chunk);
+    if (seg.chunk !== undefined) this.cacheDedupChunk(name, seg.chunk);
     written.push(name);
   }
 
@@ -993,8 +1007,14 @@ export class ShardHeadStore {
       sha256: prepared.sha256,
       createdAt: prepared.createdAt,
     });
-    if (seg.chunk !== undefined) this.dedupSegments.set(prepared.name, seg.chunk);
+    if (seg.chunk !== undefined) this.cacheDedupChunk(prepared.name, seg.chunk);
     return prepared.name;
+  }
+
+  /** Keeps the entries of a dedup segment just sealed, its ids as the most recently used. */
+  private cacheDedupChunk(name: string, chunk: DedupChunk): void {
+    this.dedupSegments.set(name, chunk);
+    this.dedupIds.admit(chunk);
   }
 
   /**
@@ -1046,10 +1066,19 @@ export class ShardHeadStore {
       const keep = new Set(list.map((ref) => ref.name));
       for (const name of cache.keys())
         if (!keep.has(name)) {
-          cache.delete(name);
+          if (cache === this.dedupSegments) this.forgetDedupChunk(name);
+          else cache.delete(name);
           this.pager.forget(name);
         }
     }
+  }
+
+  /** Drops the entries of a dedup segment the head no longer references (ids included). */
+  private forgetDedupChunk(name: string): void {
+    const chunk = this.dedupSegments.get(name);
+    if (chunk === undefined) return;
+    this.dedupSegments.delete(name);
+    this.dedupIds.forget(chunk);
   }
 
   /**
@@ -1063,7 +1092,7 @@ export class ShardHeadStore {
     for (const name of names) {
       this.pager.forget(name);
       this.segments.delete(name);
-      this.dedupSegments.delete(name);
+      this.forgetDedupChunk(name);
       this.deadLetterSegments.delete(name);
     }
     const run = Promise.all(names.map((name) => this.store.delete(prefix + name).catch(() => {}))).then(

@@ -42,6 +42,7 @@ import { hasRunnable, nextHousekeepingAt, nextWakeAt } from "../model/shard-stat
 import type { ObjectStore } from "../store/object-store.ts";
 import type { Clock } from "../util/clock.ts";
 import type { Random } from "../util/random.ts";
+import { DEFAULT_RESIDENT_DEDUP_ID_BYTES, type DedupIdPager } from "./dedup-id-pager.ts";
 import type { BrokerIdentity } from "./leadership.ts";
 import { operationChangesState } from "./operation-effects.ts";
 import type { SegmentBodyCache } from "./segment-body-cache.ts";
@@ -75,6 +76,12 @@ export interface CommitOptions {
    * (`model/cold-segments.ts`). Default 20,000.
    */
   readonly warmSealedMessages: number;
+  /**
+   * Bytes of sealed dedup ids kept in memory per shard beyond those a batch
+   * needs; the rest are read back from their dedup segments when a lookup
+   * needs them (`dedup-id-pager.ts`). Default 2 MiB.
+   */
+  readonly residentDedupIdBytes: number;
 }
 
 /** Defaults for {@link CommitOptions}. */
@@ -126,6 +133,7 @@ export const DEFAULT_COMMIT_OPTIONS: CommitOptions = {
   conflictBackoff: { immediateRetries: 0, baseDelayMs: 50, maxDelayMs: 2000, jitter: "full" },
   tailBytes: 256 * 1024,
   warmSealedMessages: 20_000,
+  residentDedupIdBytes: DEFAULT_RESIDENT_DEDUP_ID_BYTES,
 };
 
 /** Everything a {@link ShardLeader} needs. */
@@ -414,6 +422,11 @@ export class ShardLeader {
   /** How many standing claims wait on this shard (for observation and tests). */
   get standingClaims(): number {
     return this.standing.size;
+  }
+
+  /** The sealed dedup ids this shard holds in memory, and the dedup segments read back for them (for observation and tests). */
+  get dedupIdStats(): DedupIdPager["stats"] {
+    return this.head.dedupIds.stats;
   }
 
   /** Calls `listener` after every commit (or no-write batch) with the committed document. Returns an unsubscribe. */
@@ -816,9 +829,10 @@ export class ShardLeader {
    * answers `unavailable` (retry), an expiry waits for a later sweep.
    */
   private async pageInFor(batch: readonly BatchItem[], state: ShardState, now: number): Promise<void> {
-    if (state.segments.size === 0) return;
     const ops: Operation[] = [];
     for (const item of batch) if (item.kind === "op") ops.push(effectiveOp(item) ?? item.op);
+    await this.pageInDedupIds(ops, state);
+    if (state.segments.size === 0) return;
     try {
       if (state.coldSegments.length > 0) await this.warmFor(ops, state, now);
       this.warmFailures = 0;
@@ -832,6 +846,24 @@ export class ShardLeader {
     // Pinned until the commit is done (cached ones too), so that no page-in or
     // read-ahead meanwhile evicts one the batch needs.
     await this.head.pager.pageIn(wanted, { pin: true }).catch((error) => this.head.refuseIfLost(error));
+  }
+
+  /**
+   * Before a batch applies: pages out the sealed dedup ids beyond the
+   * budget, then reads back those the batch's enqueues will look up
+   * (`dedup-id-pager.ts`). A failed read is left to the enqueues that need
+   * it (`unavailable`); a lost segment refuses the shard.
+   */
+  private async pageInDedupIds(ops: readonly Operation[], state: ShardState): Promise<void> {
+    const pager = this.head.dedupIds;
+    pager.trim();
+    if (state.sealedDedup.size === 0) return;
+    const dedupIds: string[] = [];
+    for (const op of ops)
+      if (op.kind === "enqueue")
+        for (const msg of op.messages) if (typeof msg?.dedupId === "string") dedupIds.push(msg.dedupId);
+    if (dedupIds.length === 0) return;
+    await pager.pageInFor(state, dedupIds).catch((error) => this.head.refuseIfLost(error));
   }
 
   /** Warms the cold segments `ops` need (see {@link pageInFor}). */

@@ -12,12 +12,24 @@
  * typed arrays — about 16 bytes plus the ids' characters per entry, and no
  * object for the garbage collector to trace.
  *
- * A chunk is immutable and holds every entry the segment holds (ascending
- * offsets), so it can stand for the segment's contents wherever the entries
- * were used: the state's lookup (`sealed-dedup.ts` indexes it), the
- * broker's cache of loaded dedup segments, and rebuilding a state from its
- * head. Entries are materialised as `DedupEntry` objects only when asked for
- * (a duplicate found, a v1 encode, a test).
+ * A chunk holds every entry the segment holds (ascending offsets), so it
+ * can stand for the segment's contents wherever the entries were used: the
+ * state's lookup (`sealed-dedup.ts` indexes it), the broker's cache of
+ * loaded dedup segments, and rebuilding a state from its head. Entries are
+ * materialised as `DedupEntry` objects only when asked for (a duplicate
+ * found, a v1 encode, a test).
+ *
+ * The ids themselves (about 33 bytes an entry packed, more as text) can be
+ * dropped from memory and restored from the segment object
+ * ({@link DedupChunk.dropIds}, {@link DedupChunk.restoreIds}; the broker's
+ * `dedup-id-pager.ts` decides when). What stays is 12-16 bytes an entry:
+ * two independent 32-bit hashes of the dedup id, its offset and expiry (as
+ * 16-bit differences when they fit). The first hash places the entry in the
+ * lookup's table; an id whose two hashes both match an entry is compared
+ * with the entry's id, for which the ids must be in memory. Two different
+ * ids share both hashes with a chance of 1 in 2^64, so a lookup needs the
+ * ids of a chunk almost only when the chunk does hold the id: for a
+ * duplicate.
  */
 
 /** A remembered dedup id (defined here, re-exported by `shard-records.ts`, so that the two need no import cycle). */
@@ -31,28 +43,44 @@ export interface DedupEntry {
 /** What a dedup segment's entries may be handed over as: a chunk, or the parsed entries. */
 export type DedupEntries = DedupChunk | readonly DedupEntry[];
 
+/** The ids of a chunk's entries, in one of two layouts (see {@link DedupChunk}). */
+interface ChunkIds {
+  /**
+   * When every dedup id is a canonical UUID and every message id a
+   * broker-made one: {@link PACKED_BYTES} bytes per entry (the UUID's 16
+   * bytes, then the message id's 26 base-32 digits in 17 bytes).
+   */
+  readonly packed: Uint8Array | undefined;
+  /** Else every entry's dedup id then message id, concatenated... */
+  readonly text: string;
+  /** ...and the end (in `text`) of entry i's dedup id at 2i, of its message id at 2i+1. */
+  readonly ends: Uint32Array | undefined;
+}
+
+/** Thrown when an entry's ids are needed while the chunk's ids are not in memory (see {@link DedupChunk.dropIds}). */
+export class DedupIdsPagedOut extends Error {
+  override readonly name = "DedupIdsPagedOut";
+}
+
 /** One dedup segment's entries as columns (see module header). */
 export class DedupChunk {
   /** Number of entries. */
   readonly length: number;
   /** Latest `expiresAt` among the entries (0 when empty). */
   readonly maxExpiresAt: number;
-  /**
-   * The ids, packed: when every dedup id is a canonical UUID and every
-   * message id a broker-made one, {@link PACKED_BYTES} bytes per entry (the
-   * UUID's 16 bytes, then the message id's 26 base-32 digits in 17 bytes);
-   * else undefined and the ids are in `#text`.
-   */
-  readonly #packed: Uint8Array | undefined;
-  /** Unpacked: every entry's dedup id then message id, concatenated. */
-  readonly #text: string;
-  /** Unpacked: end (in `#text`) of entry i's dedup id at 2i, of its message id at 2i+1. */
-  readonly #ends: Uint32Array | undefined;
-  /** Offsets, as differences from the first (when they fit 32 bits) or as they are. */
-  readonly #offsets: Uint32Array | Float64Array;
+  /** True when the ids are packed (the common case: SDK dedup ids, broker message ids). */
+  readonly packed: boolean;
+  /** The ids, or undefined while they are paged out. */
+  #ids: ChunkIds | undefined;
+  /** {@link dedupHash} of each entry's dedup id. */
+  readonly #hashes: Uint32Array;
+  /** {@link dedupPrint} of each entry's dedup id. */
+  readonly #prints: Uint32Array;
+  /** Offsets, as differences from the first (when they fit 16 or 32 bits) or as they are. */
+  readonly #offsets: Column;
   readonly #offsetBase: number;
-  /** Expiry times, as differences from the earliest (when they fit 32 bits) or as they are. */
-  readonly #expiresAt: Uint32Array | Float64Array;
+  /** Expiry times, as differences from the earliest (when they fit 16 or 32 bits) or as they are. */
+  readonly #expiresAt: Column;
   readonly #expiresBase: number;
   /** Positions in expiry order ((expiresAt, dedupId) ascending); undefined when that is position order. */
   readonly #byExpiry: Uint32Array | undefined;
@@ -64,53 +92,33 @@ export class DedupChunk {
     let min = Number.POSITIVE_INFINITY;
     let sorted = true;
     let packable = true;
+    this.#hashes = new Uint32Array(n);
+    this.#prints = new Uint32Array(n);
     for (let i = 0; i < n; i++) {
       const e = entries[i] as DedupEntry;
       if (e.expiresAt > max) max = e.expiresAt;
       if (e.expiresAt < min) min = e.expiresAt;
       if (i > 0 && expiresBefore(e, entries[i - 1] as DedupEntry)) sorted = false;
       if (packable && !(isUuid(e.dedupId) && isMessageId(e.id))) packable = false;
+      this.#hashes[i] = dedupHash(e.dedupId);
+      this.#prints[i] = dedupPrint(e.dedupId);
     }
     this.maxExpiresAt = max;
-    if (packable) {
-      const packed = new Uint8Array(n * PACKED_BYTES);
-      for (let i = 0; i < n; i++) {
-        const e = entries[i] as DedupEntry;
-        packUuid(e.dedupId, packed, i * PACKED_BYTES);
-        packMessageId(e.id, packed, i * PACKED_BYTES + UUID_BYTES);
-      }
-      this.#packed = packed;
-      this.#text = "";
-      this.#ends = undefined;
-    } else {
-      const ends = new Uint32Array(2 * n);
-      const parts: string[] = [];
-      let end = 0;
-      for (let i = 0; i < n; i++) {
-        const e = entries[i] as DedupEntry;
-        parts.push(e.dedupId, e.id);
-        end += e.dedupId.length;
-        ends[2 * i] = end;
-        end += e.id.length;
-        ends[2 * i + 1] = end;
-      }
-      this.#packed = undefined;
-      this.#text = parts.join("");
-      this.#ends = ends;
-    }
+    this.packed = packable;
+    this.#ids = packable ? packIds(entries) : textIds(entries);
     const offsetBase = n > 0 ? (entries[0] as DedupEntry).offset : 0;
     const lastOffset = n > 0 ? (entries[n - 1] as DedupEntry).offset : 0;
     [this.#offsets, this.#offsetBase] = column(
       entries,
       (e) => e.offset,
       offsetBase,
-      lastOffset - offsetBase <= MAX_U32 && isWhole(entries, (e) => e.offset),
+      isWhole(entries, (e) => e.offset) ? lastOffset - offsetBase : Number.POSITIVE_INFINITY,
     );
     [this.#expiresAt, this.#expiresBase] = column(
       entries,
       (e) => e.expiresAt,
       n > 0 ? min : 0,
-      max - min <= MAX_U32 && isWhole(entries, (e) => e.expiresAt),
+      isWhole(entries, (e) => e.expiresAt) ? max - min : Number.POSITIVE_INFINITY,
     );
     if (sorted) this.#byExpiry = undefined;
     else {
@@ -125,41 +133,80 @@ export class DedupChunk {
     return entries instanceof DedupChunk ? entries : new DedupChunk(entries);
   }
 
-  /** True when the ids are packed (the common case: SDK dedup ids, broker message ids). */
-  get packed(): boolean {
-    return this.#packed !== undefined;
+  /** True while the ids are in memory (see {@link dropIds}). */
+  get resident(): boolean {
+    return this.#ids !== undefined;
   }
 
-  #start(i: number): number {
-    return i === 0 ? 0 : ((this.#ends as Uint32Array)[2 * i - 1] as number);
+  /** Bytes the ids take in memory while resident (what {@link dropIds} frees; about). */
+  get idBytes(): number {
+    const ids = this.#ids;
+    if (ids === undefined) return 0;
+    if (ids.packed !== undefined) return ids.packed.byteLength;
+    return ids.text.length + (ids.ends?.byteLength ?? 0); // one byte a character for Latin-1 ids, V8's usual
   }
 
-  /** Entry i's dedup id. */
+  /** Frees the ids (the rest stays); {@link restoreIds} brings them back. */
+  dropIds(): void {
+    this.#ids = undefined;
+  }
+
+  /**
+   * Takes back the ids from `loaded`, a chunk made from the same dedup
+   * segment read again. False (nothing changed) when it does not hold the
+   * same entries: the object is not the one this chunk was made from.
+   */
+  restoreIds(loaded: DedupChunk): boolean {
+    if (this.#ids !== undefined) return true;
+    if (loaded.length !== this.length || loaded.#ids === undefined) return false;
+    for (let i = 0; i < this.length; i++)
+      if (
+        loaded.#hashes[i] !== this.#hashes[i] ||
+        loaded.#prints[i] !== this.#prints[i] ||
+        loaded.offsetAt(i) !== this.offsetAt(i) ||
+        loaded.expiresAtAt(i) !== this.expiresAtAt(i)
+      )
+        return false;
+    this.#ids = loaded.#ids;
+    return true;
+  }
+
+  #idsOrThrow(): ChunkIds {
+    const ids = this.#ids;
+    if (ids === undefined) throw new DedupIdsPagedOut("the dedup ids of this chunk are not in memory");
+    return ids;
+  }
+
+  /** Entry i's dedup id. Throws {@link DedupIdsPagedOut} while the ids are out. */
   dedupIdAt(i: number): string {
-    if (this.#packed !== undefined) return unpackUuid(this.#packed, i * PACKED_BYTES);
-    return this.#text.slice(this.#start(i), (this.#ends as Uint32Array)[2 * i]);
+    const ids = this.#idsOrThrow();
+    if (ids.packed !== undefined) return unpackUuid(ids.packed, i * PACKED_BYTES);
+    return ids.text.slice(start(ids, i), (ids.ends as Uint32Array)[2 * i]);
   }
 
   /**
    * True when entry i's dedup id is `dedupId` (no allocation). `uuid` is
    * `isUuid(dedupId)`, for a caller that compares one id with many entries.
+   * Throws {@link DedupIdsPagedOut} while the ids are out.
    */
   hasDedupId(i: number, dedupId: string, uuid: boolean = isUuid(dedupId)): boolean {
-    const packed = this.#packed;
-    if (packed !== undefined) return uuid && uuidEquals(dedupId, packed, i * PACKED_BYTES);
-    const start = this.#start(i);
+    const ids = this.#idsOrThrow();
+    if (ids.packed !== undefined) return uuid && uuidEquals(dedupId, ids.packed, i * PACKED_BYTES);
+    const from = start(ids, i);
     return (
-      ((this.#ends as Uint32Array)[2 * i] as number) - start === dedupId.length &&
-      this.#text.startsWith(dedupId, start)
+      ((ids.ends as Uint32Array)[2 * i] as number) - from === dedupId.length &&
+      ids.text.startsWith(dedupId, from)
     );
   }
 
-  /** The hash ({@link dedupHash}) of entry i's dedup id (no allocation). */
+  /** The hash ({@link dedupHash}) of entry i's dedup id. */
   hashAt(i: number): number {
-    if (this.#packed !== undefined) return hashUuidBytes(this.#packed, i * PACKED_BYTES);
-    return finish(
-      hashChars(FNV_SEED, this.#text, this.#start(i), (this.#ends as Uint32Array)[2 * i] as number),
-    );
+    return this.#hashes[i] as number;
+  }
+
+  /** The second hash ({@link dedupPrint}) of entry i's dedup id. */
+  printAt(i: number): number {
+    return this.#prints[i] as number;
   }
 
   /** Entry i's message offset. */
@@ -172,16 +219,16 @@ export class DedupChunk {
     return this.#expiresBase + (this.#expiresAt[i] as number);
   }
 
-  /** Entry i as an object. */
+  /** Entry i as an object. Throws {@link DedupIdsPagedOut} while the ids are out. */
   entryAt(i: number): DedupEntry {
-    const packed = this.#packed;
-    const ends = this.#ends as Uint32Array;
+    const ids = this.#idsOrThrow();
+    const ends = ids.ends as Uint32Array;
     return {
       dedupId: this.dedupIdAt(i),
       id:
-        packed !== undefined
-          ? unpackMessageId(packed, i * PACKED_BYTES + UUID_BYTES)
-          : this.#text.slice(ends[2 * i], ends[2 * i + 1]),
+        ids.packed !== undefined
+          ? unpackMessageId(ids.packed, i * PACKED_BYTES + UUID_BYTES)
+          : ids.text.slice(ends[2 * i], ends[2 * i + 1]),
       offset: this.offsetAt(i),
       expiresAt: this.expiresAtAt(i),
     };
@@ -192,24 +239,62 @@ export class DedupChunk {
     return this.#byExpiry === undefined ? k : (this.#byExpiry[k] as number);
   }
 
-  /** Every entry as an object, ascending offsets. O(n). */
+  /** Every entry as an object, ascending offsets. O(n). Throws {@link DedupIdsPagedOut} while the ids are out. */
   entries(): DedupEntry[] {
     return Array.from({ length: this.length }, (_, i) => this.entryAt(i));
   }
 }
 
+/** Where entry i's dedup id starts in unpacked ids. */
+function start(ids: ChunkIds, i: number): number {
+  return i === 0 ? 0 : ((ids.ends as Uint32Array)[2 * i - 1] as number);
+}
+
+function packIds(entries: readonly DedupEntry[]): ChunkIds {
+  const packed = new Uint8Array(entries.length * PACKED_BYTES);
+  entries.forEach((e, i) => {
+    packUuid(e.dedupId, packed, i * PACKED_BYTES);
+    packMessageId(e.id, packed, i * PACKED_BYTES + UUID_BYTES);
+  });
+  return { packed, text: "", ends: undefined };
+}
+
+function textIds(entries: readonly DedupEntry[]): ChunkIds {
+  const ends = new Uint32Array(2 * entries.length);
+  const parts: string[] = [];
+  let end = 0;
+  entries.forEach((e, i) => {
+    parts.push(e.dedupId, e.id);
+    end += e.dedupId.length;
+    ends[2 * i] = end;
+    end += e.id.length;
+    ends[2 * i + 1] = end;
+  });
+  return { packed: undefined, text: parts.join(""), ends };
+}
+
 const MAX_U32 = 0xffffffff;
 
-/** A numeric column: 32-bit differences from `base` when `small`, else the values as they are. */
+/** A column of numbers (see {@link column}). */
+type Column = Uint16Array | Uint32Array | Float64Array;
+
+/**
+ * A numeric column: differences from `base` in 16 bits when `range` (the
+ * largest difference, whole numbers) fits them (a dedup segment's offsets
+ * usually do, and its expiries when it covers a minute or less), else in 32
+ * bits, else the values as they are.
+ */
 function column(
   entries: readonly DedupEntry[],
   value: (e: DedupEntry) => number,
   base: number,
-  small: boolean,
-): [Uint32Array | Float64Array, number] {
-  const out = small ? new Uint32Array(entries.length) : new Float64Array(entries.length);
-  const from = small ? base : 0;
-  for (let i = 0; i < entries.length; i++) out[i] = value(entries[i] as DedupEntry) - from;
+  range: number,
+): [Column, number] {
+  const n = entries.length;
+  const out =
+    range <= 0xffff ? new Uint16Array(n) : range <= MAX_U32 ? new Uint32Array(n) : new Float64Array(n);
+  const from = range <= MAX_U32 ? base : 0;
+  for (let i = 0; i < n; i++) out[i] = value(entries[i] as DedupEntry) - from;
   return [out, from];
 }
 
@@ -290,17 +375,6 @@ function unpackUuid(bytes: Uint8Array, at: number): string {
   return s;
 }
 
-/** The string hash of the canonical UUID whose bytes are at `at`, computed on the bytes. */
-function hashUuidBytes(bytes: Uint8Array, at: number): number {
-  let h = FNV_SEED;
-  for (let b = 0; b < UUID_BYTES; b++) {
-    if (b === 4 || b === 6 || b === 8 || b === 10) h = fnvStep(h, 45);
-    const v = bytes[at + b] as number;
-    h = fnvStep(fnvStep(h, HEX.charCodeAt(v >> 4)), HEX.charCodeAt(v & 15));
-  }
-  return finish(h);
-}
-
 /** 26 base-32 digits as a 130-bit big-endian number, in 17 bytes. */
 function packMessageId(s: string, out: Uint8Array, at: number): void {
   let acc = 0;
@@ -343,7 +417,25 @@ export function dedupHash(dedupId: string): number {
   return finish(hashChars(FNV_SEED, dedupId, 0, dedupId.length));
 }
 
+/**
+ * A second 32-bit hash of a dedup id, independent of {@link dedupHash}
+ * (another seed, the code units in reverse order, another mix): the
+ * fingerprint that tells, without the id, that an entry is almost surely not
+ * the id looked for.
+ */
+export function dedupPrint(dedupId: string): number {
+  let h = PRINT_SEED;
+  for (let i = dedupId.length - 1; i >= 0; i--) h = Math.imul(h ^ dedupId.charCodeAt(i), 0x01000193);
+  h ^= h >>> 15;
+  h = Math.imul(h, 0x2c1b3c6d);
+  h ^= h >>> 12;
+  h = Math.imul(h, 0x297a2d39);
+  h ^= h >>> 15;
+  return h >>> 0;
+}
+
 const FNV_SEED = 0x811c9dc5;
+const PRINT_SEED = 0x9e3779b9;
 
 function fnvStep(h: number, c: number): number {
   return Math.imul(h ^ c, 0x01000193);

@@ -40,31 +40,25 @@ export function putDedup(state: ShardData, e: DedupEntry): void {
 
 /**
  * Remembers the entries of a dedup segment read back with its head (its
- * state's `chunk`), oldest first: each replaces an older entry with the same
- * id, and one with the same id at a higher offset already remembered is a
- * corrupt document (`fail`).
+ * state's `chunk`), oldest first. An entry whose id a later segment (or the
+ * head) holds again stays indexed until it expires: lookups answer the
+ * newest (`sealed-dedup.ts`), so this needs no ids (they may be paged out).
  */
-export function putSealedDedup(state: ShardData, seg: DedupSegmentState, fail: (why: string) => never): void {
+export function putSealedDedup(state: ShardData, seg: DedupSegmentState): void {
   const chunk = seg.chunk;
   if (chunk === undefined) return;
-  const no = state.sealedDedup.addChunk(chunk);
-  for (let pos = 0; pos < chunk.length; pos++) {
-    const dedupId = chunk.dedupIdAt(pos);
-    const known = state.dedup.get(dedupId);
-    if (known !== undefined && known.offset >= chunk.offsetAt(pos))
-      fail(`dedup id ${JSON.stringify(dedupId)} appears twice`);
-    forgetDedup(state, dedupId);
-    state.sealedDedup.put(no, pos);
-  }
+  const no = state.sealedDedup.addChunk(chunk, seg.name);
+  for (let pos = 0; pos < chunk.length; pos++) state.sealedDedup.put(no, pos);
 }
 
-/** Forgets a dedup entry. Returns true when the head held it (so the head changes). */
+/**
+ * Forgets the head's entry of a dedup id. Returns true when the head held it
+ * (so the head changes). A sealed entry of the id is left to expire: one is
+ * replaced only once it expired, and lookups answer the newest.
+ */
 export function forgetDedup(state: ShardData, dedupId: string): boolean {
   const old = state.recentDedup.get(dedupId);
-  if (old === undefined) {
-    state.sealedDedup.delete(dedupId);
-    return false;
-  }
+  if (old === undefined) return false;
   state.recentDedup.delete(dedupId);
   const bytes = dedupBytes(old);
   state.recentDedupBytes -= bytes;
@@ -95,7 +89,7 @@ export function sealDedupSegment(
   const chunk = DedupChunk.from(entries);
   const seg = newDedupSegmentState(object, chunk);
   addDedupSegment(state, seg);
-  const no = state.sealedDedup.addChunk(chunk);
+  const no = state.sealedDedup.addChunk(chunk, seg.name);
   entries.forEach((e, pos) => {
     if (state.recentDedup.get(e.dedupId) !== e) return; // forgotten or replaced meanwhile
     state.recentDedup.delete(e.dedupId);

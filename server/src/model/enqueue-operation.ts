@@ -29,12 +29,13 @@
  */
 import { CasqError } from "../errors.ts";
 import { dedupBytes, messageBytes } from "./approx-size.ts";
+import { DedupIdsPagedOut } from "./dedup-chunk.ts";
 import { putDedup } from "./dedup-segments.ts";
 import { checkRequestSize, normalizeNewMessage } from "./input-validation.ts";
 import type { EnqueueItemResult, EnqueueOperation, EnqueueResult } from "./operations.ts";
 import { retainInTail } from "./segment-mechanics.ts";
 import { onFullySettled, schedule } from "./shard-mechanics.ts";
-import type { MessageRecord, RetainedMessage } from "./shard-records.ts";
+import type { DedupEntry, MessageRecord, RetainedMessage } from "./shard-records.ts";
 import type { ShardState } from "./shard-state.ts";
 
 /** Applies an enqueue (see module header). */
@@ -64,7 +65,7 @@ export function applyEnqueue(state: ShardState, op: EnqueueOperation, now: numbe
     const i = op.requestIndexes?.[at] ?? at;
     const msg = normalizeNewMessage(input, offset, config, now, i);
     if (msg.dedupId !== undefined && config.dedupWindowMs > 0) {
-      const known = state.dedup.get(msg.dedupId);
+      const known = rememberedDedup(state, msg.dedupId);
       const original =
         known !== undefined && known.expiresAt > now
           ? { id: known.id, offset: known.offset, duplicate: true }
@@ -128,4 +129,22 @@ export function applyEnqueue(state: ShardState, op: EnqueueOperation, now: numbe
     if (m.pending === 0) onFullySettled(state, m, now); // no subscription: nobody will ever claim it
   }
   return { kind: "enqueue", results, changed: fresh.length > 0 };
+}
+
+/**
+ * The remembered entry of `dedupId`; `unavailable` (retry: nothing was
+ * stored) when the ids of a dedup segment it may be in are not in memory,
+ * which means the broker could not read them back before this batch.
+ */
+function rememberedDedup(state: ShardState, dedupId: string): DedupEntry | undefined {
+  try {
+    return state.dedup.get(dedupId);
+  } catch (error) {
+    if (!(error instanceof DedupIdsPagedOut)) throw error;
+    throw new CasqError(
+      "unavailable",
+      `cannot tell whether dedup id ${JSON.stringify(dedupId)} was seen: ${error.message} (reading it back failed); nothing was stored, retry`,
+      { queue: state.queue, shard: state.shard },
+    );
+  }
 }

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { seededRandom } from "../util/random.ts";
-import { DedupChunk, dedupHash } from "./dedup-chunk.ts";
+import { DedupChunk, DedupIdsPagedOut, dedupHash, dedupPrint } from "./dedup-chunk.ts";
 import { SealedDedup } from "./sealed-dedup.ts";
 import type { DedupEntry } from "./shard-records.ts";
 
@@ -65,36 +65,88 @@ describe("DedupChunk", () => {
     expect(DedupChunk.from(mixed).entries()).toEqual(mixed);
     const wide = [entry(uuids[0] as string, 0, 1), entry(uuids[1] as string, 2 ** 33, 2 ** 52, ids[1])];
     expect(DedupChunk.from(wide).entries()).toEqual(wide);
+    const mid = [entry(uuids[0] as string, 5, 7), entry(uuids[1] as string, 70_005, 100_007, ids[1])]; // 32-bit differences
+    expect(DedupChunk.from(mid).entries()).toEqual(mid);
   });
 
-  it("the colliding test ids do collide", () => {
+  it("the colliding test ids do collide, in the first hash only", () => {
     expect(dedupHash(COLLIDING[0])).toBe(dedupHash(COLLIDING[1]));
+    expect(dedupPrint(COLLIDING[0])).not.toBe(dedupPrint(COLLIDING[1]));
+    const chunk = DedupChunk.from([entry(COLLIDING[0], 0, 1), entry(COLLIDING[1], 1, 1)]);
+    expect([chunk.printAt(0), chunk.printAt(1)]).toEqual(COLLIDING.map(dedupPrint));
   });
 });
 
 describe("SealedDedup", () => {
   it("a hash collision is never taken for the other id", () => {
     const index = new SealedDedup();
-    const no = index.addChunk(DedupChunk.from([entry(COLLIDING[0], 0, 100, "m0")]));
+    const no = index.addChunk(DedupChunk.from([entry(COLLIDING[0], 0, 100, "m0")]), "a");
     index.put(no, 0);
     expect(index.get(COLLIDING[1])).toBeUndefined();
-    expect(index.delete(COLLIDING[1])).toBe(false);
-    const no2 = index.addChunk(DedupChunk.from([entry(COLLIDING[1], 1, 100, "m1")]));
+    const no2 = index.addChunk(DedupChunk.from([entry(COLLIDING[1], 1, 100, "m1")]), "b");
     index.put(no2, 0);
     expect(index.get(COLLIDING[0])?.id).toBe("m0");
     expect(index.get(COLLIDING[1])?.id).toBe("m1");
-    expect(index.delete(COLLIDING[0])).toBe(true);
-    expect(index.get(COLLIDING[0])).toBeUndefined();
-    expect(index.get(COLLIDING[1])?.id).toBe("m1");
-    expect(index.size).toBe(1);
+    expect(index.size).toBe(2);
   });
 
-  it("answers exactly as a map of the ids would, through inserts, replacements, deletes and expiries", () => {
+  it("answers the newest entry of an id indexed twice, and the older one expires on its own", () => {
+    const index = new SealedDedup();
+    const old = index.addChunk(DedupChunk.from([entry("d", 0, 10, "m0")]), "old");
+    index.put(old, 0);
+    const fresh = index.addChunk(DedupChunk.from([entry("d", 5, 30, "m5")]), "new");
+    index.put(fresh, 0);
+    expect(index.get("d")).toEqual(entry("d", 5, 30, "m5"));
+    expect(index.size).toBe(2);
+    expect(index.expire(10)).toBe(1);
+    expect(index.get("d")).toEqual(entry("d", 5, 30, "m5"));
+    expect(index.expire(30)).toBe(1);
+    expect(index.get("d")).toBeUndefined();
+    expect(index.chunks).toBe(0);
+  });
+
+  it("needs a chunk's ids only for an entry whose two hashes match, and names its segment", () => {
+    const index = new SealedDedup();
+    const entries = Array.from({ length: 300 }, (_, i) => entry(`id-${i}`, i, 100));
+    const chunk = DedupChunk.from(entries);
+    const no = index.addChunk(chunk, "seg-a");
+    for (let i = 0; i < entries.length; i++) index.put(no, i);
+    const idBytes = chunk.idBytes;
+    expect(idBytes).toBeGreaterThan(0);
+    chunk.dropIds();
+    expect(chunk.resident).toBe(false);
+    expect(chunk.idBytes).toBe(0);
+    // a new id: answered without the ids (even one sharing the first hash: COLLIDING)
+    for (let i = 300; i < 1_300; i++) expect(index.get(`id-${i}`)).toBeUndefined();
+    const twin = index.addChunk(DedupChunk.from([entry(COLLIDING[0], 400, 100)]), "seg-b");
+    index.put(twin, 0);
+    expect(index.get(COLLIDING[1])).toBeUndefined();
+    // one it holds: the ids are needed
+    expect(index.pagedOut("id-7")).toEqual(["seg-a"]);
+    expect(index.pagedOut("id-7000")).toEqual([]);
+    expect(() => index.get("id-7")).toThrow(DedupIdsPagedOut);
+    // restored from the same entries read again: answered; from other entries: refused
+    expect(chunk.restoreIds(DedupChunk.from(entries.slice(1)))).toBe(false);
+    expect(chunk.restoreIds(DedupChunk.from(entries.map((e) => ({ ...e, offset: e.offset + 1 }))))).toBe(
+      false,
+    );
+    expect(chunk.resident).toBe(false);
+    expect(chunk.restoreIds(DedupChunk.from(entries))).toBe(true);
+    expect(chunk.idBytes).toBe(idBytes);
+    expect(index.pagedOut("id-7")).toEqual([]);
+    expect(index.get("id-7")).toEqual(entries[7]);
+  });
+
+  it("answers exactly as a map of the ids would, through inserts, replacements after expiry, expiries and paging", () => {
     for (let seed = 1; seed <= 20; seed++) {
       const random = seededRandom(seed);
       const pick = (n: number) => Math.floor(random.next() * n);
       const index = new SealedDedup();
       const model = new Map<string, DedupEntry>();
+      /** Every indexed entry (a replaced one too, until it expires). */
+      let all: DedupEntry[] = [];
+      const chunks = new Map<string, DedupChunk>();
+      const paged = new Map<string, DedupEntry[]>();
       // Few distinct ids (so replacements and probe-run deletions are common): colliding ones among
       // them, or (even seeds) UUIDs and broker-shaped message ids, which chunks pack.
       const packable = seed % 2 === 0;
@@ -110,43 +162,53 @@ describe("SealedDedup", () => {
       for (let step = 0; step < 400; step++) {
         const action = pick(10);
         if (action < 5) {
-          // a chunk of fresh entries (distinct ids), as a seal would add: each replaces its id's entry
+          // a chunk of fresh entries (distinct ids), as a seal would add: each replaces its id's
+          // entry, which an enqueue does only once that expired
           const chosen = [
             ...new Set(Array.from({ length: 1 + pick(8) }, () => ids[pick(ids.length)] as string)),
-          ];
+          ].filter((d) => (model.get(d)?.expiresAt ?? 0) <= now);
+          if (chosen.length === 0) continue;
           const entries = chosen.map((d) => {
             const at = offset++;
             return entry(d, at, now + 1 + pick(50), messageId(at));
           });
           const chunk = DedupChunk.from(entries);
           expect(chunk.packed).toBe(packable);
-          const no = index.addChunk(chunk);
+          const no = index.addChunk(chunk, `seg-${step}`);
+          chunks.set(`seg-${step}`, chunk);
           entries.forEach((e, pos) => {
-            index.delete(e.dedupId);
             index.put(no, pos);
+            all.push(e);
             model.set(e.dedupId, e);
           });
-        } else if (action < 7) {
-          const d = ids[pick(ids.length)] as string;
-          expect(index.delete(d)).toBe(model.delete(d));
+          // some chunks page their ids out, and are read back when a lookup needs them
+          if (pick(3) === 0) {
+            chunk.dropIds();
+            paged.set(`seg-${step}`, entries);
+          }
         } else {
           now += pick(20);
-          let due = 0;
-          for (const [d, e] of model)
-            if (e.expiresAt <= now) {
-              model.delete(d);
-              due += 1;
-            }
+          const due = all.filter((e) => e.expiresAt <= now).length;
+          all = all.filter((e) => e.expiresAt > now);
+          for (const [d, e] of model) if (e.expiresAt <= now) model.delete(d);
           expect(index.expire(now)).toBe(due);
           const next = index.nextExpiry();
           if (next !== undefined) expect(next).toBeGreaterThan(now);
         }
-        expect(index.size).toBe(model.size);
+        expect(index.size).toBe(all.length);
+        for (const d of ids) {
+          for (const name of index.pagedOut(d)) {
+            const back = paged.get(name) as DedupEntry[];
+            expect(chunks.get(name)?.restoreIds(DedupChunk.from(back))).toBe(true);
+          }
+          expect(index.pagedOut(d)).toEqual([]);
+        }
         const wrong = ids.filter((d) => JSON.stringify(index.get(d)) !== JSON.stringify(model.get(d)));
         expect(wrong).toEqual([]);
       }
+      for (const [name, back] of paged) chunks.get(name)?.restoreIds(DedupChunk.from(back));
       const values = [...index.values()].sort((a, b) => a.offset - b.offset);
-      expect(values).toEqual([...model.values()].sort((a, b) => a.offset - b.offset));
+      expect(values).toEqual(all.sort((a, b) => a.offset - b.offset));
       // everything expires in the end, and then no chunk is held
       index.expire(Number.MAX_SAFE_INTEGER);
       expect(index.size).toBe(0);
@@ -154,26 +216,26 @@ describe("SealedDedup", () => {
     }
   });
 
-  it("costs 8 bytes a slot, holds no chunk once all expired, and reuses chunk numbers", () => {
+  it("costs 4 bytes a slot, holds no chunk once all expired, and reuses chunk numbers", () => {
     const index = new SealedDedup();
     const entries = Array.from({ length: 1_000 }, (_, i) => entry(`id-${i}`, i, 10));
-    const no = index.addChunk(DedupChunk.from(entries));
+    const no = index.addChunk(DedupChunk.from(entries), "seg");
     for (let i = 0; i < entries.length; i++) index.put(no, i);
-    // 1,000 entries at most 70% full: a table of 2,048 slots, 8 bytes each (no stored hash)
-    expect(index.tableBytes).toBe(2_048 * 8);
+    // 1,000 entries at most 70% full: a table of 2,048 slots, 4 bytes each (chunk and position)
+    expect(index.tableBytes).toBe(2_048 * 4);
     expect(index.expire(10)).toBe(1_000);
     expect(index.chunks).toBe(0);
-    const again = index.addChunk(DedupChunk.from([entry("id-0", 2_000, 20)]));
+    const again = index.addChunk(DedupChunk.from([entry("id-0", 2_000, 20)]), "seg2");
     expect(again).toBe(no);
     index.put(again, 0);
     expect(index.get("id-0")).toEqual(entry("id-0", 2_000, 20));
-    expect(index.addChunk(DedupChunk.from([]))).toBe(-1);
+    expect(index.addChunk(DedupChunk.from([]), "empty")).toBe(-1);
   });
 
   it("grows past its initial table and still finds every id", () => {
     const index = new SealedDedup();
     const entries = Array.from({ length: 5_000 }, (_, i) => entry(`id-${i}`, i, 10 + (i % 7)));
-    const no = index.addChunk(DedupChunk.from(entries));
+    const no = index.addChunk(DedupChunk.from(entries), "seg");
     for (let i = 0; i < entries.length; i++) index.put(no, i);
     expect(index.size).toBe(5_000);
     for (const e of entries) expect(index.get(e.dedupId)).toEqual(e);

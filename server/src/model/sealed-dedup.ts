@@ -3,27 +3,34 @@
  * segments the head indexes, found by dedup id (model-internal).
  *
  * The entries themselves stay in their segments' {@link DedupChunk}s; this
- * index holds, per live entry, only where it is (chunk, position): an
- * open-addressing hash table of two Int32Arrays (8 bytes a slot), linear
- * probing, at most 70% full, so ~11-23 bytes per entry. A slot's hash is not
- * stored: the chunk computes it from its copy of the id when it is needed
- * (moving entries on a delete, growing the table). A lookup compares the id
- * it is asked for with the chunk's own copy of each entry of its probe run,
- * so a hash collision is never taken for a duplicate: the answer is exactly
- * that of a map of the ids.
+ * index holds, per entry, only where it is (chunk, position), packed into
+ * one 32-bit slot of an open-addressing hash table (linear probing, at most
+ * 70% full, so ~6-11 bytes per entry). A slot's hash is the chunk's stored
+ * hash of the entry. A lookup compares both hashes of the id it is asked
+ * for with each entry of its probe run, and the id itself with those whose
+ * hashes both match, so a hash collision is never taken for a duplicate:
+ * the answer is exactly that of a map of the ids.
+ *
+ * An id may be indexed more than once: an entry replaced by a newer one
+ * with the same id (allowed only once it expired) stays until the expiry
+ * step forgets it, and a lookup answers the entry with the highest offset.
+ * So nothing here needs the ids but a lookup: a chunk's ids may be paged out
+ * (`DedupChunk.dropIds`), and a lookup that meets an entry of such a chunk
+ * whose hashes match throws {@link DedupIdsPagedOut}; the broker reads
+ * back, before a batch applies, the chunks its lookups will need
+ * ({@link SealedDedup.pagedOut}).
  *
  * Expiry: a chunk's entries are forgotten in expiry order
  * ((expiresAt, dedup id), `DedupChunk.byExpiry`); one heap entry per chunk
  * says when its next entry expires, and a cursor per chunk how far the
- * expiry step got. An entry that had been replaced or forgotten by then is
- * skipped. A chunk leaves the index when the cursor passed its last entry
- * (nothing in the table refers to it then).
+ * expiry step got. A chunk leaves the index when the cursor passed its last
+ * entry (nothing in the table refers to it then).
  *
- * Costs: O(1) expected per lookup, insert and delete; O(log c) per chunk
- * whose next expiry passed (c chunks), O(1) per entry expired.
+ * Costs: O(1) expected per lookup and insert; O(log c) per chunk whose next
+ * expiry passed (c chunks), O(1) per entry expired.
  */
 import { BinaryHeap } from "./binary-heap.ts";
-import { type DedupChunk, dedupHash, isUuid } from "./dedup-chunk.ts";
+import { type DedupChunk, DedupIdsPagedOut, dedupHash, dedupPrint, isUuid } from "./dedup-chunk.ts";
 import type { DedupEntry } from "./shard-records.ts";
 
 /** Slot marker: empty. */
@@ -31,6 +38,8 @@ const EMPTY = -1;
 /** The table grows (doubles) beyond this share of full slots. */
 const MAX_LOAD = 0.7;
 const MIN_CAPACITY = 16;
+/** Bits of a slot for the position in its chunk at first (the rest name the chunk); more when a chunk needs them. */
+const MIN_POS_BITS = 12;
 
 interface ChunkDue {
   readonly at: number;
@@ -39,8 +48,10 @@ interface ChunkDue {
 
 /** Live sealed dedup entries, by dedup id (see module header). */
 export class SealedDedup {
-  /** The chunks by number (a slot of the table names its chunk by number); numbers are reused once free. */
+  /** The chunks by number (a slot names its chunk by number); numbers are reused once free. */
   readonly #chunks: (DedupChunk | undefined)[] = [];
+  /** The name of each chunk's dedup segment, by number. */
+  readonly #names: (string | undefined)[] = [];
   readonly #free: number[] = [];
   #live = 0;
   /** Per chunk, how many of its entries (in expiry order) the expiry step has passed. */
@@ -48,10 +59,11 @@ export class SealedDedup {
   readonly #due = new BinaryHeap<ChunkDue>((a, b) => (a.at !== b.at ? a.at < b.at : a.no < b.no));
   #size = 0;
   #mask = MIN_CAPACITY - 1;
-  #chunk = new Int32Array(MIN_CAPACITY).fill(EMPTY);
-  #pos = new Int32Array(MIN_CAPACITY);
+  /** A slot: `(chunk number << posBits) | position`, or EMPTY. */
+  #slots = new Int32Array(MIN_CAPACITY).fill(EMPTY);
+  #posBits = MIN_POS_BITS;
 
-  /** Live entries. */
+  /** Indexed entries (an id replaced but not yet expired counts until it is). */
   get size(): number {
     return this.#size;
   }
@@ -61,54 +73,86 @@ export class SealedDedup {
     return this.#live;
   }
 
-  /** Bytes of the hash table itself (the chunks aside): 8 a slot. */
+  /** Bytes of the hash table itself (the chunks aside): 4 a slot. */
   get tableBytes(): number {
-    return this.#chunk.byteLength + this.#pos.byteLength;
+    return this.#slots.byteLength;
   }
 
   /**
-   * Makes `chunk`'s entries indexable with {@link put}; returns its number
-   * (valid until its last entry expired; -1 for an empty chunk). None is indexed yet.
+   * Makes `chunk` (the entries of the dedup segment `name`) indexable with
+   * {@link put}; returns its number (valid until its last entry expired;
+   * -1 for an empty chunk). None is indexed yet.
    */
-  addChunk(chunk: DedupChunk): number {
+  addChunk(chunk: DedupChunk, name: string): number {
     if (chunk.length === 0) return EMPTY;
     const no = this.#free.pop() ?? this.#chunks.length;
     this.#chunks[no] = chunk;
+    this.#names[no] = name;
     this.#live += 1;
     this.#cursor.set(no, 0);
     this.#due.push({ at: chunk.expiresAtAt(chunk.byExpiry(0)), no });
+    const posBits = Math.max(this.#posBits, bitsFor(chunk.length));
+    if (posBits !== this.#posBits || no >= 2 ** (31 - posBits)) this.#resize(this.#mask + 1, posBits);
     return no;
   }
 
-  /** Indexes entry `pos` of chunk `no`. Its dedup id must not be indexed already. */
+  /** Indexes entry `pos` of chunk `no` (an older entry of its dedup id may stay indexed: lookups answer the newest). */
   put(no: number, pos: number): void {
     const chunk = no >= 0 ? this.#chunks[no] : undefined;
     if (chunk === undefined || pos < 0 || pos >= chunk.length)
       throw new Error(`no entry ${pos} in chunk ${no}`);
-    if ((this.#size + 1) / (this.#mask + 1) > MAX_LOAD) this.#resize(2 * (this.#mask + 1));
+    if ((this.#size + 1) / (this.#mask + 1) > MAX_LOAD) this.#resize(2 * (this.#mask + 1), this.#posBits);
     let i = chunk.hashAt(pos) & this.#mask;
-    while (this.#chunk[i] !== EMPTY) i = (i + 1) & this.#mask;
-    this.#chunk[i] = no;
-    this.#pos[i] = pos;
+    while (this.#slots[i] !== EMPTY) i = (i + 1) & this.#mask;
+    this.#slots[i] = (no << this.#posBits) | pos;
     this.#size += 1;
   }
 
-  /** The live sealed entry of `dedupId`, if any. */
+  /**
+   * The live sealed entry of `dedupId` (the one with the highest offset), if
+   * any. Throws {@link DedupIdsPagedOut} when an entry that may be it is in
+   * a chunk whose ids are not in memory (see {@link pagedOut}).
+   */
   get(dedupId: string): DedupEntry | undefined {
-    const slot = this.#find(dedupId);
-    if (slot === EMPTY) return undefined;
-    return (this.#chunks[this.#chunk[slot] as number] as DedupChunk).entryAt(this.#pos[slot] as number);
+    const hash = dedupHash(dedupId);
+    const print = dedupPrint(dedupId);
+    const uuid = isUuid(dedupId);
+    let best: { chunk: DedupChunk; pos: number } | undefined;
+    for (let i = hash & this.#mask; this.#slots[i] !== EMPTY; i = (i + 1) & this.#mask) {
+      const slot = this.#slots[i] as number;
+      const chunk = this.#chunkOf(slot);
+      const pos = this.#posOf(slot);
+      if (chunk.hashAt(pos) !== hash || chunk.printAt(pos) !== print) continue;
+      if (!chunk.resident)
+        throw new DedupIdsPagedOut(
+          `the ids of dedup segment ${this.#names[slot >>> this.#posBits]} are not in memory`,
+        );
+      if (!chunk.hasDedupId(pos, dedupId, uuid)) continue;
+      if (best === undefined || chunk.offsetAt(pos) > best.chunk.offsetAt(best.pos)) best = { chunk, pos };
+    }
+    return best?.chunk.entryAt(best.pos);
   }
 
-  /** Forgets the sealed entry of `dedupId`; false when there was none. */
-  delete(dedupId: string): boolean {
-    const slot = this.#find(dedupId);
-    if (slot === EMPTY) return false;
-    this.#remove(slot);
-    return true;
+  /**
+   * The names of the dedup segments whose ids {@link get} would need for
+   * `dedupId` and that are not in memory (almost always none: only an entry
+   * whose two hashes match the id's).
+   */
+  pagedOut(dedupId: string): string[] {
+    const hash = dedupHash(dedupId);
+    const print = dedupPrint(dedupId);
+    const names: string[] = [];
+    for (let i = hash & this.#mask; this.#slots[i] !== EMPTY; i = (i + 1) & this.#mask) {
+      const slot = this.#slots[i] as number;
+      const chunk = this.#chunkOf(slot);
+      const pos = this.#posOf(slot);
+      if (chunk.resident || chunk.hashAt(pos) !== hash || chunk.printAt(pos) !== print) continue;
+      names.push(this.#names[slot >>> this.#posBits] as string);
+    }
+    return names;
   }
 
-  /** Forgets every entry whose `expiresAt` is at or before `now`; returns how many live ones it forgot. */
+  /** Forgets every entry whose `expiresAt` is at or before `now`; returns how many it forgot. */
   expire(now: number): number {
     let forgotten = 0;
     for (;;) {
@@ -132,6 +176,7 @@ export class SealedDedup {
       } else {
         this.#cursor.delete(top.no);
         this.#chunks[top.no] = undefined;
+        this.#names[top.no] = undefined;
         this.#free.push(top.no);
         this.#live -= 1;
       }
@@ -143,80 +188,80 @@ export class SealedDedup {
     return this.#due.peek()?.at;
   }
 
-  /** Every live entry, in no particular order. O(table). */
+  /**
+   * Every indexed entry, in no particular order (a replaced one too, until
+   * it expires). O(table). Throws {@link DedupIdsPagedOut} when a chunk's
+   * ids are not in memory.
+   */
   *values(): IterableIterator<DedupEntry> {
     for (let i = 0; i <= this.#mask; i++) {
-      const no = this.#chunk[i] as number;
-      if (no !== EMPTY) yield (this.#chunks[no] as DedupChunk).entryAt(this.#pos[i] as number);
+      const slot = this.#slots[i] as number;
+      if (slot !== EMPTY) yield this.#chunkOf(slot).entryAt(this.#posOf(slot));
     }
   }
 
-  /** The slot holding `dedupId`, or EMPTY. */
-  #find(dedupId: string): number {
-    const hash = dedupHash(dedupId);
-    const uuid = isUuid(dedupId);
-    const mask = this.#mask;
-    for (let i = hash & mask; ; i = (i + 1) & mask) {
-      const no = this.#chunk[i] as number;
-      if (no === EMPTY) return EMPTY;
-      if ((this.#chunks[no] as DedupChunk).hasDedupId(this.#pos[i] as number, dedupId, uuid)) return i;
-    }
+  #chunkOf(slot: number): DedupChunk {
+    return this.#chunks[slot >>> this.#posBits] as DedupChunk;
   }
 
-  /** The slot indexing entry `pos` of chunk `no`, or EMPTY (replaced or forgotten). */
+  #posOf(slot: number): number {
+    return slot & ((1 << this.#posBits) - 1);
+  }
+
+  /** The table index holding entry `pos` of chunk `no`, or EMPTY (forgotten). */
   #slotOf(chunk: DedupChunk, no: number, pos: number): number {
-    const mask = this.#mask;
-    for (let i = chunk.hashAt(pos) & mask; ; i = (i + 1) & mask) {
-      const at = this.#chunk[i] as number;
+    const want = (no << this.#posBits) | pos;
+    for (let i = chunk.hashAt(pos) & this.#mask; ; i = (i + 1) & this.#mask) {
+      const at = this.#slots[i] as number;
       if (at === EMPTY) return EMPTY;
-      if (at === no && this.#pos[i] === pos) return i;
+      if (at === want) return i;
     }
   }
 
-  /** Empties slot `i`, shifting back the entries of its probe run that may move (no tombstones). */
-  #remove(slot: number): void {
+  /** Empties table index `index`, shifting back the entries of its probe run that may move (no tombstones). */
+  #remove(index: number): void {
     const mask = this.#mask;
-    let i = slot;
-    for (let j = (i + 1) & mask; this.#chunk[j] !== EMPTY; j = (j + 1) & mask) {
-      const home = this.#hashOf(j) & mask;
+    let i = index;
+    for (let j = (i + 1) & mask; this.#slots[j] !== EMPTY; j = (j + 1) & mask) {
+      const slot = this.#slots[j] as number;
+      const home = this.#chunkOf(slot).hashAt(this.#posOf(slot)) & mask;
       // The entry at j stays when its home lies cyclically in (i, j].
       const stays = i <= j ? i < home && home <= j : i < home || home <= j;
       if (stays) continue;
-      this.#chunk[i] = this.#chunk[j] as number;
-      this.#pos[i] = this.#pos[j] as number;
+      this.#slots[i] = slot;
       i = j;
     }
-    this.#chunk[i] = EMPTY;
+    this.#slots[i] = EMPTY;
     this.#size -= 1;
   }
 
-  /** The hash of the entry in (non-empty) slot `i`, from its chunk. */
-  #hashOf(i: number): number {
-    return (this.#chunks[this.#chunk[i] as number] as DedupChunk).hashAt(this.#pos[i] as number);
-  }
-
-  #resize(capacity: number): void {
-    const [chunks, positions] = [this.#chunk, this.#pos];
+  /** Rebuilds the table with `capacity` slots and `posBits` bits of position a slot. */
+  #resize(capacity: number, posBits: number): void {
+    if (this.#chunks.length > 2 ** (31 - posBits))
+      throw new Error(`too many dedup chunks (${this.#chunks.length}) for ${posBits}-bit positions`);
+    const old = this.#slots;
+    const oldBits = this.#posBits;
+    const oldMask = (1 << oldBits) - 1;
     this.#mask = capacity - 1;
-    this.#chunk = new Int32Array(capacity).fill(EMPTY);
-    this.#pos = new Int32Array(capacity);
-    // Entry by entry, one chunk at a time (one map lookup a chunk, not a slot).
-    let no = EMPTY;
-    let chunk: DedupChunk | undefined;
-    for (let s = 0; s < chunks.length; s++) {
-      const at = chunks[s] as number;
-      if (at === EMPTY) continue;
-      if (at !== no) {
-        no = at;
-        chunk = this.#chunks[at] as DedupChunk;
-      }
-      const pos = positions[s] as number;
-      let i = (chunk as DedupChunk).hashAt(pos) & this.#mask;
-      while (this.#chunk[i] !== EMPTY) i = (i + 1) & this.#mask;
-      this.#chunk[i] = at;
-      this.#pos[i] = pos;
+    this.#posBits = posBits;
+    this.#slots = new Int32Array(capacity).fill(EMPTY);
+    for (let s = 0; s < old.length; s++) {
+      const slot = old[s] as number;
+      if (slot === EMPTY) continue;
+      const no = slot >>> oldBits;
+      const pos = slot & oldMask;
+      let i = (this.#chunks[no] as DedupChunk).hashAt(pos) & this.#mask;
+      while (this.#slots[i] !== EMPTY) i = (i + 1) & this.#mask;
+      this.#slots[i] = (no << posBits) | pos;
     }
   }
+}
+
+/** Bits that hold positions 0..length-1 (at least {@link MIN_POS_BITS}). */
+function bitsFor(length: number): number {
+  let bits = MIN_POS_BITS;
+  while (2 ** bits < length) bits += 1;
+  return bits;
 }
 
 /** Every remembered dedup id: the head's own entries, then the sealed ones (`state.dedup`). */
@@ -231,14 +276,33 @@ export class RememberedDedup {
     return this.recent.get(dedupId) ?? this.sealed.get(dedupId);
   }
 
-  /** Remembered ids. */
+  /**
+   * The dedup segments whose ids a {@link get} of `dedupId` needs and are
+   * not in memory (see `SealedDedup.pagedOut`); none when the head holds it.
+   */
+  pagedOut(dedupId: string): string[] {
+    return this.recent.has(dedupId) ? [] : this.sealed.pagedOut(dedupId);
+  }
+
+  /** Remembered ids (a sealed entry replaced but not yet expired counts until it is). */
   get size(): number {
     return this.recent.size + this.sealed.size;
   }
 
-  /** Every remembered entry: the head's, ascending offsets, then the sealed ones in no particular order. */
+  /**
+   * Every remembered entry, each id once: the head's, ascending offsets,
+   * then the sealed ones in no particular order. O(ids), and a map of the
+   * sealed ones (a v1 encode, a test). Throws `DedupIdsPagedOut` when a
+   * chunk's ids are not in memory.
+   */
   *values(): IterableIterator<DedupEntry> {
     yield* this.recent.values();
-    yield* this.sealed.values();
+    const newest = new Map<string, DedupEntry>();
+    for (const e of this.sealed.values()) {
+      if (this.recent.has(e.dedupId)) continue;
+      const other = newest.get(e.dedupId);
+      if (other === undefined || other.offset < e.offset) newest.set(e.dedupId, e);
+    }
+    yield* newest.values();
   }
 }

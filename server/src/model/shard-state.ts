@@ -490,7 +490,7 @@ export class ShardState implements ShardData {
       )
         fail(`dedup segment ${ref.name} does not hold what the head says`);
       addDedupSegment(state, seg);
-      putSealedDedup(state, seg, fail);
+      putSealedDedup(state, seg);
     }
     // v1 listed dedup ids by expiry; the v2 head lists them by offset.
     const headDedup = doc.version === 1 ? [...doc.dedup].sort((a, b) => a.offset - b.offset) : doc.dedup;
