@@ -283,6 +283,75 @@ describe("shard format v2: dedup ids in dedup segments", () => {
     await a.stop({ release: false });
   });
 
+  it("keeps the ids a lookup uses; reads back several segments of one batch, one failing alone", async () => {
+    class FlakyStore extends MemoryStore {
+      dedupReads = 0;
+      failing: string | undefined;
+      override async get(key: string, options?: CallOptions): Promise<StoredObject | undefined> {
+        if (key.endsWith(".dedup.json")) {
+          this.dedupReads += 1;
+          if (key === this.failing) throw new UnavailableError(key, "injected");
+        }
+        return super.get(key, options);
+      }
+    }
+    const store = new FlakyStore();
+    const clock = new ManualClock();
+    const a = leader(store, "a", clock, 2048, { residentDedupIdBytes: 5_000 });
+    await enqueue(a, 0, 300);
+    // the same id again and again while new segments are sealed: read back once, then kept as used
+    for (let round = 0; round < 10; round++) {
+      await expectDuplicate(a, 3, store);
+      await enqueue(a, 300 + round * 40, 40);
+    }
+    expect(store.dedupReads).toBe(1);
+    // duplicates from two paged-out segments in one batch, one of them unreadable
+    const { doc } = await head(store);
+    const segOf = (i: number) =>
+      doc.dedup_segments.find((seg: { first: number; last: number }) => seg.first <= i && i <= seg.last).name;
+    expect(segOf(100)).not.toBe(segOf(200));
+    store.failing = SEG + segOf(200);
+    const [first, second] = await Promise.all([
+      a.submit({ kind: "enqueue", messages: [{ id: "again-100", payload, dedupId: dedupOf(100) }] }),
+      errorOf(a.submit({ kind: "enqueue", messages: [{ id: "again-200", payload, dedupId: dedupOf(200) }] })),
+    ]);
+    expect(expectKind(first, "enqueue").results).toEqual([{ id: "msg-100", offset: 100, duplicate: true }]);
+    expect(isCasqError(second, "unavailable"), String(second)).toBe(true);
+    expect(a.currentMode).toBe("leading");
+    await a.stop({ release: true });
+  });
+
+  it("a deposed leader that meets a dedup segment its successor deleted is not refused with data_loss", async () => {
+    const store = new MemoryStore();
+    const early = new ManualClock();
+    const events: string[] = [];
+    const a = new ShardLeader({
+      store,
+      queue: "jobs",
+      shard: 0,
+      identity: { id: "broker-a", address: "a:50051" },
+      clock: early,
+      random: seededRandom(1),
+      options: { tailBytes: 2048, residentDedupIdBytes: 0 },
+      observer: { onLeadership: (e) => events.push(e.event) },
+    });
+    await enqueue(a, 0, 300);
+    // b's clock is a window ahead: it takes over (a's lease passed) and retires every dedup segment
+    const late = new ManualClock({ startMs: early.now() + WINDOW + 60_000 });
+    const b = leader(store, "b", late, 2048);
+    await b.submit({ kind: "enqueue", messages: [{ id: "x", payload }] });
+    await b.stop({ release: false }); // waits for its deletions; its lease stands
+    expect(await dedupKeys(store)).toEqual([]);
+    // a still takes itself for the leader, its ids paged out: a resend reads a deleted segment
+    const error = await errorOf(
+      a.submit({ kind: "enqueue", messages: [{ id: "retry-3", payload, dedupId: dedupOf(3) }] }),
+    );
+    expect(isCasqError(error, "data_loss"), String(error)).toBe(false);
+    expect(isCasqError(error, "unavailable"), String(error)).toBe(true); // retried, it finds the new leader
+    expect(events).not.toContain("refused");
+    await a.stop({ release: false });
+  });
+
   it("refuses the shard with data_loss when a live dedup segment is missing", async () => {
     const store = new MemoryStore();
     const clock = new ManualClock();

@@ -261,6 +261,7 @@ export class ShardHeadStore {
       params.queue,
       params.shard,
       params.options.residentDedupIdBytes,
+      async () => (await this.store.get(this.key))?.etag !== this.etag,
     );
   }
 
@@ -985,7 +986,7 @@ export class ShardHeadStore {
    * yet. It is taken only when every entry it holds is still one of the
    * head's own, unchanged (an entry that expired or was replaced since, or
    * the head reloaded after a lost race, would make it remember an id the
-   * shard forgot: a reader refuses a dedup id stored twice). Otherwise, or
+   * shard forgot). Otherwise, or
    * when its write failed or another epoch wrote it, it is deleted: no head
    * references it, and the ids stay in the head to be sealed again.
    */

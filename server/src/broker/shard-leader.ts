@@ -831,8 +831,8 @@ export class ShardLeader {
   private async pageInFor(batch: readonly BatchItem[], state: ShardState, now: number): Promise<void> {
     const ops: Operation[] = [];
     for (const item of batch) if (item.kind === "op") ops.push(effectiveOp(item) ?? item.op);
-    await this.pageInDedupIds(ops, state);
-    if (state.segments.size === 0) return;
+    await this.pageInDedupIds(ops, state, now);
+    if (state.segments.size === 0 || this.head.state !== state) return; // refused meanwhile: the commit reloads
     try {
       if (state.coldSegments.length > 0) await this.warmFor(ops, state, now);
       this.warmFailures = 0;
@@ -849,21 +849,18 @@ export class ShardLeader {
   }
 
   /**
-   * Before a batch applies: pages out the sealed dedup ids beyond the
-   * budget, then reads back those the batch's enqueues will look up
+   * Before a batch applies: reads back the sealed dedup ids the batch's
+   * enqueues will look up and pages out others beyond the budget
    * (`dedup-id-pager.ts`). A failed read is left to the enqueues that need
    * it (`unavailable`); a lost segment refuses the shard.
    */
-  private async pageInDedupIds(ops: readonly Operation[], state: ShardState): Promise<void> {
-    const pager = this.head.dedupIds;
-    pager.trim();
-    if (state.sealedDedup.size === 0) return;
+  private async pageInDedupIds(ops: readonly Operation[], state: ShardState, now: number): Promise<void> {
     const dedupIds: string[] = [];
-    for (const op of ops)
-      if (op.kind === "enqueue")
-        for (const msg of op.messages) if (typeof msg?.dedupId === "string") dedupIds.push(msg.dedupId);
-    if (dedupIds.length === 0) return;
-    await pager.pageInFor(state, dedupIds).catch((error) => this.head.refuseIfLost(error));
+    if (state.sealedDedup.size > 0)
+      for (const op of ops)
+        if (op.kind === "enqueue")
+          for (const msg of op.messages) if (typeof msg?.dedupId === "string") dedupIds.push(msg.dedupId);
+    await this.head.dedupIds.pageInFor(state, dedupIds, now).catch((error) => this.head.refuseIfLost(error));
   }
 
   /** Warms the cold segments `ops` need (see {@link pageInFor}). */

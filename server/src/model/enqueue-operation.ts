@@ -65,7 +65,7 @@ export function applyEnqueue(state: ShardState, op: EnqueueOperation, now: numbe
     const i = op.requestIndexes?.[at] ?? at;
     const msg = normalizeNewMessage(input, offset, config, now, i);
     if (msg.dedupId !== undefined && config.dedupWindowMs > 0) {
-      const known = rememberedDedup(state, msg.dedupId);
+      const known = rememberedDedup(state, msg.dedupId, now);
       const original =
         known !== undefined && known.expiresAt > now
           ? { id: known.id, offset: known.offset, duplicate: true }
@@ -136,9 +136,9 @@ export function applyEnqueue(state: ShardState, op: EnqueueOperation, now: numbe
  * stored) when the ids of a dedup segment it may be in are not in memory,
  * which means the broker could not read them back before this batch.
  */
-function rememberedDedup(state: ShardState, dedupId: string): DedupEntry | undefined {
+function rememberedDedup(state: ShardState, dedupId: string, now: number): DedupEntry | undefined {
   try {
-    return state.dedup.get(dedupId);
+    return state.dedup.get(dedupId, now);
   } catch (error) {
     if (!(error instanceof DedupIdsPagedOut)) throw error;
     throw new CasqError(

@@ -122,8 +122,10 @@ describe("SealedDedup", () => {
     index.put(twin, 0);
     expect(index.get(COLLIDING[1])).toBeUndefined();
     // one it holds: the ids are needed
-    expect(index.pagedOut("id-7")).toEqual(["seg-a"]);
-    expect(index.pagedOut("id-7000")).toEqual([]);
+    expect(index.candidates("id-7", 0)).toEqual([{ chunk, name: "seg-a" }]);
+    expect(index.candidates("id-7", 100)).toEqual([]); // expired: no duplicate, no read
+    expect(index.get("id-7", 100)).toBeUndefined();
+    expect(index.candidates("id-7000", 0)).toEqual([]);
     expect(() => index.get("id-7")).toThrow(DedupIdsPagedOut);
     // restored from the same entries read again: answered; from other entries: refused
     expect(chunk.restoreIds(DedupChunk.from(entries.slice(1)))).toBe(false);
@@ -133,7 +135,7 @@ describe("SealedDedup", () => {
     expect(chunk.resident).toBe(false);
     expect(chunk.restoreIds(DedupChunk.from(entries))).toBe(true);
     expect(chunk.idBytes).toBe(idBytes);
-    expect(index.pagedOut("id-7")).toEqual([]);
+    expect(index.candidates("id-7", 0)).toEqual([{ chunk, name: "seg-a" }]);
     expect(index.get("id-7")).toEqual(entries[7]);
   });
 
@@ -197,13 +199,17 @@ describe("SealedDedup", () => {
         }
         expect(index.size).toBe(all.length);
         for (const d of ids) {
-          for (const name of index.pagedOut(d)) {
-            const back = paged.get(name) as DedupEntry[];
-            expect(chunks.get(name)?.restoreIds(DedupChunk.from(back))).toBe(true);
+          for (const { chunk, name } of index.candidates(d, now)) {
+            if (chunk.resident) continue;
+            expect(chunk.restoreIds(DedupChunk.from(paged.get(name) as DedupEntry[]))).toBe(true);
           }
-          expect(index.pagedOut(d)).toEqual([]);
+          expect(index.candidates(d, now).every((c) => c.chunk.resident)).toBe(true);
         }
-        const wrong = ids.filter((d) => JSON.stringify(index.get(d)) !== JSON.stringify(model.get(d)));
+        const live = (d: string) => {
+          const e = model.get(d);
+          return e !== undefined && e.expiresAt > now ? e : undefined;
+        };
+        const wrong = ids.filter((d) => JSON.stringify(index.get(d, now)) !== JSON.stringify(live(d)));
         expect(wrong).toEqual([]);
       }
       for (const [name, back] of paged) chunks.get(name)?.restoreIds(DedupChunk.from(back));

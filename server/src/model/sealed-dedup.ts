@@ -18,7 +18,8 @@
  * (`DedupChunk.dropIds`), and a lookup that meets an entry of such a chunk
  * whose hashes match throws {@link DedupIdsPagedOut}; the broker reads
  * back, before a batch applies, the chunks its lookups will need
- * ({@link SealedDedup.pagedOut}).
+ * ({@link SealedDedup.candidates}). An expired entry is never a
+ * candidate: it cannot make an enqueue a duplicate.
  *
  * Expiry: a chunk's entries are forgotten in expiry order
  * ((expiresAt, dedup id), `DedupChunk.byExpiry`); one heap entry per chunk
@@ -85,14 +86,17 @@ export class SealedDedup {
    */
   addChunk(chunk: DedupChunk, name: string): number {
     if (chunk.length === 0) return EMPTY;
-    const no = this.#free.pop() ?? this.#chunks.length;
+    const posBits = Math.max(this.#posBits, bitsFor(chunk.length));
+    const no = this.#free.at(-1) ?? this.#chunks.length;
+    if (no >= 2 ** (31 - posBits))
+      throw new Error(`too many dedup chunks (${no + 1}) for ${posBits}-bit positions`);
+    this.#free.pop();
     this.#chunks[no] = chunk;
     this.#names[no] = name;
     this.#live += 1;
     this.#cursor.set(no, 0);
     this.#due.push({ at: chunk.expiresAtAt(chunk.byExpiry(0)), no });
-    const posBits = Math.max(this.#posBits, bitsFor(chunk.length));
-    if (posBits !== this.#posBits || no >= 2 ** (31 - posBits)) this.#resize(this.#mask + 1, posBits);
+    if (posBits !== this.#posBits) this.#resize(this.#mask + 1, posBits);
     return no;
   }
 
@@ -110,23 +114,15 @@ export class SealedDedup {
 
   /**
    * The live sealed entry of `dedupId` (the one with the highest offset), if
-   * any. Throws {@link DedupIdsPagedOut} when an entry that may be it is in
-   * a chunk whose ids are not in memory (see {@link pagedOut}).
+   * any; with `now`, only an entry that has not expired by then. Throws
+   * {@link DedupIdsPagedOut} when an entry that may be it is in a chunk
+   * whose ids are not in memory (see {@link candidates}).
    */
-  get(dedupId: string): DedupEntry | undefined {
-    const hash = dedupHash(dedupId);
-    const print = dedupPrint(dedupId);
+  get(dedupId: string, now = Number.NEGATIVE_INFINITY): DedupEntry | undefined {
     const uuid = isUuid(dedupId);
     let best: { chunk: DedupChunk; pos: number } | undefined;
-    for (let i = hash & this.#mask; this.#slots[i] !== EMPTY; i = (i + 1) & this.#mask) {
-      const slot = this.#slots[i] as number;
-      const chunk = this.#chunkOf(slot);
-      const pos = this.#posOf(slot);
-      if (chunk.hashAt(pos) !== hash || chunk.printAt(pos) !== print) continue;
-      if (!chunk.resident)
-        throw new DedupIdsPagedOut(
-          `the ids of dedup segment ${this.#names[slot >>> this.#posBits]} are not in memory`,
-        );
+    for (const { chunk, pos, name } of this.#matches(dedupId, now)) {
+      if (!chunk.resident) throw new DedupIdsPagedOut(`the ids of dedup segment ${name} are not in memory`);
       if (!chunk.hasDedupId(pos, dedupId, uuid)) continue;
       if (best === undefined || chunk.offsetAt(pos) > best.chunk.offsetAt(best.pos)) best = { chunk, pos };
     }
@@ -134,22 +130,32 @@ export class SealedDedup {
   }
 
   /**
-   * The names of the dedup segments whose ids {@link get} would need for
-   * `dedupId` and that are not in memory (almost always none: only an entry
-   * whose two hashes match the id's).
+   * The chunks (and their dedup segments' names) whose ids {@link get}
+   * would compare with `dedupId` at `now`: those holding an unexpired entry
+   * whose two hashes match it (almost always none for a new id).
    */
-  pagedOut(dedupId: string): string[] {
+  candidates(dedupId: string, now: number): { readonly chunk: DedupChunk; readonly name: string }[] {
+    const out: { chunk: DedupChunk; name: string }[] = [];
+    for (const { chunk, name } of this.#matches(dedupId, now))
+      if (!out.some((c) => c.chunk === chunk)) out.push({ chunk, name });
+    return out;
+  }
+
+  /** The entries of `dedupId`'s probe run whose two hashes match it and that have not expired by `now`. */
+  *#matches(
+    dedupId: string,
+    now: number,
+  ): IterableIterator<{ chunk: DedupChunk; pos: number; name: string }> {
     const hash = dedupHash(dedupId);
     const print = dedupPrint(dedupId);
-    const names: string[] = [];
     for (let i = hash & this.#mask; this.#slots[i] !== EMPTY; i = (i + 1) & this.#mask) {
       const slot = this.#slots[i] as number;
       const chunk = this.#chunkOf(slot);
       const pos = this.#posOf(slot);
-      if (chunk.resident || chunk.hashAt(pos) !== hash || chunk.printAt(pos) !== print) continue;
-      names.push(this.#names[slot >>> this.#posBits] as string);
+      if (chunk.hashAt(pos) !== hash || chunk.printAt(pos) !== print || chunk.expiresAtAt(pos) <= now)
+        continue;
+      yield { chunk, pos, name: this.#names[slot >>> this.#posBits] as string };
     }
-    return names;
   }
 
   /** Forgets every entry whose `expiresAt` is at or before `now`; returns how many it forgot. */
@@ -237,8 +243,6 @@ export class SealedDedup {
 
   /** Rebuilds the table with `capacity` slots and `posBits` bits of position a slot. */
   #resize(capacity: number, posBits: number): void {
-    if (this.#chunks.length > 2 ** (31 - posBits))
-      throw new Error(`too many dedup chunks (${this.#chunks.length}) for ${posBits}-bit positions`);
     const old = this.#slots;
     const oldBits = this.#posBits;
     const oldMask = (1 << oldBits) - 1;
@@ -271,17 +275,18 @@ export class RememberedDedup {
     private readonly sealed: SealedDedup,
   ) {}
 
-  /** The live entry of `dedupId` (possibly expired but not yet forgotten), wherever it is stored. */
-  get(dedupId: string): DedupEntry | undefined {
-    return this.recent.get(dedupId) ?? this.sealed.get(dedupId);
+  /**
+   * The live entry of `dedupId`, wherever it is stored: the head's (possibly
+   * expired but not yet forgotten), else the newest sealed one that has not
+   * expired by `now`. Throws `DedupIdsPagedOut` as `SealedDedup.get`.
+   */
+  get(dedupId: string, now?: number): DedupEntry | undefined {
+    return this.recent.get(dedupId) ?? this.sealed.get(dedupId, now);
   }
 
-  /**
-   * The dedup segments whose ids a {@link get} of `dedupId` needs and are
-   * not in memory (see `SealedDedup.pagedOut`); none when the head holds it.
-   */
-  pagedOut(dedupId: string): string[] {
-    return this.recent.has(dedupId) ? [] : this.sealed.pagedOut(dedupId);
+  /** The sealed chunks a {@link get} of `dedupId` at `now` compares ids with (see `SealedDedup.candidates`); none when the head holds it. */
+  candidates(dedupId: string, now: number): { readonly chunk: DedupChunk; readonly name: string }[] {
+    return this.recent.has(dedupId) ? [] : this.sealed.candidates(dedupId, now);
   }
 
   /** Remembered ids (a sealed entry replaced but not yet expired counts until it is). */

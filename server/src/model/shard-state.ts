@@ -567,7 +567,7 @@ export class ShardState implements ShardData {
     return out;
   }
 
-  /** The entries of every loaded dedup segment the head indexes, by name (shared, immutable). */
+  /** The entries of every loaded dedup segment the head indexes, by name (shared; immutable but for their ids, which are paged). */
   dedupSegmentEntries(): Map<string, DedupChunk> {
     const out = new Map<string, DedupChunk>();
     for (const seg of this.dedupSegments.values()) if (seg.chunk !== undefined) out.set(seg.name, seg.chunk);

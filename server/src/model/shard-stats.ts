@@ -63,7 +63,7 @@ export interface ShardStats {
   readonly delayed: number;
   readonly inFlight: number;
   readonly dead: number;
-  /** Dedup ids remembered. */
+  /** Dedup ids remembered (an id enqueued again after its entry expired counts twice until the old entry is dropped). */
   readonly dedupIds: number;
   readonly approxBytes: number;
   readonly maxDocumentBytes: number;
