@@ -88,7 +88,7 @@ export class SealedDedup {
     if (chunk.length === 0) return EMPTY;
     const posBits = Math.max(this.#posBits, bitsFor(chunk.length));
     const no = this.#free.at(-1) ?? this.#chunks.length;
-    if (no >= 2 ** (31 - posBits))
+    if (no >= 1 << (31 - posBits))
       throw new Error(`too many dedup chunks (${no + 1}) for ${posBits}-bit positions`);
     this.#free.pop();
     this.#chunks[no] = chunk;
@@ -264,7 +264,7 @@ export class SealedDedup {
 /** Bits that hold positions 0..length-1 (at least {@link MIN_POS_BITS}). */
 function bitsFor(length: number): number {
   let bits = MIN_POS_BITS;
-  while (2 ** bits < length) bits += 1;
+  while (1 << bits < length && bits < 30) bits += 1;
   return bits;
 }
 
