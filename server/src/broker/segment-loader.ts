@@ -54,6 +54,8 @@ export type KeepMessages = (
 export interface DedupSegmentCache {
   readonly cache: Map<string, DedupChunk>;
   readonly now: number;
+  /** Called with each chunk as it is read (the leader pages its ids out at once, beyond its budget). */
+  readonly loaded?: (chunk: DedupChunk) => void;
 }
 
 /**
@@ -124,12 +126,11 @@ export async function loadSegments(
           ref.name,
           keep(ref.name, parseSegmentDocument(body, { ...expect, ref: w.ref }), body.byteLength),
         );
-      else if (w.kind === "dedup")
-        dedup?.cache.set(
-          ref.name,
-          DedupChunk.from(parseDedupSegmentDocument(body, { ...expect, ref: w.ref })),
-        );
-      else
+      else if (w.kind === "dedup") {
+        const chunk = DedupChunk.from(parseDedupSegmentDocument(body, { ...expect, ref: w.ref }));
+        dedup?.cache.set(ref.name, chunk);
+        dedup?.loaded?.(chunk);
+      } else
         dead?.set(
           ref.name,
           parseDeadLetterSegmentDocument(body, { ...expect, subscription: w.subscription, ref: w.ref }),

@@ -96,7 +96,17 @@ async function expectDuplicate(shard: ShardLeader, i: number, store: MemoryStore
 
 describe("shard format v2: dedup ids in dedup segments", () => {
   it("keeps the head under 1 MiB with a dedup id on each of 200k messages enqueued within the window", async () => {
-    const store = new MemoryStore();
+    /** The most bytes of sealed dedup ids `watched` held in memory when a dedup segment was read. */
+    let watched: ShardLeader | undefined;
+    let mostResident = 0;
+    class WatchingStore extends MemoryStore {
+      override async get(key: string, options?: CallOptions): Promise<StoredObject | undefined> {
+        if (watched !== undefined && key.endsWith(".dedup.json"))
+          mostResident = Math.max(mostResident, watched.dedupIdStats.residentBytes);
+        return super.get(key, options);
+      }
+    }
+    const store = new WatchingStore();
     const clock = new ManualClock();
     const a = leader(store, "a", clock);
     let largest = 0;
@@ -115,11 +125,17 @@ describe("shard format v2: dedup ids in dedup segments", () => {
     await expectDuplicate(a, 0, store);
     await expectDuplicate(a, 123_457, store);
     await a.stop({ release: true });
-    // a takeover reads the dedup segments and still refuses every old id
+    // a takeover reads the dedup segments and still refuses every old id, never holding more
+    // than its budget of ids (2 MiB; the 200k ids are ~11 MB) and the segment it is reading
     const b = leader(store, "b", clock);
+    watched = b;
+    await b.submit({ kind: "enqueue", messages: [{ id: "new-0", payload, dedupId: "new-0" }] }); // the load only
+    watched = undefined;
+    expect(mostResident).toBeGreaterThan(MIB); // ids paged out while the segments were read ...
+    expect(mostResident).toBeLessThan(2 * MIB + 256 * 1024); // ... at the budget
     await expectDuplicate(b, 1, store);
     await expectDuplicate(b, 199_999, store);
-    expect(await b.read((s) => s.dedup.size)).toBe(200_000);
+    expect(await b.read((s) => s.dedup.size)).toBe(200_001);
     await b.stop({ release: true });
   }, 60_000);
 

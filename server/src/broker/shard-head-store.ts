@@ -581,7 +581,16 @@ export class ShardHeadStore {
       const place = { queue: this.queue, shard: this.shard };
       checkDocumentPlace(doc, place); // before its segments: a misplaced head names another shard's
       const now = this.now();
-      const dedup = { cache: this.dedupSegments, now };
+      // Each dedup segment read pages out the ids beyond the budget at once: a takeover of a
+      // shard with a busy window never holds all its ids.
+      const dedup = {
+        cache: this.dedupSegments,
+        now,
+        loaded: (chunk: DedupChunk) => {
+          this.dedupIds.admit(chunk);
+          this.dedupIds.trim();
+        },
+      };
       const loaded = await loadSegments(
         this.store,
         this.key,
