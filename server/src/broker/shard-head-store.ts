@@ -614,8 +614,6 @@ export class ShardHeadStore {
       this.committed.bodies = this.pager.lookup;
       this.checkEverySegment = false;
       this.pruneSegments(doc);
-      for (const chunk of this.dedupSegments.values()) this.dedupIds.admit(chunk);
-      this.dedupIds.trim();
     } catch (error) {
       if (isCasqError(error, "unavailable")) {
         this.committed = undefined;
@@ -995,9 +993,9 @@ export class ShardHeadStore {
    * yet. It is taken only when every entry it holds is still one of the
    * head's own, unchanged (an entry that expired or was replaced since, or
    * the head reloaded after a lost race, would make it remember an id the
-   * shard forgot). Otherwise, or
-   * when its write failed or another epoch wrote it, it is deleted: no head
-   * references it, and the ids stay in the head to be sealed again.
+   * shard forgot). Otherwise, or when its write failed or another epoch
+   * wrote it, it is deleted: no head references it, and the ids stay in the
+   * head to be sealed again.
    */
   private takePreparedDedup(working: ShardState, epoch: number): string | undefined {
     const prepared = this.preparedDedup;

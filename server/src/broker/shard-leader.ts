@@ -820,7 +820,8 @@ export class ShardLeader {
   }
 
   /**
-   * Before a batch applies: warms the cold segments it needs (those at the
+   * Before a batch applies: reads back the sealed dedup ids its enqueues
+   * look up ({@link pageInDedupIds}), warms the cold segments it needs (those at the
    * front of a claim order; every one for a purge or a subscription's
    * deletion; those a redrive's dead letters came from), then pages in (and
    * pins) the bodies its nacks and the lease expiries due by then may
