@@ -120,10 +120,13 @@ describe("file store put threads", () => {
     const first = new AbortController();
     const second = new AbortController();
     // The thread is ready and idle: the first put is sent at once, the second waits behind it.
-    const running = threads.run(request("first", { ifAbsent: true }), bytes("x"), first.signal);
+    // The first is large (its temp file takes the thread many milliseconds to write and fsync),
+    // so the abort below lands before the thread's first check even on a loaded machine.
+    const large = new Uint8Array(32 * 1024 * 1024).fill(120);
+    const running = threads.run(request("first", { ifAbsent: true }), large, first.signal);
     const queued = threads.run(request("second", { ifAbsent: true }), bytes("x"), second.signal);
     second.abort();
-    first.abort(); // before the thread even reads the put: it stops at its first check
+    first.abort(); // while the thread writes the temp file: it stops at its first check
     expect(await queued).toEqual({ kind: "aborted" });
     expect(await running).toEqual({ kind: "aborted" });
     expect(existsSync(path.join(root, "first"))).toBe(false);
