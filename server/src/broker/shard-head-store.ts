@@ -254,16 +254,20 @@ export class ShardHeadStore {
       queue: params.queue,
       shard: params.shard,
       cache: params.bodyCache ?? new SegmentBodyCache(),
-      headMoved: async () => (await this.store.get(this.key))?.etag !== this.etag,
+      headMoved: this.headMoved,
     });
     this.dedupIds = new DedupIdPager(
       params.store,
       params.queue,
       params.shard,
       params.options.residentDedupIdBytes,
-      async () => (await this.store.get(this.key))?.etag !== this.etag,
+      this.headMoved,
     );
   }
+
+  /** True when the head in the store is no longer the one last loaded or written (a pager's missing segment may be stale). */
+  private readonly headMoved = async (): Promise<boolean> =>
+    (await this.store.get(this.key))?.etag !== this.etag;
 
   /** Current mode. */
   get mode(): HeadMode {

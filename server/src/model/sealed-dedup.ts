@@ -119,10 +119,15 @@ export class SealedDedup {
    * whose ids are not in memory (see {@link candidates}).
    */
   get(dedupId: string, now = Number.NEGATIVE_INFINITY): DedupEntry | undefined {
+    const slots = this.#matchingSlots(dedupId, now);
+    if (slots === undefined) return undefined; // the common case: a new id, nothing allocated
     const uuid = isUuid(dedupId);
     let best: { chunk: DedupChunk; pos: number } | undefined;
-    for (const { chunk, pos, name } of this.#matches(dedupId, now)) {
-      if (!chunk.resident) throw new DedupIdsPagedOut(`the ids of dedup segment ${name} are not in memory`);
+    for (const slot of slots) {
+      const chunk = this.#chunkOf(slot);
+      const pos = this.#posOf(slot);
+      if (!chunk.resident)
+        throw new DedupIdsPagedOut(`the ids of dedup segment ${this.#nameOf(slot)} are not in memory`);
       if (!chunk.hasDedupId(pos, dedupId, uuid)) continue;
       if (best === undefined || chunk.offsetAt(pos) > best.chunk.offsetAt(best.pos)) best = { chunk, pos };
     }
@@ -136,26 +141,28 @@ export class SealedDedup {
    */
   candidates(dedupId: string, now: number): { readonly chunk: DedupChunk; readonly name: string }[] {
     const out: { chunk: DedupChunk; name: string }[] = [];
-    for (const { chunk, name } of this.#matches(dedupId, now))
-      if (!out.some((c) => c.chunk === chunk)) out.push({ chunk, name });
+    for (const slot of this.#matchingSlots(dedupId, now) ?? []) {
+      const chunk = this.#chunkOf(slot);
+      if (!out.some((c) => c.chunk === chunk)) out.push({ chunk, name: this.#nameOf(slot) });
+    }
     return out;
   }
 
-  /** The entries of `dedupId`'s probe run whose two hashes match it and that have not expired by `now`. */
-  *#matches(
-    dedupId: string,
-    now: number,
-  ): IterableIterator<{ chunk: DedupChunk; pos: number; name: string }> {
+  /** The slots of `dedupId`'s probe run whose two hashes match it and that have not expired by `now`; undefined: none. */
+  #matchingSlots(dedupId: string, now: number): number[] | undefined {
     const hash = dedupHash(dedupId);
     const print = dedupPrint(dedupId);
+    let found: number[] | undefined;
     for (let i = hash & this.#mask; this.#slots[i] !== EMPTY; i = (i + 1) & this.#mask) {
       const slot = this.#slots[i] as number;
       const chunk = this.#chunkOf(slot);
       const pos = this.#posOf(slot);
       if (chunk.hashAt(pos) !== hash || chunk.printAt(pos) !== print || chunk.expiresAtAt(pos) <= now)
         continue;
-      yield { chunk, pos, name: this.#names[slot >>> this.#posBits] as string };
+      if (found === undefined) found = [slot];
+      else found.push(slot);
     }
+    return found;
   }
 
   /** Forgets every entry whose `expiresAt` is at or before `now`; returns how many it forgot. */
@@ -208,6 +215,10 @@ export class SealedDedup {
 
   #chunkOf(slot: number): DedupChunk {
     return this.#chunks[slot >>> this.#posBits] as DedupChunk;
+  }
+
+  #nameOf(slot: number): string {
+    return this.#names[slot >>> this.#posBits] as string;
   }
 
   #posOf(slot: number): number {
