@@ -48,8 +48,10 @@
  * the machines we measure, and a turn of a loop that is busy answering
  * calls). So a put of up to 4 MiB runs on one of the process's put threads
  * (file-store/put-threads.ts): the whole sequence as synchronous calls
- * (file-store/sync-put.ts), one message there and one back. It takes the
- * cross-process lock only if it is free; a lock held by another process, a
+ * (file-store/sync-put.ts), one message there and one back; the thread
+ * answers once the rename is durable and releases the key's lock after
+ * that. It takes the cross-process lock only if it is free (or, briefly,
+ * once a sibling thread releases it); a lock held by another process, a
  * bigger body, or a thread that cannot start send the put down the
  * asynchronous path below, which waits for live holders and breaks dead
  * ones. On that path the calls that only read (the condition check, the lock
@@ -74,7 +76,7 @@
  */
 import { randomBytes } from "node:crypto";
 import { accessSync, closeSync, constants, type Dirent } from "node:fs";
-import { type FileHandle, mkdir, open, readdir, rm } from "node:fs/promises";
+import { type FileHandle, mkdir, open, readdir } from "node:fs/promises";
 import path from "node:path";
 import {
   fsyncDir,
@@ -82,7 +84,6 @@ import {
   makeDirsSync,
   openFd,
   renamePath,
-  rmdirPath,
   unlinkPath,
   writeAll,
   writeAllSync,
@@ -98,7 +99,7 @@ import {
   readCurrent,
 } from "./file-store/object-file.ts";
 import { isAbandoned, newOwnerName, ORPHAN_MAX_AGE_MS } from "./file-store/owner-liveness.ts";
-import { type PutThreads, putThreads } from "./file-store/put-threads.ts";
+import { type PutThreads, putThreads, removeLeftovers } from "./file-store/put-threads.ts";
 import type { SyncPutOutcome, SyncPutRequest } from "./file-store/sync-put.ts";
 import { validateKey, validatePrefix } from "./keys.ts";
 import type {
@@ -149,18 +150,6 @@ const THREAD_PUT_MAX_BYTES = IO_CHUNK;
 const PREFIX_NOT_OBJECT =
   "the key is a prefix of other keys; the file store cannot also store an object there";
 const DEFAULT_LOCK_STALE_MS = 10_000;
-
-/**
- * Removes, by their exact names, the temp file, staging directory and lock
- * marker (with the lock directory, if then empty) a put thread's `request`
- * may have left when it stopped mid-sequence. Never throws.
- */
-async function removeLeftovers(request: SyncPutRequest): Promise<void> {
-  await unlinkPath(request.temp).catch(() => {});
-  await rm(request.stagedDir, { recursive: true, force: true }).catch(() => {});
-  await unlinkPath(path.join(request.lockDir, request.marker)).catch(() => {});
-  await rmdirPath(request.lockDir).catch(() => {});
-}
 
 /** One put: its key and file, the new version's id, and the caller's arguments, deadline included. */
 interface PutCall {

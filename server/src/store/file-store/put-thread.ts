@@ -7,7 +7,9 @@
  * the body's bytes in a shared scratch buffer (a new buffer rides along when
  * it had to grow), and gets back a {@link PutThreadAnswer} with the same id.
  * The thread says {@link PutThreadReady} once it listens: a thread that fails
- * before that has run nothing. An abort is a job id written into the shared
+ * before that has run nothing. It answers a put as soon as its outcome is
+ * known and then releases the key's lock (see sync-put.ts), so a thread that
+ * died may have left the lock of the put it answered last. An abort is a job id written into the shared
  * control word, which the put reads before taking the lock and before its
  * commit point.
  */
@@ -51,17 +53,21 @@ function serve(data: PutThreadData): void {
   port.on("message", (job: PutThreadJob) => {
     if (job.scratch !== undefined) scratch = new Uint8Array(job.scratch);
     let answer: PutThreadAnswer;
+    let finish: (() => void) | undefined;
     try {
-      const outcome = syncPut(
+      const run = syncPut(
         job.request,
         scratch.subarray(0, job.length),
         () => Atomics.load(control, 0) === job.id,
       );
-      answer = { id: job.id, outcome };
+      answer = { id: job.id, outcome: run.outcome };
+      finish = run.finish;
     } catch (error) {
       answer = { id: job.id, error: error instanceof Error ? (error.stack ?? error.message) : String(error) };
     }
     port.postMessage(answer);
+    // The lock is released after the answer is on its way: the caller does not wait for it.
+    finish?.();
   });
   port.postMessage({ ready: true } satisfies PutThreadReady);
 }

@@ -11,6 +11,7 @@ import path from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { FILE_STORE_INTERNAL_DIR, FileStore } from "../file-store.ts";
 import { isStoreError } from "../store-errors.ts";
+import { fileStoreOwnerToken } from "./owner-liveness.ts";
 import { PutThreads, putThreads } from "./put-threads.ts";
 import type { SyncPutRequest } from "./sync-put.ts";
 
@@ -174,5 +175,56 @@ describe("file store put threads", () => {
       await store.close();
       await other.close();
     }
+  });
+
+  it("a thread that dies after answering, before it released the lock: the pool removes the lock", async () => {
+    // Commits and answers as the real thread does, then ends without releasing the key's lock.
+    const dying = new PutThreads({
+      maxThreads: 1,
+      script: `
+        const { parentPort } = require("node:worker_threads");
+        const fs = require("node:fs");
+        const path = require("node:path");
+        parentPort.on("message", ({ id, request, length }) => {
+          fs.mkdirSync(request.stagedDir);
+          fs.writeFileSync(path.join(request.stagedDir, request.marker), "{}");
+          fs.renameSync(request.stagedDir, request.lockDir);
+          fs.writeFileSync(request.file, request.header + "v1");
+          parentPort.postMessage({ id, outcome: { kind: "ok" } });
+          setTimeout(() => process.exit(1), 20);
+        });
+        parentPort.postMessage({ ready: true });`,
+    });
+    const dir = path.join(root, "store");
+    const store = new FileStore({ root: dir, putThreads: dying, lockTimeoutMs: 2_000 });
+    const other = new FileStore({ root: dir, lockTimeoutMs: 2_000 });
+    try {
+      const first = await store.put("queues/q/0.json", bytes("v1"), { ifAbsent: true });
+      const locks = path.join(dir, FILE_STORE_INTERNAL_DIR, "locks");
+      for (let waited = 0; (await readdir(locks)).length > 0 && waited < 10_000; waited += 20)
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      expect(await readdir(locks)).toEqual([]);
+      // Not blocked by the dead thread's lock of this (live) process.
+      await other.put("queues/q/0.json", bytes("v2"), { ifMatch: first.etag });
+      expect(new TextDecoder().decode((await other.get("queues/q/0.json"))?.body)).toBe("v2");
+    } finally {
+      await store.close();
+      await other.close();
+    }
+  });
+
+  it("a lock of this process is waited for briefly, then left to the store's own path", async () => {
+    const threads = new PutThreads({ maxThreads: 1 });
+    // Held by this process (as a sibling thread still releasing it would be), and never released.
+    await mkdir(path.join(root, "locks", "doc"));
+    await writeFile(path.join(root, "locks", "doc", `${fileStoreOwnerToken()}.0123456789abcdef`), "{}\n");
+    expect(await threads.run(request("doc", { ifAbsent: true }), bytes("x"))).toEqual({ kind: "lock-busy" });
+    // Released while the thread waits for it: the put takes it.
+    const held = threads.run(request("doc", { ifAbsent: true }), bytes("y"));
+    await rm(path.join(root, "locks", "doc"), { recursive: true });
+    const outcome = await held;
+    expect(["ok", "lock-busy"]).toContain(outcome?.kind);
+    expect(existsSync(path.join(root, "doc"))).toBe(outcome?.kind === "ok");
+    expect(await readdir(path.join(root, "staging"))).toEqual([]);
   });
 });

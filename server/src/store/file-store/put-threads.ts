@@ -26,6 +26,8 @@
  * In a checkout the module is TypeScript run through tsx, so the threads
  * load tsx too; an installed build's threads run plain JavaScript.
  */
+import { rm, rmdir } from "node:fs/promises";
+import path from "node:path";
 import { Worker } from "node:worker_threads";
 import type { PutThreadAnswer, PutThreadData, PutThreadJob, PutThreadReady } from "./put-thread.ts";
 import type { SyncPutOutcome, SyncPutRequest } from "./sync-put.ts";
@@ -58,6 +60,14 @@ class PutThread {
   readonly control: Int32Array;
   ready = false;
   current: QueuedPut | undefined;
+  /**
+   * The put this thread answered last: it releases that put's lock after
+   * answering, so until its next answer the lock may still be held (and a
+   * thread that dies meanwhile leaves it behind).
+   */
+  answered: SyncPutRequest | undefined;
+  /** When it answered last (performance.now()). */
+  answeredAt = Number.NEGATIVE_INFINITY;
   scratch: SharedArrayBuffer | undefined;
   /** Ends this spare thread when it has been idle long enough (see {@link SPARE_IDLE_MS}). */
   retire: NodeJS.Timeout | undefined;
@@ -152,7 +162,7 @@ export class PutThreads {
   /** Sends queued puts to idle threads that said they are ready; starts a thread when none is idle or starting. */
   private dispatch(): void {
     while (this.queue.length > 0) {
-      const thread = this.threads.find((t) => t.ready && t.current === undefined);
+      const thread = this.idleThreadFor((this.queue[0] as QueuedPut).request);
       if (thread === undefined) {
         // A starting thread takes the queue's next put once it is ready.
         if (this.threads.length < this.maxThreads && !this.threads.some((t) => !t.ready)) this.start();
@@ -160,6 +170,22 @@ export class PutThreads {
       }
       this.send(thread, this.queue.shift() as QueuedPut);
     }
+  }
+
+  /**
+   * The idle thread to run `request`: the one that last wrote its key (it
+   * releases that lock before it reads the next job, so the put never finds
+   * its own process's lock), else the one idle longest (the least likely to
+   * still be releasing a lock).
+   */
+  private idleThreadFor(request: SyncPutRequest): PutThread | undefined {
+    let best: PutThread | undefined;
+    for (const t of this.threads) {
+      if (!t.ready || t.current !== undefined) continue;
+      if (t.answered?.lockDir === request.lockDir) return t;
+      if (best === undefined || t.answeredAt < best.answeredAt) best = t;
+    }
+    return best;
   }
 
   private send(thread: PutThread, put: QueuedPut): void {
@@ -201,6 +227,8 @@ export class PutThreads {
       const put = thread.current;
       if (put === undefined || put.id !== message.id) return;
       thread.current = undefined;
+      thread.answered = put.request;
+      thread.answeredAt = performance.now();
       this.counts.answered += 1;
       if ("error" in message) settle(put, new PutThreadLost(`a put thread failed: ${message.error}`));
       else settle(put, message.outcome);
@@ -214,6 +242,8 @@ export class PutThreads {
       this.threads.splice(at, 1);
       const put = thread.current;
       thread.current = undefined;
+      // The lock of the put it answered last may not be released yet.
+      if (thread.answered !== undefined) void removeLeftovers(thread.answered);
       if (!thread.ready) {
         // It could not start (it is sent nothing before it is ready): puts take the asynchronous path.
         this.fail();
@@ -246,6 +276,19 @@ export class PutThreads {
     this.broken = true;
     for (const put of this.queue.splice(0)) settle(put, undefined);
   }
+}
+
+/**
+ * Removes, by their exact names, the temp file, staging directory and lock
+ * marker (with the lock directory, if then empty) a put thread's `request`
+ * may have left when the thread stopped mid-sequence or before it released
+ * the lock of a put it answered. Never throws.
+ */
+export async function removeLeftovers(request: SyncPutRequest): Promise<void> {
+  await rm(request.temp, { force: true }).catch(() => {});
+  await rm(request.stagedDir, { recursive: true, force: true }).catch(() => {});
+  await rm(path.join(request.lockDir, request.marker), { force: true }).catch(() => {});
+  await rmdir(request.lockDir).catch(() => {});
 }
 
 /** Answers a put: its outcome, `undefined` (take the asynchronous path) or an error; stops listening to its signal. */

@@ -22,17 +22,24 @@
  * 3. under the lock: check the condition against the current file, check
  *    that the marker is still ours, rename the temp file over the target (the
  *    commit point), fsync the directory;
- * 4. release the lock (marker, then directory) and remove the temp file if
- *    it was not committed, whatever happened.
+ * 4. remove the temp file if it was not committed, whatever happened; and
+ *    release the lock (marker, then directory) in {@link SyncPutRun.finish},
+ *    which the thread runs after it has sent the outcome, so that a commit
+ *    is answered without waiting for its lock's release.
  *
  * `aborted()` is asked before the lock and before the rename; once it says
  * yes nothing is committed.
+ *
+ * A lock held by this process (another put thread still releasing it after
+ * answering, as step 4 allows) is waited for briefly before the run gives
+ * up with `lock-busy`: the in-process mutex already ordered the two puts.
  */
 import {
   closeSync,
   fsyncSync,
   mkdirSync,
   openSync,
+  readdirSync,
   renameSync,
   rmdirSync,
   rmSync,
@@ -43,6 +50,7 @@ import {
 import path from "node:path";
 import { errnoCode } from "./fs-errors.ts";
 import { readCurrent } from "./object-file.ts";
+import { fileStoreOwnerToken } from "./owner-liveness.ts";
 
 /** Everything one put needs besides its body; paths are absolute. */
 export interface SyncPutRequest {
@@ -105,30 +113,52 @@ function quietly(action: () => void): void {
   }
 }
 
-/** Runs one put (see the module header). Throws only for errors that are not file-system errors. */
-export function syncPut(request: SyncPutRequest, body: Uint8Array, aborted: () => boolean): SyncPutOutcome {
-  const header = Buffer.from(request.header, "latin1");
-  let fd: number;
-  try {
-    fd = openSync(request.temp, "wx");
-  } catch (error) {
-    return failure("temp", error);
-  }
+/** What a {@link syncPut} run decided, and the release of the key's lock it may still hold. */
+export interface SyncPutRun {
+  readonly outcome: SyncPutOutcome;
+  /** Releases the key's lock if the run took it. Never throws. */
+  readonly finish: () => void;
+}
+
+/**
+ * Runs one put up to its outcome (see the module header); the caller runs
+ * `finish` after it has passed the outcome on. Throws only for errors that
+ * are not file-system errors (after cleaning up).
+ */
+export function syncPut(request: SyncPutRequest, body: Uint8Array, aborted: () => boolean): SyncPutRun {
+  let tempMade = false;
+  let locked = false;
   let committed = false;
-  let step: SyncPutStep = "temp";
-  try {
+  const finish = () => {
+    if (!locked) return;
+    locked = false;
+    // ENOENT: broken as stale; ENOTEMPTY: the next holder moved in. Both fine.
+    quietly(() => unlinkSync(path.join(request.lockDir, request.marker)));
+    quietly(() => rmdirSync(request.lockDir));
+  };
+  const run = (): SyncPutOutcome => {
+    let fd: number;
     try {
-      writeAll(fd, header, 0);
-      writeAll(fd, body, header.byteLength);
-      fsyncSync(fd);
-    } finally {
-      closeSync(fd);
+      fd = openSync(request.temp, "wx");
+    } catch (error) {
+      return failure("temp", error);
     }
-    if (aborted()) return { kind: "aborted" };
-    const locked = takeLock(request);
-    if (locked !== undefined) return locked;
-    step = "commit";
+    tempMade = true;
+    let step: SyncPutStep = "temp";
     try {
+      try {
+        const header = Buffer.from(request.header, "latin1");
+        writeAll(fd, header, 0);
+        writeAll(fd, body, header.byteLength);
+        fsyncSync(fd);
+      } finally {
+        closeSync(fd);
+      }
+      if (aborted()) return { kind: "aborted" };
+      const busy = takeLock(request);
+      if (busy !== undefined) return busy;
+      locked = true;
+      step = "commit";
       const current = readCurrent(request.file);
       if (current.kind === "directory") return { kind: "prefix" };
       if (request.ifAbsent) {
@@ -153,17 +183,28 @@ export function syncPut(request: SyncPutRequest, body: Uint8Array, aborted: () =
         return { kind: "ambiguous", code: errnoCode(error) ?? String(error) };
       }
       return { kind: "ok" };
-    } finally {
-      // ENOENT: broken as stale; ENOTEMPTY: the next holder moved in. Both fine.
-      quietly(() => unlinkSync(path.join(request.lockDir, request.marker)));
-      quietly(() => rmdirSync(request.lockDir));
+    } catch (error) {
+      return failure(step, error);
     }
+  };
+  let outcome: SyncPutOutcome;
+  try {
+    outcome = run();
   } catch (error) {
-    return failure(step, error);
+    finish();
+    throw error;
   } finally {
-    if (!committed) quietly(() => unlinkSync(request.temp));
+    if (tempMade && !committed) quietly(() => unlinkSync(request.temp));
   }
+  return { outcome, finish };
 }
+
+/** How long, at most, a run waits for a lock this process holds (a sibling thread releasing it). */
+const OWN_LOCK_WAIT_MS = 2;
+/** Each wait for such a lock, in milliseconds. */
+const OWN_LOCK_POLL_MS = 0.05;
+/** Something to `Atomics.wait` on for a short sleep (nobody notifies it). */
+const napCell = new Int32Array(new SharedArrayBuffer(4));
 
 /** Stages this writer's marker and renames it onto the lock path; undefined when the lock is ours. */
 function takeLock(request: SyncPutRequest): SyncPutOutcome | undefined {
@@ -181,14 +222,32 @@ function takeLock(request: SyncPutRequest): SyncPutOutcome | undefined {
     if (errnoCode(error) === "ENOENT") return { kind: "lock-busy" };
     return failure("lock", error);
   }
+  const giveUpAt = performance.now() + OWN_LOCK_WAIT_MS;
+  for (;;) {
+    try {
+      renameSync(request.stagedDir, request.lockDir);
+      return undefined;
+    } catch (error) {
+      const code = errnoCode(error);
+      const busy = code === "ENOTEMPTY" || code === "EEXIST";
+      if (busy && heldByThisProcess(request.lockDir) && performance.now() < giveUpAt) {
+        Atomics.wait(napCell, 0, 0, OWN_LOCK_POLL_MS);
+        continue;
+      }
+      quietly(() => rmSync(request.stagedDir, { recursive: true, force: true }));
+      if (busy || code === "ENOENT") return { kind: "lock-busy" };
+      return failure("lock", error);
+    }
+  }
+}
+
+/** True when the lock directory's marker names this process (see owner-liveness.ts). */
+function heldByThisProcess(lockDir: string): boolean {
   try {
-    renameSync(request.stagedDir, request.lockDir);
-    return undefined;
-  } catch (error) {
-    quietly(() => rmSync(request.stagedDir, { recursive: true, force: true }));
-    const code = errnoCode(error);
-    if (code === "ENOTEMPTY" || code === "EEXIST" || code === "ENOENT") return { kind: "lock-busy" };
-    return failure("lock", error);
+    const [marker] = readdirSync(lockDir);
+    return marker?.startsWith(`${fileStoreOwnerToken()}.`) ?? false;
+  } catch {
+    return false;
   }
 }
 
