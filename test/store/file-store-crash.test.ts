@@ -75,6 +75,13 @@ describe("file store: SIGKILL of a writer at random moments", () => {
         expect(after?.etag).toBe(written.etag);
         expect(parseVersionedBody(after?.body ?? new Uint8Array()).version).toBe(version + 1);
         expect((await readdir(dir)).filter((name) => name.includes("~"))).toEqual([]);
+        // The survivor's own lock is released just after its put answered; a dead writer's would stay.
+        for (
+          let waited = 0;
+          (await readdir(lockDir).catch(() => [])).length > 0 && waited < 2_000;
+          waited += 10
+        )
+          await new Promise((resolve) => setTimeout(resolve, 10));
         expect(await readdir(lockDir).catch(() => [])).toEqual([]);
       } finally {
         await survivor.close();
