@@ -102,10 +102,13 @@ describe("QueueService", () => {
     const s = await server();
     const { queue, admin } = grpcClients(s.address);
     await admin.createQueue({ queue: "multi", shardCount: 3 });
-    await queue.enqueue({
-      queue: "multi",
-      messages: Array.from({ length: 6 }, (_, i) => ({ payload: bytes(`m${i}`) })),
-    });
+    // Each request's messages without key or dedup id share a shard; requests go round-robin.
+    for (let r = 0; r < 3; r++) {
+      await queue.enqueue({
+        queue: "multi",
+        messages: Array.from({ length: 2 }, (_, i) => ({ payload: bytes(`m${r}.${i}`) })),
+      });
+    }
     const claimed = await queue.claim({
       queue: "multi",
       workerId: "w",

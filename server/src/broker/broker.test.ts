@@ -32,7 +32,7 @@ describe("Broker", () => {
     await b.stop({ release: true });
   });
 
-  it("routes keyed messages to a stable shard and spreads unkeyed ones round-robin", async () => {
+  it("routes keyed messages to a stable shard and spreads unkeyed requests round-robin, each on one shard", async () => {
     const store = new MemoryStore();
     const broker = makeBroker(store, "a", { shardsFor: () => 4 });
     const keyed = await broker.enqueue("orders", [
@@ -41,13 +41,28 @@ describe("Broker", () => {
     ]);
     expect(keyed.map((o) => o.shard)).toEqual([shardForKey("customer-7", 4), shardForKey("customer-7", 4)]);
     expect(keyed[1]?.offset).toBe((keyed[0]?.offset ?? 0) + 1);
-    const spread = await broker.enqueue(
-      "orders",
-      Array.from({ length: 8 }, (_, i) => ({ payload: bytes(String(i)) })),
-    );
-    expect(new Set(spread.map((o) => o.shard)).size).toBe(4);
+    const spread: number[] = [];
+    for (let r = 0; r < 4; r++) {
+      const request = await broker.enqueue(
+        "orders",
+        Array.from({ length: 3 }, (_, i) => ({ payload: bytes(`${r}.${i}`) })),
+      );
+      // A request's messages without key or dedup id share one shard, at consecutive offsets.
+      expect(new Set(request.map((o) => o.shard)).size).toBe(1);
+      expect(request.map((o) => o.offset - (request[0]?.offset ?? 0))).toEqual([0, 1, 2]);
+      spread.push(request[0]?.shard ?? -1);
+    }
+    expect(new Set(spread).size).toBe(4);
+    // Keyed messages and ones with a dedup id keep their own shard in such a request.
+    const mixed = await broker.enqueue("orders", [
+      { payload: bytes("a") },
+      { payload: bytes("b"), key: "customer-7" },
+      { payload: bytes("c") },
+    ]);
+    expect(mixed[1]?.shard).toBe(shardForKey("customer-7", 4));
+    expect(mixed[2]?.shard).toBe(mixed[0]?.shard);
     const claimed = await broker.claim("orders", { subscription: "default", workerId: "w", max: 100 });
-    expect(claimed).toHaveLength(10);
+    expect(claimed).toHaveLength(17);
     await broker.stop({ release: true });
   });
 

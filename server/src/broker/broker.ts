@@ -200,7 +200,9 @@ export class Broker {
   /**
    * Enqueues a batch. Resolves once every message is durable. Messages for
    * different shards are written by different CAS writes: each shard's part
-   * is all-or-nothing, the batch as a whole is not (but a message the
+   * is all-or-nothing, the batch as a whole is not. The messages with
+   * neither key nor dedup id all go to one shard (round-robin from request
+   * to request), so a batch of only those is all-or-nothing (but a message the
    * queue's config refuses fails the batch before any part is written, see
    * {@link checkWhole}; a shard too full fails its part only). With `remoteLeaderOf`, a
    * batch whose shards are led by several brokers is refused before anything
@@ -216,11 +218,16 @@ export class Broker {
     if (messages.length === 0) return [];
     const shards = this.shardCount(queue);
     const byShard = new Map<number, { index: number; message: NewMessage }[]>();
+    // Every message of the request with neither key nor dedup id goes to one shard, so that a
+    // request of only such messages is stored all or none (SDKs merge such calls relying on it).
+    let unroutedShard: number | undefined;
     for (const [index, input] of messages.entries()) {
       // A keyed message follows its key; an unkeyed one with a dedup id follows
       // the dedup id, so a retry meets the original on the same shard.
       const routeBy = input.key || input.dedupId;
-      const shard = routeBy ? shardForKey(routeBy, shards) : this.placeUnrouted(queue, shards);
+      const shard = routeBy
+        ? shardForKey(routeBy, shards)
+        : (unroutedShard ??= this.placeUnrouted(queue, shards));
       const message: NewMessage = { ...input, id: newMessageId(this.params.clock, this.params.random) };
       const group = byShard.get(shard) ?? [];
       byShard.set(shard, group);
@@ -416,8 +423,9 @@ export class Broker {
   }
 
   /**
-   * The shard for a message without key or dedup id: any shard will do, so
-   * go round-robin over the shards not known to be led by another broker.
+   * The shard for the messages of a request without key or dedup id: any
+   * shard will do, so go round-robin over the shards not known to be led by
+   * another broker.
    * Otherwise a batch spread over shards led by different brokers could be
    * accepted by none of them: every try would commit the local part and
    * redirect for the rest.

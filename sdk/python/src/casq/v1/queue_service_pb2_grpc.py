@@ -139,9 +139,12 @@ class QueueServiceServicer:
 
     def Enqueue(self, request, context):
         """Enqueue durably appends 1..1000 messages to a queue and returns, in
-        request order, each message's id, shard and offset. Messages for the same
-        shard are stored atomically (all or none); the response is sent only when
-        every message is stored. A message whose dedup id was already seen within
+        request order, each message's id, shard and offset. A message goes to the
+        shard of its key's hash, else of its dedup id's hash; the messages with
+        neither all go to one shard (round-robin from request to request).
+        Messages for the same shard are stored atomically (all or none), so a
+        request whose messages have neither key nor dedup id is stored all or
+        none; the response is sent only when every message is stored. A message whose dedup id was already seen within
         the dedup window is not stored again: its result carries the original
         message's id, shard and offset with duplicate = true.
 

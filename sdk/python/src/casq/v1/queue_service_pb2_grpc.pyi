@@ -71,9 +71,12 @@ class QueueServiceStub:
     def __new__(cls, channel: _aio.Channel) -> QueueServiceAsyncStub: ...
     Enqueue: _grpc.UnaryUnaryMultiCallable[_queue_service_pb2.EnqueueRequest, _queue_service_pb2.EnqueueResponse]
     """Enqueue durably appends 1..1000 messages to a queue and returns, in
-    request order, each message's id, shard and offset. Messages for the same
-    shard are stored atomically (all or none); the response is sent only when
-    every message is stored. A message whose dedup id was already seen within
+    request order, each message's id, shard and offset. A message goes to the
+    shard of its key's hash, else of its dedup id's hash; the messages with
+    neither all go to one shard (round-robin from request to request).
+    Messages for the same shard are stored atomically (all or none), so a
+    request whose messages have neither key nor dedup id is stored all or
+    none; the response is sent only when every message is stored. A message whose dedup id was already seen within
     the dedup window is not stored again: its result carries the original
     message's id, shard and offset with duplicate = true.
 
@@ -199,9 +202,12 @@ class QueueServiceAsyncStub(QueueServiceStub):
     def __init__(self, channel: _aio.Channel) -> None: ...
     Enqueue: _aio.UnaryUnaryMultiCallable[_queue_service_pb2.EnqueueRequest, _queue_service_pb2.EnqueueResponse]  # type: ignore[assignment]
     """Enqueue durably appends 1..1000 messages to a queue and returns, in
-    request order, each message's id, shard and offset. Messages for the same
-    shard are stored atomically (all or none); the response is sent only when
-    every message is stored. A message whose dedup id was already seen within
+    request order, each message's id, shard and offset. A message goes to the
+    shard of its key's hash, else of its dedup id's hash; the messages with
+    neither all go to one shard (round-robin from request to request).
+    Messages for the same shard are stored atomically (all or none), so a
+    request whose messages have neither key nor dedup id is stored all or
+    none; the response is sent only when every message is stored. A message whose dedup id was already seen within
     the dedup window is not stored again: its result carries the original
     message's id, shard and offset with duplicate = true.
 
@@ -330,9 +336,12 @@ class QueueServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_queue_service_pb2.EnqueueResponse, _abc.Awaitable[_queue_service_pb2.EnqueueResponse]]:
         """Enqueue durably appends 1..1000 messages to a queue and returns, in
-        request order, each message's id, shard and offset. Messages for the same
-        shard are stored atomically (all or none); the response is sent only when
-        every message is stored. A message whose dedup id was already seen within
+        request order, each message's id, shard and offset. A message goes to the
+        shard of its key's hash, else of its dedup id's hash; the messages with
+        neither all go to one shard (round-robin from request to request).
+        Messages for the same shard are stored atomically (all or none), so a
+        request whose messages have neither key nor dedup id is stored all or
+        none; the response is sent only when every message is stored. A message whose dedup id was already seen within
         the dedup window is not stored again: its result carries the original
         message's id, shard and offset with duplicate = true.
 
