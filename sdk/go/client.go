@@ -88,9 +88,12 @@ type Options struct {
 	// (INVALID_ARGUMENT, RESOURCE_EXHAUSTED, FAILED_PRECONDITION,
 	// ALREADY_EXISTS, OUT_OF_RANGE) is resent message by message, so one bad
 	// message fails only its own caller; other failures (after the usual
-	// retries) reach every caller of the request. Only calls with a dedup id
-	// (the default, see NoDefaultDedupIDs) are merged; EnqueueBatch is always
-	// sent as it is. A merged request runs within RetryTimeout, not within
+	// retries) reach every caller of the request. Calls with a dedup id (the
+	// default, see NoDefaultDedupIDs) are merged with each other, and calls
+	// with neither dedup id nor key with each other (the broker stores such a
+	// request on one shard, all or none, so it is resent message by message
+	// only after a refusal that stored nothing); calls with a key and no
+	// dedup id are sent alone. EnqueueBatch is always sent as it is. A merged request runs within RetryTimeout, not within
 	// its callers' contexts: a caller whose ctx ends first returns at once
 	// (its message may still be stored). Each message keeps its caller's
 	// trace context.

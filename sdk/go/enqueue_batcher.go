@@ -26,13 +26,18 @@ import (
 // commits one write per shard at a time; two requests in flight keep it
 // fed: one being written, one buffered for the next write).
 //
-// Every merged message has a dedup id (calls without one are not merged), so
-// a retried or split batch, and the per-message resend below, store each
-// message once. A merged request that fails with an error that may be about
-// one of its messages (mayBeOneMessagesFault) is resent as one request per
-// message, so that each caller sees the outcome it would have seen alone and
-// one bad message does not fail the others; messages with one key go one
-// after another, in call order. Other failures (outages after the client's
+// A lane holds either messages that all have a dedup id, or messages that
+// have neither dedup id nor key (calls with a key and no dedup id are not
+// merged). With dedup ids, a retried or split batch, and the per-message
+// resend below, store each message once. Without them, the broker puts every
+// message of the request on one shard, so the request is stored all or none:
+// it is never resent after it may have landed, and it is resent message by
+// message only after a refusal that stored nothing (nothingStoredFault). A
+// merged request that fails with an error that may be about one of its
+// messages (mayBeOneMessagesFault) is resent as one request per message, so
+// that each caller sees the outcome it would have seen alone and one bad
+// message does not fail the others; messages with one key go one after
+// another, in call order. Other failures (outages after the client's
 // retries, a missing queue, auth) are about the request as a whole and reach
 // every caller of it.
 //
@@ -67,6 +72,14 @@ func mayBeOneMessagesFault(code codes.Code) bool {
 	return false
 }
 
+// nothingStoredFault reports whether a failed Enqueue applied on one shard
+// stored nothing: mayBeOneMessagesFault's codes but INTERNAL, which does not
+// say so. After one of these a merged request without dedup ids is resent
+// message by message.
+func nothingStoredFault(code codes.Code) bool {
+	return code != codes.Internal && mayBeOneMessagesFault(code)
+}
+
 // enqueueWaiter is one caller waiting in a lane.
 type enqueueWaiter struct {
 	msg           *casqv1.NewMessage
@@ -80,11 +93,21 @@ type enqueueOutcome struct {
 	err error
 }
 
-// enqueueLane collects the calls of one queue.
+// enqueueLane collects the calls of one queue whose messages have dedup ids,
+// or those whose messages have neither dedup id nor key.
 type enqueueLane struct {
-	queue   string
-	pending []*enqueueWaiter
-	flights int
+	queue        string
+	deduplicated bool
+	pending      []*enqueueWaiter
+	flights      int
+}
+
+// laneKey names the lane of queue for messages with (or without) dedup ids.
+func laneKey(queue string, deduplicated bool) string {
+	if deduplicated {
+		return "d" + queue
+	}
+	return "u" + queue
 }
 
 // enqueueBatcher holds the lanes of one Client.
@@ -116,16 +139,24 @@ func approxMessageBytes(m *casqv1.NewMessage) int {
 	return n
 }
 
-// enqueue adds msg (with a dedup id) to its queue's lane and waits for its
-// own outcome, or for ctx.
+// mergeable reports whether msg may share a merged request: it has a dedup
+// id, or neither dedup id nor key (see above).
+func mergeable(msg *casqv1.NewMessage) bool {
+	return msg.GetDedupId() != "" || msg.GetKey() == ""
+}
+
+// enqueue adds msg (mergeable) to its queue's lane and waits for its own
+// outcome, or for ctx.
 func (b *enqueueBatcher) enqueue(ctx context.Context, queue string, msg *casqv1.NewMessage) (EnqueueResult, error) {
 	parent, state := traceHeaders(ctx)
 	w := &enqueueWaiter{msg: msg, parent: parent, state: state, bytes: approxMessageBytes(msg), done: make(chan enqueueOutcome, 1)}
+	deduplicated := msg.GetDedupId() != ""
+	key := laneKey(queue, deduplicated)
 	b.mu.Lock()
-	lane := b.lanes[queue]
+	lane := b.lanes[key]
 	if lane == nil {
-		lane = &enqueueLane{queue: queue}
-		b.lanes[queue] = lane
+		lane = &enqueueLane{queue: queue, deduplicated: deduplicated}
+		b.lanes[key] = lane
 	}
 	lane.pending = append(lane.pending, w)
 	if lane.flights < enqueueLaneFlights {
@@ -149,7 +180,7 @@ func (b *enqueueBatcher) sender(lane *enqueueLane) {
 		if len(lane.pending) == 0 {
 			lane.flights--
 			if lane.flights == 0 {
-				delete(b.lanes, lane.queue)
+				delete(b.lanes, laneKey(lane.queue, lane.deduplicated))
 			}
 			b.mu.Unlock()
 			return
@@ -166,12 +197,13 @@ func (b *enqueueBatcher) sender(lane *enqueueLane) {
 		take := lane.pending[:n:n]
 		lane.pending = lane.pending[n:]
 		b.mu.Unlock()
-		b.settle(lane.queue, take)
+		b.settle(lane, take)
 	}
 }
 
-// settle sends one request for waiters and gives each its outcome.
-func (b *enqueueBatcher) settle(queue string, waiters []*enqueueWaiter) {
+// settle sends one request for waiters of lane and gives each its outcome.
+func (b *enqueueBatcher) settle(lane *enqueueLane, waiters []*enqueueWaiter) {
+	queue := lane.queue
 	res, err := b.sendMerged(queue, waiters)
 	if err == nil {
 		for i, w := range waiters {
@@ -179,7 +211,11 @@ func (b *enqueueBatcher) settle(queue string, waiters []*enqueueWaiter) {
 		}
 		return
 	}
-	if len(waiters) == 1 || !mayBeOneMessagesFault(Code(err)) {
+	resendable := nothingStoredFault
+	if lane.deduplicated {
+		resendable = mayBeOneMessagesFault
+	}
+	if len(waiters) == 1 || !resendable(Code(err)) {
 		for _, w := range waiters {
 			w.done <- enqueueOutcome{err: err}
 		}

@@ -76,8 +76,9 @@ type Message struct {
 // is set; the result and any error are this message's own either way.
 func (p *Producer) Enqueue(ctx context.Context, queue string, payload []byte, opts ...EnqueueOption) (EnqueueResult, error) {
 	nm, own := p.c.newMessage(Message{Payload: payload, Options: opts})
-	// Without a dedup id a resent merged request could store the message twice.
-	if b := p.c.enqueueBatcher(); b != nil && nm.DedupId != "" {
+	// A keyed message without a dedup id could share a merged request with messages of
+	// other shards, and a resend after a partial store would store it twice.
+	if b := p.c.enqueueBatcher(); b != nil && mergeable(nm) {
 		res, err := b.enqueue(ctx, queue, nm)
 		return ownStore(res, own), err
 	}

@@ -281,3 +281,82 @@ func TestMergedEnqueueShardFaultIsResentPerMessage(t *testing.T) {
 		}
 	}
 }
+
+// Calls with neither dedup id nor key are merged too (the broker stores such
+// a request on one shard, all or none); calls with a key and no dedup id are not.
+func TestEnqueueWithoutDedupIDsIsMerged(t *testing.T) {
+	c, rpcs, msgs := dialEnqueues(t, casq.Options{NoDefaultDedupIDs: true})
+	_, errs := enqueueAll(t, c, queueName(t), 64, -1)
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+	}
+	if rpcs.Load() >= 64 || msgs.Load() != 64 {
+		t.Fatalf("%d Enqueue RPCs carried %d messages for 64 calls without dedup ids, want them merged", rpcs.Load(), msgs.Load())
+	}
+	// A refused merged request (nothing stored) is resent message by message: the bad one fails alone.
+	_, errs = enqueueAll(t, c, queueName(t), 32, 7)
+	for i, err := range errs {
+		switch {
+		case i == 7 && casq.Code(err) != codes.InvalidArgument:
+			t.Fatalf("bad call: %v, want INVALID_ARGUMENT", err)
+		case i != 7 && err != nil:
+			t.Fatalf("call %d: %v", i, err)
+		}
+	}
+	rpcs.Store(0)
+	msgs.Store(0)
+	var wg sync.WaitGroup
+	queue := queueName(t)
+	for i := range 16 {
+		wg.Go(func() {
+			if _, err := c.Producer().Enqueue(context.Background(), queue, []byte{byte(i)}, casq.WithKey("k")); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if rpcs.Load() != 16 || msgs.Load() != 16 {
+		t.Fatalf("%d RPCs carried %d keyed messages without dedup ids, want one each", rpcs.Load(), msgs.Load())
+	}
+}
+
+// A merged request without dedup ids that fails with INTERNAL (which does not
+// say that nothing was stored) is not resent message by message: each of its
+// callers gets the error.
+func TestMergedEnqueueWithoutDedupIDsIsNotResentAfterInternal(t *testing.T) {
+	var mu sync.Mutex
+	merged := map[byte]bool{}
+	fault := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, o ...grpc.CallOption) error {
+		r, ok := req.(*casqv1.EnqueueRequest)
+		if !ok || len(r.GetMessages()) < 2 {
+			return invoker(ctx, method, req, reply, cc, o...)
+		}
+		mu.Lock()
+		for _, m := range r.GetMessages() {
+			merged[m.GetPayload()[0]] = true
+		}
+		mu.Unlock()
+		return status.Error(codes.Internal, "test: a bug")
+	}
+	c, err := casq.Dial(context.Background(), casq.Options{
+		Brokers:           []string{serverAddr},
+		Timeout:           5 * time.Second,
+		NoDefaultDedupIDs: true,
+		DialOptions:       []grpc.DialOption{grpc.WithChainUnaryInterceptor(fault)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	_, errs := enqueueAll(t, c, queueName(t), 64, -1)
+	if len(merged) == 0 {
+		t.Fatal("no merged request was sent")
+	}
+	for i, err := range errs {
+		if merged[byte(i)] && casq.Code(err) != codes.Internal {
+			t.Fatalf("call %d of a merged request: %v, want INTERNAL", i, err)
+		}
+	}
+}

@@ -143,6 +143,29 @@ describe("@casq/sdk", () => {
     expect(seen[4]?.at).toBeGreaterThanOrEqual(400);
   });
 
+  it("merges concurrent enqueues without dedup ids into one request, stored on one shard of a multi-shard queue", async () => {
+    const s = await startServer();
+    await new Admin({ brokers: [s.address] }).createQueue("merged", { shardCount: 4 });
+    const producer = new Producer({ brokers: [s.address], defaultDedupIds: false });
+    for (let round = 0; round < 2; round++) {
+      const results = await Promise.all(
+        Array.from({ length: 8 }, (_, i) => producer.enqueue("merged", `m${i}`)),
+      );
+      // One request (the broker puts such a request's messages on one shard), so one shard, consecutive offsets.
+      expect(new Set(results.map((r) => r.shard)).size).toBe(1);
+      expect(results.map((r) => r.offset - (results[0]?.offset ?? 0n))).toEqual([
+        0n,
+        1n,
+        2n,
+        3n,
+        4n,
+        5n,
+        6n,
+        7n,
+      ]);
+    }
+  });
+
   it("a throwing handler is nacked and the job comes back with attempt 2", async () => {
     const s = await startServer();
     const admin = new Admin({ brokers: [s.address] });

@@ -194,3 +194,53 @@ def test_a_shard_fault_of_a_merged_request_is_resent_per_message(server_address:
                 assert isinstance(result, casq.EnqueueResult) and not result.duplicate, result
 
     asyncio.run(main())
+
+
+def test_calls_without_dedup_ids_are_merged_unless_keyed(client: casq.Client) -> None:
+    producer = casq.Producer(client, auto_dedup=False)
+    sizes = _count_requests(producer)
+    outcomes = _threads_enqueue(producer, _queue(), 32)
+    assert all(isinstance(o, casq.EnqueueResult) for o in outcomes)
+    assert sum(sizes) == 32 and len(sizes) < 32
+    # A refused merged request stored nothing (the broker puts it on one shard): resent one by one.
+    outcomes = _threads_enqueue(producer, _queue(), 16, bad=5)
+    assert isinstance(outcomes[5], casq.CasqError) and outcomes[5].code.name == "INVALID_ARGUMENT"
+    assert all(isinstance(o, casq.EnqueueResult) for i, o in enumerate(outcomes) if i != 5)
+    # Keyed calls without a dedup id go alone.
+    sizes.clear()
+    queue = _queue()
+    threads = [threading.Thread(target=producer.enqueue, args=(queue, f"k{i}"), kwargs={"key": "k"}) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sizes == [1] * 8
+
+
+def test_a_merged_request_without_dedup_ids_is_not_resent_after_internal(server_address: str) -> None:
+    import grpc
+
+    async def main() -> None:
+        async with casq.aio.Client(brokers=[server_address], timeout=10.0) as c:
+            producer = casq.aio.Producer(c, auto_dedup=False)
+            send = producer._send
+            sizes: list[int] = []
+
+            async def internal(request: queue_service_pb2.EnqueueRequest, *args: Any) -> Any:
+                sizes.append(len(request.messages))
+                if len(request.messages) > 1:
+                    raise casq.CasqError(grpc.StatusCode.INTERNAL, "test: a bug")
+                return await send(request, *args)
+
+            setattr(producer, "_send", internal)
+            queue = _queue()
+            outcomes = await asyncio.wait_for(
+                asyncio.gather(*(producer.enqueue(queue, f"m{i}") for i in range(8)), return_exceptions=True),
+                timeout=30,
+            )
+            # One call goes alone, the other 7 merged: INTERNAL (maybe stored) reaches each, nothing resent.
+            assert sorted(sizes) == [1, 7]
+            assert sum(isinstance(o, casq.EnqueueResult) for o in outcomes) == 1
+            assert sum(isinstance(o, casq.CasqError) and o.code == grpc.StatusCode.INTERNAL for o in outcomes) == 7
+
+    asyncio.run(main())

@@ -8,9 +8,14 @@
  * batch in one write; 64 callers awaiting `enqueue` at once need one RPC,
  * not 64.
  *
- * Every merged message has a dedup id (calls without one are not merged),
- * so a retried or split batch, and the per-message resend below, store each
- * message once.
+ * A merged request holds either messages that all have a dedup id, or
+ * messages that have neither dedup id nor key (calls with a key and no
+ * dedup id are not merged). With dedup ids, a retried or split batch and the
+ * per-message resend below store each message once. Without them, the
+ * broker puts every message of the request on one shard, so the request is
+ * stored all or none: it is never resent after it may have landed, and it
+ * is resent message by message only after a refusal that stored nothing
+ * ({@link NOTHING_STORED_FAULTS}).
  *
  * A merged request that fails with an error that may be about one of its
  * messages (see {@link MAY_BE_ONE_MESSAGES_FAULT}) is resent as one request
@@ -66,6 +71,15 @@ export const MAY_BE_ONE_MESSAGES_FAULT: ReadonlySet<Code> = new Set([
   Code.Internal,
 ]);
 
+/**
+ * The codes of {@link MAY_BE_ONE_MESSAGES_FAULT} that say a request applied
+ * on one shard stored nothing (`INTERNAL` does not say so): after one of
+ * these a merged request without dedup ids is resent message by message.
+ */
+export const NOTHING_STORED_FAULTS: ReadonlySet<Code> = new Set(
+  [...MAY_BE_ONE_MESSAGES_FAULT].filter((code) => code !== Code.Internal),
+);
+
 /** Most requests in flight at once while a failed merged request is resent message by message. */
 export const RESEND_PARALLEL = 16;
 
@@ -101,6 +115,8 @@ interface Waiter {
 /** Calls collected for one request. */
 interface OpenBatch {
   readonly queue: string;
+  /** Its messages have dedup ids (else none has a dedup id or a key). */
+  readonly deduplicated: boolean;
   /** Fixed by the first caller: the batch's deadline is its earliest caller's. */
   readonly deadline: number | undefined;
   readonly waiters: Waiter[];
@@ -146,13 +162,17 @@ export class EnqueueBatcher {
   }
 
   /**
-   * Adds one message (with a dedup id) to the open batch of `queue` and
-   * `timeoutMs`; resolves with its own result once the batch is answered.
+   * Adds one message to the open batch of `queue`, `timeoutMs` and its kind
+   * (with a dedup id, or with neither dedup id nor key: see the module
+   * header); resolves with its own result once the batch is answered.
    */
   add(queue: string, message: NewMessageInit, timeoutMs: number | undefined): Promise<BatchedResult> {
+    const deduplicated = (message.dedupId ?? "") !== "";
+    if (!deduplicated && (message.key ?? "") !== "")
+      return Promise.reject(new TypeError("casq: a keyed message without a dedup id is not merged"));
     return new Promise<BatchedResult>((resolve, reject) => {
       const bytes = approxMessageBytes(message);
-      const group = `${timeoutMs ?? ""}\u0000${queue}`;
+      const group = `${deduplicated ? "d" : "u"}${timeoutMs ?? ""}\u0000${queue}`;
       let batch = this.open.get(group);
       if (batch !== undefined && batch.waiters.length > 0 && batch.bytes + bytes > this.maxBytes) {
         this.open.delete(group);
@@ -162,6 +182,7 @@ export class EnqueueBatcher {
       if (batch === undefined) {
         batch = {
           queue,
+          deduplicated,
           deadline: timeoutMs === undefined ? undefined : this.now() + timeoutMs,
           waiters: [],
           bytes: 0,
@@ -202,7 +223,8 @@ export class EnqueueBatcher {
       });
     } catch (thrown) {
       const error = toCasqError(thrown);
-      if (waiters.length === 1 || !MAY_BE_ONE_MESSAGES_FAULT.has(error.code)) {
+      const resendable = batch.deduplicated ? MAY_BE_ONE_MESSAGES_FAULT : NOTHING_STORED_FAULTS;
+      if (waiters.length === 1 || !resendable.has(error.code)) {
         for (const w of waiters) w.reject(error);
         return;
       }

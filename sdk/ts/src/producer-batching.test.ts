@@ -84,10 +84,10 @@ async function startStub(): Promise<Stub> {
           }
           // All or nothing, deduplicated by dedup id, like the broker.
           const results = request.messages.map((m) => {
-            const known = stub.stored.get(m.dedupId);
+            const known = m.dedupId === "" ? undefined : stub.stored.get(m.dedupId);
             if (known) return { ...known, duplicate: true };
             const stored = { id: `id-${decoder.decode(m.payload)}`, key: m.key, offset: offset++ };
-            stub.stored.set(m.dedupId, stored);
+            stub.stored.set(m.dedupId === "" ? `no-dedup-id#${stored.offset}` : m.dedupId, stored);
             return { ...stored, duplicate: false };
           });
           if (stub.breakAfterStoring) {
@@ -308,7 +308,7 @@ describe("Producer.enqueue batching", () => {
     expect(resent.map((r) => r.duplicate)).toEqual([false, false]);
   });
 
-  it("sends calls alone with batching off, with a signal, or without a dedup id", async () => {
+  it("sends calls alone with batching off, with a signal, or with a key and no dedup id", async () => {
     const stub = await startStub();
     await Promise.all(range(4).map((i) => producerFor(stub, { batching: false }).enqueue("q", `off${i}`)));
     expect(stub.received.length).toBe(4);
@@ -321,8 +321,58 @@ describe("Producer.enqueue batching", () => {
 
     stub.received.length = 0;
     const noDedup = producerFor(stub, { defaultDedupIds: false });
-    await Promise.all(range(4).map((i) => noDedup.enqueue("q", `n${i}`)));
+    await Promise.all(range(4).map((i) => noDedup.enqueue("q", `n${i}`, { key: `k${i % 2}` })));
     expect(stub.received.map((r) => r.payloads.length)).toEqual([1, 1, 1, 1]);
+  });
+
+  it("merges calls with neither dedup id nor key, apart from calls with dedup ids", async () => {
+    const stub = await startStub();
+    const producer = producerFor(stub, { defaultDedupIds: false });
+    const results = await Promise.all([
+      ...range(6).map((i) => producer.enqueue("q", `n${i}`)),
+      producer.enqueue("q", "d0", { dedupId: "d0" }),
+      producer.enqueue("q", "d1", { dedupId: "d1", key: "k" }),
+    ]);
+    expect(results.map((r) => r.id)).toEqual([...range(6).map((i) => `id-n${i}`), "id-d0", "id-d1"]);
+    expect(stub.received.map((r) => r.payloads).sort()).toEqual(
+      [
+        ["n0", "n1", "n2", "n3", "n4", "n5"],
+        ["d0", "d1"],
+      ].sort(),
+    );
+    expect(stub.stored.size).toBe(8);
+  });
+
+  it("resends a refused merged request without dedup ids message by message, but never one that may have landed", async () => {
+    const stub = await startStub();
+    const producer = producerFor(stub, { defaultDedupIds: false, maxAttempts: 3 });
+    // Refused, nothing stored (the broker puts such a request on one shard): each caller gets its own outcome.
+    stub.refuse = (request) =>
+      request.messages.some((m) => decoder.decode(m.payload) === "bad")
+        ? new ConnectError("messages[2].priority is out of range", Code.InvalidArgument)
+        : undefined;
+    const refused = await Promise.allSettled(
+      range(4).map((i) => producer.enqueue("q", i === 2 ? "bad" : `r${i}`)),
+    );
+    expect(refused.map((s) => s.status)).toEqual(["fulfilled", "fulfilled", "rejected", "fulfilled"]);
+    expect(stub.received.map((r) => r.payloads.length)).toEqual([4, 1, 1, 1, 1]);
+    expect(stub.stored.size).toBe(3);
+
+    // INTERNAL does not say that nothing was stored: every caller gets it, nothing is resent.
+    stub.received.length = 0;
+    stub.refuse = () => new ConnectError("a bug", Code.Internal);
+    const internal = await Promise.allSettled(range(4).map((i) => producer.enqueue("q", `i${i}`)));
+    expect(internal.every((s) => s.status === "rejected" && s.reason.code === Code.Internal)).toBe(true);
+    expect(stub.received.map((r) => r.payloads.length)).toEqual([4]);
+
+    // The answer lost after the store: not resent (it would store every message twice).
+    stub.received.length = 0;
+    stub.refuse = undefined;
+    stub.breakAfterStoring = true;
+    const lost = await Promise.allSettled(range(4).map((i) => producer.enqueue("q", `l${i}`)));
+    expect(lost.every((s) => s.status === "rejected")).toBe(true);
+    expect(stub.received.map((r) => r.payloads.length)).toEqual([4]);
+    expect(stub.stored.size).toBe(7);
   });
 
   it("merges calls per queue and timeout, and keeps a request within maxMessages", async () => {

@@ -67,10 +67,13 @@ export interface ProducerOptions extends ClientOptions {
    * (INVALID_ARGUMENT, RESOURCE_EXHAUSTED, FAILED_PRECONDITION,
    * ALREADY_EXISTS, OUT_OF_RANGE) is resent message by message, so one bad
    * message fails only its own caller; other failures (after the usual
-   * retries) reach every caller of the request. Only calls with a dedup id
-   * (the default), no `signal` and the same `timeoutMs` are merged; the
-   * merged request's deadline is its first caller's. Calls with a `signal`,
-   * or without a dedup id, are sent alone, as is every `enqueueBatch`.
+   * retries) reach every caller of the request. Calls with no `signal` and
+   * the same `timeoutMs` are merged: those with a dedup id (the default)
+   * with each other, and those with neither dedup id nor key with each
+   * other (the broker stores such a request on one shard, all or none, so
+   * it is resent message by message only after a refusal that stored
+   * nothing). The merged request's deadline is its first caller's. Calls with a `signal`, or with a key and no dedup id, are
+   * sent alone, as is every `enqueueBatch`.
    * Each message keeps its caller's trace context.
    *
    * `false` sends every call as its own request. An object sets the limits
@@ -268,8 +271,9 @@ export class Producer {
   ): Promise<EnqueueResult> {
     if (this.batcher !== undefined && options.signal === undefined) {
       const message = toNewMessage({ ...options, payload }, this.defaultDedupIds);
-      // Without a dedup id a resent merged request could store the message twice.
-      if ((message.dedupId ?? "") !== "") {
+      // A keyed message without a dedup id could share a merged request with messages of
+      // other shards, and a resend after a partial store would store it twice.
+      if ((message.dedupId ?? "") !== "" || (message.key ?? "") === "") {
         const result = await this.batcher.add(queue, message, options.timeoutMs);
         return options.dedupId === undefined ? ownStore(result) : result;
       }

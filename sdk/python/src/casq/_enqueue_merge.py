@@ -17,11 +17,16 @@ round trip longer than it would alone (the broker writes one commit per
 shard at a time; two requests in flight keep it fed: one being written, one
 buffered for the next write).
 
-Every merged message has a dedup id (calls without one are not merged), so a
-retried or split request, and the per-message resend, store each message
-once. A merged request that fails with an error that may be about one of its
-messages (``MAY_BE_ONE_MESSAGES_FAULT``) is resent as one request per
-message, so that each caller sees the outcome it would have seen alone; other
+A lane holds either messages that all have a dedup id, or messages that have
+neither dedup id nor key (calls with a key and no dedup id are not merged):
+see :func:`lane_of`. With dedup ids, a retried or split request, and the
+per-message resend, store each message once. Without them, the broker puts
+every message of the request on one shard, so the request is stored all or
+none, like a single call. A merged request that fails with an error that may
+be about one of its messages (``MAY_BE_ONE_MESSAGES_FAULT``; without dedup
+ids only those that say nothing was stored, ``NOTHING_STORED_FAULT``) is
+resent as one request per message, so that each caller sees the outcome it
+would have seen alone; other
 failures (outages after the client's retries, a missing queue, auth) reach
 every caller of the request. The drivers (casq/aio/producer.py, and the
 threaded casq/producer.py generated from it) own the futures and the calls.
@@ -60,6 +65,27 @@ MAY_BE_ONE_MESSAGES_FAULT = frozenset(
         grpc.StatusCode.INTERNAL,
     }
 )
+
+
+# The codes of MAY_BE_ONE_MESSAGES_FAULT that say a request applied on one shard stored
+# nothing (INTERNAL does not): after one of these a merged request without dedup ids is
+# resent message by message.
+NOTHING_STORED_FAULT = MAY_BE_ONE_MESSAGES_FAULT - {grpc.StatusCode.INTERNAL}
+
+
+def mergeable(message: message_pb2.NewMessage) -> bool:
+    """Whether ``message`` may share a merged request: it has a dedup id, or neither dedup id nor key."""
+    return bool(message.dedup_id) or not message.key
+
+
+def lane_of(queue: str, message: message_pb2.NewMessage) -> str:
+    """The lane of a mergeable message of ``queue``: one for messages with dedup ids, one for those without."""
+    return ("d" if message.dedup_id else "u") + queue
+
+
+def resendable_faults(calls: list[Call]) -> frozenset[grpc.StatusCode]:
+    """The codes after which a merged request of ``calls`` (one lane's) is resent message by message."""
+    return MAY_BE_ONE_MESSAGES_FAULT if calls[0].message.dedup_id else NOTHING_STORED_FAULT
 
 
 class Lead:
@@ -110,19 +136,19 @@ class Lanes:
         self.max_bytes = max_bytes
         self._lanes: dict[str, _Lane] = {}
 
-    def join(self, queue: str, call: Call) -> bool:
+    def join(self, lane_name: str, call: Call) -> bool:
         """True: ``call`` leads now (a flight was free); False: it waits in the lane for its outcome or ``LEAD``."""
         call.bytes = message_bytes(call.message)
-        lane = self._lanes.setdefault(queue, _Lane())
+        lane = self._lanes.setdefault(lane_name, _Lane())
         if lane.flights < LANE_FLIGHTS:
             lane.flights += 1
             return True
         lane.waiting.append(call)
         return False
 
-    def take(self, queue: str, leader: Call) -> list[Call]:
+    def take(self, lane_name: str, leader: Call) -> list[Call]:
         """The calls of the leader's request: the leader, then waiting calls within the limits."""
-        lane = self._lanes[queue]
+        lane = self._lanes[lane_name]
         calls, size = [leader], leader.bytes
         while lane.waiting and len(calls) < self.max_messages:
             nxt = lane.waiting[0]
@@ -135,16 +161,16 @@ class Lanes:
             size += nxt.bytes
         return calls
 
-    def release(self, queue: str) -> Call | None:
+    def release(self, lane_name: str) -> Call | None:
         """A leader's request is over: the waiting call its flight goes to (set its future to ``LEAD``), or None."""
-        lane = self._lanes[queue]
+        lane = self._lanes[lane_name]
         while lane.waiting:
             nxt = lane.waiting.popleft()
             if not nxt.future.done():
                 return nxt
         lane.flights -= 1
         if lane.flights == 0:
-            del self._lanes[queue]
+            del self._lanes[lane_name]
         return None
 
 

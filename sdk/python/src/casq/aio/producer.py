@@ -16,11 +16,13 @@ from casq._enqueue_merge import (
     DEFAULT_BATCH_BYTES,
     DEFAULT_BATCH_MESSAGES,
     LEAD,
-    MAY_BE_ONE_MESSAGES_FAULT,
     Call,
     Lanes,
+    lane_of,
+    mergeable,
     merged_request,
     resend_lanes,
+    resendable_faults,
     settle,
 )
 from casq._messages import (
@@ -72,8 +74,12 @@ class Producer:
     ``RESOURCE_EXHAUSTED``, ``FAILED_PRECONDITION``, ``ALREADY_EXISTS``,
     ``OUT_OF_RANGE``) is resent message by message, so one bad message fails
     only its own caller; other failures (after the usual retries) reach every
-    caller of the request. Only calls with a dedup id (``auto_dedup`` or
-    ``dedup_id``) are merged; :meth:`enqueue_batch` is always sent as it is.
+    caller of the request. Calls with a dedup id (``auto_dedup`` or
+    ``dedup_id``) are merged with each other, and calls with neither dedup id
+    nor key with each other (the broker stores such a request on one shard,
+    all or none, so it is resent message by message only after a refusal
+    that stored nothing); calls with a key and no dedup id are sent alone, and
+    :meth:`enqueue_batch` is always sent as it is.
     Each message keeps its caller's trace context. ``max_batch_messages``
     (1..1000, default 1000) and ``max_batch_bytes`` (default 4 MiB) bound one
     merged request. ``batching=False`` sends every call as its own request.
@@ -108,14 +114,17 @@ class Producer:
         tracestate: str | None = None,
     ) -> EnqueueResult:
         message = NewMessage(payload, key, priority, delay, headers, max_attempts, dedup_id)
-        # Without a dedup id a resent merged request could store the message twice.
-        if self._lanes is None or not (dedup_id or self.auto_dedup):
+        batch = build_batch(queue, [message], self.auto_dedup)
+        # A keyed message without a dedup id could share a merged request with messages of
+        # other shards, and a resend after a partial store would store it twice.
+        if self._lanes is None or not mergeable(batch.request.messages[0]):
             results = await self.enqueue_batch(queue, [message], traceparent=traceparent, tracestate=tracestate)
             return results[0]
         parent, state = trace_metadata(traceparent, tracestate)
-        call = Call(build_batch(queue, [message], self.auto_dedup), parent, state, new_future())
+        call = Call(batch, parent, state, new_future())
+        lane = lane_of(queue, call.message)
         with self._lock:
-            lead = self._lanes.join(queue, call)
+            lead = self._lanes.join(lane, call)
         if not lead:
             try:
                 outcome = await wait_future(call.future)
@@ -123,28 +132,28 @@ class Producer:
                 # Cancelled just as the flight was handed to this call: hand it on.
                 handed = call.future.done() and not call.future.cancelled() and call.future.exception() is None
                 if handed and call.future.result() is LEAD:
-                    self._hand_on(queue)
+                    self._hand_on(lane)
                 raise
             if outcome is not LEAD:
                 return outcome  # type: ignore[no-any-return]
             call.future = new_future()
         # Led to its end even if this caller is cancelled: the other callers wait for it.
-        await detached(functools.partial(self._lead, queue, call))
+        await detached(functools.partial(self._lead, queue, lane, call))
         return await wait_future(call.future)  # type: ignore[no-any-return]
 
-    def _hand_on(self, queue: str) -> None:
-        """A leader is done: its flight goes to the next waiting call, if any."""
+    def _hand_on(self, lane: str) -> None:
+        """A leader is done: its flight goes to the next waiting call of its lane, if any."""
         assert self._lanes is not None
         with self._lock:
-            nxt = self._lanes.release(queue)
+            nxt = self._lanes.release(lane)
         if nxt is not None:
             nxt.future.set_result(LEAD)
 
-    async def _lead(self, queue: str, leader: Call) -> None:
+    async def _lead(self, queue: str, lane: str, leader: Call) -> None:
         """Sends the leader's message with the calls waiting in its lane and settles each of them."""
         assert self._lanes is not None
         with self._lock:
-            calls = self._lanes.take(queue, leader)
+            calls = self._lanes.take(lane, leader)
         try:
             request, parent, state = merged_request(queue, calls)
             metadata = build_metadata(self.client.token, parent, state)
@@ -152,7 +161,7 @@ class Producer:
             try:
                 results = await self._send(request, metadata, deadline, None, 0)
             except CasqError as error:
-                if len(calls) == 1 or error.code not in MAY_BE_ONE_MESSAGES_FAULT:
+                if len(calls) == 1 or error.code not in resendable_faults(calls):
                     for c in calls:
                         settle(c, error=error)
                     return
@@ -165,7 +174,7 @@ class Producer:
             for c, result in zip(calls, results, strict=True):
                 settle(c, c.batch.results([result])[0])
         finally:
-            self._hand_on(queue)
+            self._hand_on(lane)
 
     async def _send_each(self, calls: list[Call]) -> None:
         """One request per call, one after another (a lane of :func:`resend_lanes`: one key's calls keep their order)."""
