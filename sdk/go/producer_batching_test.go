@@ -90,18 +90,24 @@ func TestEnqueueCallsAreMerged(t *testing.T) {
 	_ = stop()
 }
 
+// onlyBadCallFailed checks that call bad failed INVALID_ARGUMENT and every other call succeeded.
+func onlyBadCallFailed(t *testing.T, errs []error, bad int) {
+	t.Helper()
+	for i, err := range errs {
+		switch {
+		case i == bad && casq.Code(err) != codes.InvalidArgument:
+			t.Fatalf("bad call: %v, want INVALID_ARGUMENT", err)
+		case i != bad && err != nil:
+			t.Fatalf("call %d: %v", i, err)
+		}
+	}
+}
+
 // One bad message fails its own caller only.
 func TestMergedEnqueueErrorReachesItsCaller(t *testing.T) {
 	c, _, _ := dialEnqueues(t, casq.Options{})
 	_, errs := enqueueAll(t, c, queueName(t), 32, 7)
-	for i, err := range errs {
-		switch {
-		case i == 7 && casq.Code(err) != codes.InvalidArgument:
-			t.Fatalf("bad call: %v, want INVALID_ARGUMENT", err)
-		case i != 7 && err != nil:
-			t.Fatalf("call %d: %v", i, err)
-		}
-	}
+	onlyBadCallFailed(t, errs, 7)
 }
 
 // A failure of the whole request reaches every caller of it.
@@ -297,14 +303,7 @@ func TestEnqueueWithoutDedupIDsIsMerged(t *testing.T) {
 	}
 	// A refused merged request (nothing stored) is resent message by message: the bad one fails alone.
 	_, errs = enqueueAll(t, c, queueName(t), 32, 7)
-	for i, err := range errs {
-		switch {
-		case i == 7 && casq.Code(err) != codes.InvalidArgument:
-			t.Fatalf("bad call: %v, want INVALID_ARGUMENT", err)
-		case i != 7 && err != nil:
-			t.Fatalf("call %d: %v", i, err)
-		}
-	}
+	onlyBadCallFailed(t, errs, 7)
 	rpcs.Store(0)
 	msgs.Store(0)
 	var wg sync.WaitGroup
