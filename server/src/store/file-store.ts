@@ -49,8 +49,10 @@
  * calls). So a put of up to 4 MiB runs on one of the process's put threads
  * (file-store/put-threads.ts): the whole sequence as synchronous calls
  * (file-store/sync-put.ts), one message there and one back; the thread
- * answers once the rename is durable and releases the key's lock after
- * that. It takes the cross-process lock only if it is free (or, briefly,
+ * answers once the rename is durable and only then releases the key's lock
+ * and stages the lock of its next put (a directory holding a marker, under
+ * `~casq/staging`: one per thread while the process lives, swept with the
+ * other leftovers of a process once it is gone). It takes the cross-process lock only if it is free (or, briefly,
  * once a sibling thread releases it); a lock held by another process, a
  * bigger body, or a thread that cannot start send the put down the
  * asynchronous path below, which waits for live holders and breaks dead
@@ -355,6 +357,7 @@ export class FileStore implements ObjectStore {
       ifAbsent: "ifAbsent" in condition,
       ifMatch: "ifMatch" in condition ? condition.ifMatch : undefined,
       ...this.locks.stageFor(key),
+      stageAhead: true,
     };
     try {
       outcome = await this.putThreads.run(request, body, signal);

@@ -9,12 +9,16 @@
  * The thread says {@link PutThreadReady} once it listens: a thread that fails
  * before that has run nothing. It answers a put as soon as its outcome is
  * known and then releases the key's lock (see sync-put.ts), so a thread that
- * died may have left the lock of the put it answered last. An abort is a job id written into the shared
+ * died may have left the lock of the put it answered last. Asked to
+ * (`stageNext`), it then stages the lock of its next put, which that put
+ * only renames into place (`staged`). An abort is a job id written into the shared
  * control word, which the put reads before taking the lock and before its
  * commit point.
  */
+
+import { rmSync } from "node:fs";
 import { isMainThread, parentPort, workerData } from "node:worker_threads";
-import { type SyncPutOutcome, type SyncPutRequest, syncPut } from "./sync-put.ts";
+import { type SyncPutOutcome, type SyncPutRequest, stageLock, syncPut } from "./sync-put.ts";
 
 /** What the store passes a put thread as its `workerData`. */
 export interface PutThreadData {
@@ -50,24 +54,37 @@ function serve(data: PutThreadData): void {
   if (port === null) return;
   const control = new Int32Array(data.control);
   let scratch: Uint8Array<ArrayBufferLike> = new Uint8Array(0);
+  /** The lock this thread staged ahead after its last put, and when (performance.now()). */
+  let staged: { readonly dir: string; readonly at: number } | undefined;
   port.on("message", (job: PutThreadJob) => {
     if (job.scratch !== undefined) scratch = new Uint8Array(job.scratch);
+    const { request } = job;
+    const stagedAt = request.staged === true && staged?.dir === request.stagedDir ? staged.at : undefined;
+    // A lock staged for another store (or no longer wanted): remove it, nobody else knows of it.
+    if (staged !== undefined && stagedAt === undefined) {
+      try {
+        rmSync(staged.dir, { recursive: true, force: true });
+      } catch {
+        // best effort: a staging directory of this live process is harmless, swept once it is gone
+      }
+    }
+    staged = undefined;
     let answer: PutThreadAnswer;
     let finish: (() => void) | undefined;
     try {
-      const run = syncPut(
-        job.request,
-        scratch.subarray(0, job.length),
-        () => Atomics.load(control, 0) === job.id,
-      );
+      const aborted = () => Atomics.load(control, 0) === job.id;
+      const run = syncPut(request, scratch.subarray(0, job.length), aborted, stagedAt);
       answer = { id: job.id, outcome: run.outcome };
       finish = run.finish;
     } catch (error) {
       answer = { id: job.id, error: error instanceof Error ? (error.stack ?? error.message) : String(error) };
     }
     port.postMessage(answer);
-    // The lock is released after the answer is on its way: the caller does not wait for it.
+    // The lock is released, and the next one staged, after the answer is on its way: the
+    // caller does not wait for them.
     finish?.();
+    if (request.stageNext !== undefined && stageLock(request.stageNext) === undefined)
+      staged = { dir: request.stageNext.stagedDir, at: performance.now() };
   });
   port.postMessage({ ready: true } satisfies PutThreadReady);
 }

@@ -227,4 +227,33 @@ describe("file store put threads", () => {
     expect(existsSync(path.join(root, "doc"))).toBe(outcome?.kind === "ok");
     expect(await readdir(path.join(root, "staging"))).toEqual([]);
   });
+
+  it("stages the next lock ahead after a put that asks for it, and removes it when the next put does not", async () => {
+    const threads = new PutThreads({ maxThreads: 1 });
+    const staging = path.join(root, "staging");
+    const settled = async (want: number) => {
+      for (let waited = 0; (await readdir(staging)).length !== want && waited < 5_000; waited += 10)
+        await new Promise((resolve) => setTimeout(resolve, 10));
+      return readdir(staging);
+    };
+    const ahead = (name: string, condition: { ifAbsent: true } | { ifMatch: string }) => ({
+      ...request(name, condition),
+      stageAhead: true,
+    });
+    expect(await threads.run(ahead("a", { ifAbsent: true }), bytes("1"))).toEqual({ kind: "ok" });
+    const first = await settled(1);
+    expect(first).toHaveLength(1);
+    // The next put takes the lock staged ahead (its own staging names are never made) and stages another.
+    const next = ahead("b", { ifAbsent: true });
+    expect(await threads.run(next, bytes("2"))).toEqual({ kind: "ok" });
+    const second = await settled(1);
+    expect(second).toHaveLength(1);
+    expect(second).not.toEqual(first);
+    expect(second).not.toContain(path.basename(next.stagedDir));
+    expect(await readFile(path.join(root, "b"), "utf8")).toMatch(/\n2$/);
+    // A put that does not ask for it: the thread removes the lock it staged.
+    expect(await threads.run(request("c", { ifAbsent: true }), bytes("3"))).toEqual({ kind: "ok" });
+    expect(await settled(0)).toEqual([]);
+    expect(await readdir(path.join(root, "locks"))).toEqual([]);
+  });
 });

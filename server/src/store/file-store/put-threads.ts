@@ -29,8 +29,9 @@
 import { rm, rmdir } from "node:fs/promises";
 import path from "node:path";
 import { Worker } from "node:worker_threads";
+import { newOwnerName } from "./owner-liveness.ts";
 import type { PutThreadAnswer, PutThreadData, PutThreadJob, PutThreadReady } from "./put-thread.ts";
-import type { SyncPutOutcome, SyncPutRequest } from "./sync-put.ts";
+import type { StageNames, SyncPutOutcome, SyncPutRequest } from "./sync-put.ts";
 
 /** Most put threads per process. */
 export const MAX_PUT_THREADS = 2;
@@ -48,6 +49,8 @@ export class PutThreadLost extends Error {
 interface QueuedPut {
   readonly id: number;
   readonly request: SyncPutRequest;
+  /** The request as sent to its thread (with the thread's staged-ahead lock). */
+  sent?: SyncPutRequest;
   readonly body: Uint8Array;
   readonly signal: AbortSignal | undefined;
   readonly resolve: (outcome: SyncPutOutcome | undefined) => void;
@@ -68,6 +71,8 @@ class PutThread {
   answered: SyncPutRequest | undefined;
   /** When it answered last (performance.now()). */
   answeredAt = Number.NEGATIVE_INFINITY;
+  /** The lock it was asked to stage after its last put, for its next one (it may have failed to). */
+  staged: StageNames | undefined;
   scratch: SharedArrayBuffer | undefined;
   /** Ends this spare thread when it has been idle long enough (see {@link SPARE_IDLE_MS}). */
   retire: NodeJS.Timeout | undefined;
@@ -189,6 +194,8 @@ export class PutThreads {
   }
 
   private send(thread: PutThread, put: QueuedPut): void {
+    const request = withStagedLock(thread, put.request);
+    put.sent = request;
     const length = put.body.byteLength;
     let fresh: SharedArrayBuffer | undefined;
     if (thread.scratch === undefined || thread.scratch.byteLength < length) {
@@ -201,8 +208,8 @@ export class PutThreads {
     thread.retire = undefined;
     Atomics.store(thread.control, 0, 0);
     const job: PutThreadJob = fresh
-      ? { id: put.id, request: put.request, length, scratch: fresh }
-      : { id: put.id, request: put.request, length };
+      ? { id: put.id, request, length, scratch: fresh }
+      : { id: put.id, request, length };
     thread.worker.ref();
     thread.worker.postMessage(job);
   }
@@ -227,7 +234,7 @@ export class PutThreads {
       const put = thread.current;
       if (put === undefined || put.id !== message.id) return;
       thread.current = undefined;
-      thread.answered = put.request;
+      thread.answered = put.sent;
       thread.answeredAt = performance.now();
       this.counts.answered += 1;
       if ("error" in message) settle(put, new PutThreadLost(`a put thread failed: ${message.error}`));
@@ -242,14 +249,19 @@ export class PutThreads {
       this.threads.splice(at, 1);
       const put = thread.current;
       thread.current = undefined;
-      // The lock of the put it answered last may not be released yet.
+      // The lock of the put it answered last may not be released yet, and it may have staged one.
       if (thread.answered !== undefined) void removeLeftovers(thread.answered);
+      removeStaged(thread);
       if (!thread.ready) {
         // It could not start (it is sent nothing before it is ready): puts take the asynchronous path.
         this.fail();
         return;
       }
-      if (put) settle(put, new PutThreadLost("a put thread exited while it ran a put", { cause: error }));
+      if (put) {
+        // What it may have left under the names it was sent (the store removes those it chose).
+        const lost = new PutThreadLost("a put thread exited while it ran a put", { cause: error });
+        void removeLeftovers(put.sent ?? put.request).finally(() => settle(put, lost));
+      }
       this.dispatch();
     };
     thread.worker.on("error", ended);
@@ -269,7 +281,7 @@ export class PutThreads {
     const at = this.threads.indexOf(thread);
     if (at < 0 || thread.current !== undefined) return;
     this.threads.splice(at, 1);
-    void thread.worker.terminate();
+    void thread.worker.terminate().finally(() => removeStaged(thread));
   }
 
   private fail(): void {
@@ -289,6 +301,37 @@ export async function removeLeftovers(request: SyncPutRequest): Promise<void> {
   await rm(request.stagedDir, { recursive: true, force: true }).catch(() => {});
   await rm(path.join(request.lockDir, request.marker), { force: true }).catch(() => {});
   await rmdir(request.lockDir).catch(() => {});
+}
+
+/**
+ * `request` as `thread` should run it, when it lets the thread stage ahead:
+ * with the lock the thread was asked to stage after its last put, if that
+ * was under the same staging directory (the same store), and the names of
+ * the one to stage after this put.
+ */
+function withStagedLock(thread: PutThread, request: SyncPutRequest): SyncPutRequest {
+  if (request.stageAhead !== true) {
+    thread.staged = undefined; // the thread removes the one it has, if any
+    return request;
+  }
+  const root = path.dirname(request.stagedDir);
+  const ready = thread.staged;
+  const owner = newOwnerName();
+  const next: StageNames = {
+    stagedDir: path.join(root, owner),
+    marker: owner,
+    markerText: request.markerText,
+  };
+  thread.staged = next;
+  if (ready === undefined || path.dirname(ready.stagedDir) !== root) return { ...request, stageNext: next };
+  return { ...request, ...ready, staged: true, stageNext: next };
+}
+
+/** Removes what a thread that ended may have staged ahead. */
+function removeStaged(thread: PutThread): void {
+  const staged = thread.staged;
+  thread.staged = undefined;
+  if (staged !== undefined) void rm(staged.stagedDir, { recursive: true, force: true }).catch(() => {});
 }
 
 /** Answers a put: its outcome, `undefined` (take the asynchronous path) or an error; stops listening to its signal. */

@@ -45,6 +45,7 @@ import {
   rmSync,
   statSync,
   unlinkSync,
+  utimesSync,
   writeSync,
 } from "node:fs";
 import path from "node:path";
@@ -68,6 +69,19 @@ export interface SyncPutRequest {
   /** This writer's staging directory (`~casq/staging/<owner>`), renamed onto `lockDir`. */
   readonly stagedDir: string;
   /** The marker file's name (the owner) and its content, for humans. */
+  readonly marker: string;
+  readonly markerText: string;
+  /** Let the put thread stage its next lock ahead, under the same staging directory (see put-threads.ts). */
+  readonly stageAhead?: boolean;
+  /** `stagedDir` was staged ahead by the thread after its last put (if that worked; else the run stages it). */
+  readonly staged?: boolean;
+  /** After this put, stage these names for the thread's next put (see {@link stageLock}). */
+  readonly stageNext?: StageNames;
+}
+
+/** A staging directory holding a marker: what a writer renames onto a key's lock path to take the lock. */
+export interface StageNames {
+  readonly stagedDir: string;
   readonly marker: string;
   readonly markerText: string;
 }
@@ -122,10 +136,17 @@ export interface SyncPutRun {
 
 /**
  * Runs one put up to its outcome (see the module header); the caller runs
- * `finish` after it has passed the outcome on. Throws only for errors that
- * are not file-system errors (after cleaning up).
+ * `finish` after it has passed the outcome on. `stagedAt` (performance.now())
+ * says when `request.stagedDir` was staged ahead, if it was: the run then
+ * only renames it (touching its marker first if it is no longer fresh).
+ * Throws only for errors that are not file-system errors (after cleaning up).
  */
-export function syncPut(request: SyncPutRequest, body: Uint8Array, aborted: () => boolean): SyncPutRun {
+export function syncPut(
+  request: SyncPutRequest,
+  body: Uint8Array,
+  aborted: () => boolean,
+  stagedAt?: number,
+): SyncPutRun {
   let tempMade = false;
   let locked = false;
   let committed = false;
@@ -155,7 +176,7 @@ export function syncPut(request: SyncPutRequest, body: Uint8Array, aborted: () =
         closeSync(fd);
       }
       if (aborted()) return { kind: "aborted" };
-      const busy = takeLock(request);
+      const busy = takeLock(request, stagedAt);
       if (busy !== undefined) return busy;
       locked = true;
       step = "commit";
@@ -206,21 +227,43 @@ const OWN_LOCK_POLL_MS = 0.05;
 /** Something to `Atomics.wait` on for a short sleep (nobody notifies it). */
 const napCell = new Int32Array(new SharedArrayBuffer(4));
 
-/** Stages this writer's marker and renames it onto the lock path; undefined when the lock is ours. */
-function takeLock(request: SyncPutRequest): SyncPutOutcome | undefined {
+/**
+ * A marker staged ahead longer ago than this (ms) gets its mtime refreshed
+ * before it becomes a lock: a waiter that cannot check the holder's pid
+ * judges it by age (at least 100 ms, see key-lock.ts).
+ */
+const STAGED_FRESH_MS = 20;
+
+/**
+ * Makes `names.stagedDir` holding its marker (a lock ready to be taken with
+ * one rename). On failure removes what it made and returns the error.
+ */
+export function stageLock(names: StageNames): unknown {
   try {
-    mkdirSync(request.stagedDir);
-    const marker = openSync(path.join(request.stagedDir, request.marker), "wx");
+    mkdirSync(names.stagedDir);
+    const marker = openSync(path.join(names.stagedDir, names.marker), "wx");
     try {
-      writeAll(marker, Buffer.from(request.markerText), 0);
+      writeAll(marker, Buffer.from(names.markerText), 0);
     } finally {
       closeSync(marker);
     }
+    return undefined;
   } catch (error) {
-    quietly(() => rmSync(request.stagedDir, { recursive: true, force: true }));
+    quietly(() => rmSync(names.stagedDir, { recursive: true, force: true }));
+    return error;
+  }
+}
+
+/** Stages this writer's marker (unless staged ahead) and renames it onto the lock path; undefined when the lock is ours. */
+function takeLock(request: SyncPutRequest, stagedAt: number | undefined): SyncPutOutcome | undefined {
+  if (stagedAt === undefined) {
+    const error = stageLock(request);
     // The staging directory itself is gone: the asynchronous path makes it again.
-    if (errnoCode(error) === "ENOENT") return { kind: "lock-busy" };
-    return failure("lock", error);
+    if (error !== undefined)
+      return errnoCode(error) === "ENOENT" ? { kind: "lock-busy" } : failure("lock", error);
+  } else if (performance.now() - stagedAt > STAGED_FRESH_MS) {
+    const now = new Date();
+    quietly(() => utimesSync(path.join(request.stagedDir, request.marker), now, now));
   }
   const giveUpAt = performance.now() + OWN_LOCK_WAIT_MS;
   for (;;) {
