@@ -225,9 +225,8 @@ export class Broker {
       // A keyed message follows its key; an unkeyed one with a dedup id follows
       // the dedup id, so a retry meets the original on the same shard.
       const routeBy = input.key || input.dedupId;
-      const shard = routeBy
-        ? shardForKey(routeBy, shards)
-        : (unroutedShard ??= this.placeUnrouted(queue, shards));
+      if (!routeBy && unroutedShard === undefined) unroutedShard = this.placeUnrouted(queue, shards);
+      const shard = routeBy ? shardForKey(routeBy, shards) : (unroutedShard as number);
       const message: NewMessage = { ...input, id: newMessageId(this.params.clock, this.params.random) };
       const group = byShard.get(shard) ?? [];
       byShard.set(shard, group);
