@@ -20,7 +20,10 @@
  * default dedup id on every job):
  *
  * 1. Load: the standing backlog, in batches of 1,000 from 4 concurrent
- *    `Producer.enqueueBatch` callers (with the case's PUT latency).
+ *    `Producer.enqueueBatch` callers (with the case's PUT latency); with
+ *    `--load-batch 1`, single-job `Producer.enqueue` from 64 callers, which
+ *    seals the backlog into many small segments (a bigger segment index).
+ *    Other sizes: batches of that size from 4 callers.
  * 2. Enqueue: single-job `Producer.enqueue` from 64 concurrent callers for
  *    `--seconds`.
  * 3. Process: one SDK `Worker` at concurrency 50 (handler start counted, the
@@ -87,6 +90,7 @@ const { values } = parseArgs({
     seconds: { type: "string", default: "5" },
     "dead-letters": { type: "string", default: "100000" },
     "dedup-ids": { type: "string", default: "on" },
+    "load-batch": { type: "string", default: "1000" },
     server: { type: "string", default: "built" },
     "settle-seconds": { type: "string", default: "30" },
     help: { type: "boolean", short: "h", default: false },
@@ -94,7 +98,7 @@ const { values } = parseArgs({
 });
 if (values.help) {
   console.log(`usage: npm run bench:backlog -- [--json] [--sizes 1000,10000,100000,1000000] [--latency 0,100]
-                                 [--seconds 5] [--dead-letters 100000] [--dedup-ids on|off]
+                                 [--seconds 5] [--dead-letters 100000] [--dedup-ids on|off] [--load-batch 1000]
                                  [--server built|source] [--settle-seconds 30]
 For each backlog size and PUT latency (ms): a fresh casq serve on the file store, the backlog loaded
 through the TypeScript SDK, then enqueue jobs/s from 64 callers and claim+ack jobs/s from one SDK Worker
@@ -111,10 +115,13 @@ a PUT latency always run the source (bench/systems/slow-store-server.ts).
 --dead-letters N: the head-size case, N jobs with dedup ids all dead-lettered (0: skip it).
 --dedup-ids off: the producers give jobs no dedup id (the SDK's default is one per job; each live id
 costs the broker memory for the queue's dedup window).
+--load-batch N (1..1000): the backlog is loaded in batches of N from 4 callers; 1: single-job enqueues
+from 64 callers, so it is sealed into many small segments (the head's segment index grows with them).
 A table on stdout (--json: one JSON object); progress on stderr.`);
   process.exit(0);
 }
 const deadLetters = Number(values["dead-letters"]);
+const loadBatch = Number(values["load-batch"]);
 const sizes = values.sizes.split(",").map(Number);
 const latencies = values.latency.split(",").map(Number);
 const seconds = Number(values.seconds);
@@ -125,6 +132,7 @@ for (const [flag, ok] of [
   ["--seconds", Number.isFinite(seconds) && seconds > 0],
   ["--dead-letters", Number.isInteger(deadLetters) && deadLetters >= 0],
   ["--dedup-ids", values["dedup-ids"] === "on" || values["dedup-ids"] === "off"],
+  ["--load-batch", Number.isInteger(loadBatch) && loadBatch >= 1 && loadBatch <= 1000],
   ["--settle-seconds", Number.isFinite(settleSeconds) && settleSeconds >= 0],
 ] as const) {
   if (!ok) {
@@ -137,8 +145,7 @@ const log = (line: string) => process.stderr.write(`${line}\n`);
 
 /** The queue of every case (each case has a broker of its own). */
 const QUEUE = "backlog";
-/** Jobs per load batch (the default max_batch) and concurrent load callers. */
-const LOAD_BATCH = 1000;
+/** Concurrent load callers (with batches; single-job loads use the enqueue phase's callers). */
 const LOAD_CALLERS = 4;
 /** Concurrent single-job callers of the enqueue phase, and the Worker's concurrency. */
 const CALLERS = 64;
@@ -249,7 +256,10 @@ function headBytes(casq: CasqSystem): number {
   return statSync(join(casq.storeDirectory, "queues", QUEUE, "0.json")).size;
 }
 
-/** Enqueues `jobs` in batches of {@link LOAD_BATCH} from {@link LOAD_CALLERS} callers, with progress on stderr. */
+/**
+ * Enqueues `jobs` in batches of `--load-batch` from {@link LOAD_CALLERS} callers (single jobs: from
+ * as many callers as the enqueue phase), with progress on stderr.
+ */
 async function load(producer: Producer, jobs: number, what: string): Promise<void> {
   const started = performance.now();
   let next = 0;
@@ -263,16 +273,18 @@ async function load(producer: Producer, jobs: number, what: string): Promise<voi
   try {
     const caller = async () => {
       while (next < jobs) {
-        const n = Math.min(LOAD_BATCH, jobs - next);
+        const n = Math.min(loadBatch, jobs - next);
         next += n;
-        await producer.enqueueBatch(
-          QUEUE,
-          Array.from({ length: n }, () => ({ payload })),
-        );
+        if (loadBatch === 1) await producer.enqueue(QUEUE, payload);
+        else
+          await producer.enqueueBatch(
+            QUEUE,
+            Array.from({ length: n }, () => ({ payload })),
+          );
         done += n;
       }
     };
-    await Promise.all(Array.from({ length: LOAD_CALLERS }, caller));
+    await Promise.all(Array.from({ length: loadBatch === 1 ? CALLERS : LOAD_CALLERS }, caller));
   } finally {
     clearInterval(progress);
   }
@@ -496,6 +508,7 @@ if (values.json) {
         enqueue_callers: CALLERS,
         worker_concurrency: CONCURRENCY,
         dedup_ids: values["dedup-ids"] === "on",
+        load_batch: loadBatch,
         settle_seconds: settleSeconds,
         cases,
         ...(heads ? { heads } : {}),

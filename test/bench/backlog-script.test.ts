@@ -44,6 +44,13 @@ describe("bench:backlog", () => {
     expect(stdout).toContain("--dedup-ids");
     expect(stdout).toContain("--server built|source");
     expect(stdout).toContain("--settle-seconds");
+    expect(stdout).toContain("--load-batch");
+  });
+
+  test("a bad --load-batch is a usage error", async () => {
+    const failed = await run(["--load-batch", "0"]).catch((e: { code?: number; stderr?: string }) => e);
+    expect(failed).toMatchObject({ code: 2 });
+    expect(String((failed as { stderr?: string }).stderr)).toContain("--load-batch");
   });
 
   test("a bad --server is a usage error", async () => {
@@ -72,6 +79,8 @@ describe("bench:backlog", () => {
       "source",
       "--settle-seconds",
       "1",
+      "--load-batch",
+      "1",
       "--json",
     ]);
     const out = JSON.parse(stdout);
@@ -81,6 +90,7 @@ describe("bench:backlog", () => {
       enqueue_callers: 64,
       worker_concurrency: 50,
       dedup_ids: true,
+      load_batch: 1,
       settle_seconds: 1,
       cases: [
         {
