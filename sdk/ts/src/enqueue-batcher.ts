@@ -123,6 +123,11 @@ interface OpenBatch {
   bytes: number;
 }
 
+/** Whether `message` may share a merged request: it has a dedup id, or neither dedup id nor key (see module header). */
+export function mergeable(message: NewMessageInit): boolean {
+  return (message.dedupId ?? "") !== "" || (message.key ?? "") === "";
+}
+
 /** Rough size of a message in a request, for {@link BatchingOptions.maxBytes}. */
 export function approxMessageBytes(message: NewMessageInit): number {
   let bytes =
@@ -167,9 +172,9 @@ export class EnqueueBatcher {
    * header); resolves with its own result once the batch is answered.
    */
   add(queue: string, message: NewMessageInit, timeoutMs: number | undefined): Promise<BatchedResult> {
-    const deduplicated = (message.dedupId ?? "") !== "";
-    if (!deduplicated && (message.key ?? "") !== "")
+    if (!mergeable(message))
       return Promise.reject(new TypeError("casq: a keyed message without a dedup id is not merged"));
+    const deduplicated = (message.dedupId ?? "") !== "";
     return new Promise<BatchedResult>((resolve, reject) => {
       const bytes = approxMessageBytes(message);
       const group = `${deduplicated ? "d" : "u"}${timeoutMs ?? ""}\u0000${queue}`;

@@ -9,7 +9,7 @@ import type { NewMessageSchema } from "@casq/api/casq/v1/message_pb.ts";
 import { type EnqueueResponse, QueueService } from "@casq/api/casq/v1/queue_service_pb.ts";
 import { Code } from "@connectrpc/connect";
 import { type ClientOptions, resolveClientOptions } from "./client-options.ts";
-import { type BatchingOptions, EnqueueBatcher } from "./enqueue-batcher.ts";
+import { type BatchingOptions, EnqueueBatcher, mergeable } from "./enqueue-batcher.ts";
 import { BatchRedirectError, CasqError } from "./errors.ts";
 import { callWithFailover } from "./failover.ts";
 import { BrokerPool } from "./transport.ts";
@@ -273,7 +273,7 @@ export class Producer {
       const message = toNewMessage({ ...options, payload }, this.defaultDedupIds);
       // A keyed message without a dedup id could share a merged request with messages of
       // other shards, and a resend after a partial store would store it twice.
-      if ((message.dedupId ?? "") !== "" || (message.key ?? "") === "") {
+      if (mergeable(message)) {
         const result = await this.batcher.add(queue, message, options.timeoutMs);
         return options.dedupId === undefined ? ownStore(result) : result;
       }
