@@ -11,7 +11,7 @@
  * known and then releases the key's lock (see sync-put.ts), so a thread that
  * died may have left the lock of the put it answered last. Asked to
  * (`stageNext`), it then stages the lock of its next put, which that put
- * only renames into place (`staged`). An abort is a job id written into the shared
+ * (named by its `stagedDir`) only renames into place. An abort is a job id written into the shared
  * control word, which the put reads before taking the lock and before its
  * commit point.
  */
@@ -59,7 +59,8 @@ function serve(data: PutThreadData): void {
   port.on("message", (job: PutThreadJob) => {
     if (job.scratch !== undefined) scratch = new Uint8Array(job.scratch);
     const { request } = job;
-    const stagedAt = request.staged === true && staged?.dir === request.stagedDir ? staged.at : undefined;
+    // The lock staged ahead is used when the put names it (else the run stages its own).
+    const stagedAt = staged?.dir === request.stagedDir ? staged.at : undefined;
     // A lock staged for another store (or no longer wanted): remove it, nobody else knows of it.
     if (staged !== undefined && stagedAt === undefined) {
       try {

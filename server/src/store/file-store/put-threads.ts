@@ -324,7 +324,7 @@ function withStagedLock(thread: PutThread, request: SyncPutRequest): SyncPutRequ
   };
   thread.staged = next;
   if (ready === undefined || path.dirname(ready.stagedDir) !== root) return { ...request, stageNext: next };
-  return { ...request, ...ready, staged: true, stageNext: next };
+  return { ...request, ...ready, stageNext: next };
 }
 
 /** Removes what a thread that ended may have staged ahead. */

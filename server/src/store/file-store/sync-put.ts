@@ -73,8 +73,6 @@ export interface SyncPutRequest {
   readonly markerText: string;
   /** Let the put thread stage its next lock ahead, under the same staging directory (see put-threads.ts). */
   readonly stageAhead?: boolean;
-  /** `stagedDir` was staged ahead by the thread after its last put (if that worked; else the run stages it). */
-  readonly staged?: boolean;
   /** After this put, stage these names for the thread's next put (see {@link stageLock}). */
   readonly stageNext?: StageNames;
 }
