@@ -29,7 +29,7 @@ const HEAD = "queues/jobs/0.json";
 const SEG = "queues/jobs/0/seg/";
 const body = (i: number) => new TextEncoder().encode(`job-${i}-${"x".repeat(200)}`);
 
-function leader(store: MemoryStore, name: string, clock: ManualClock): ShardLeader {
+function leader(store: MemoryStore, name: string, clock: ManualClock, indexSegmentSize = 64): ShardLeader {
   return new ShardLeader({
     store,
     queue: "jobs",
@@ -37,8 +37,18 @@ function leader(store: MemoryStore, name: string, clock: ManualClock): ShardLead
     identity: { id: `broker-${name}`, address: `${name}:50051` },
     clock,
     random: seededRandom(name.length),
-    options: { tailBytes: 2048 },
+    options: { tailBytes: 2048, indexSegmentSize },
   });
+}
+
+/** What the frozen v2 field gate throws for `bytes` (undefined: it reads them). */
+function gateRefusal(bytes: Uint8Array | undefined): unknown {
+  try {
+    v2FieldGate(bytes ?? new Uint8Array());
+    return undefined;
+  } catch (error) {
+    return error;
+  }
 }
 
 async function failure(call: Promise<unknown>): Promise<unknown> {
@@ -147,12 +157,7 @@ describe("mixed versions: a v2 broker from before dead-letter segments", () => {
     const doc = JSON.parse(new TextDecoder().decode(head?.body));
     expect(doc.format).toBe("casq.shard.v2");
     expect(doc.subscriptions[0].dead_letter_segments.length).toBeGreaterThan(0);
-    let refusal: unknown;
-    try {
-      v2FieldGate(head?.body ?? new Uint8Array());
-    } catch (error) {
-      refusal = error;
-    }
+    const refusal = gateRefusal(head?.body);
     expect(isCasqError(refusal, "data_loss"), String(refusal)).toBe(true);
     expect(String(refusal)).toContain('unknown field "dead_letter_segments"');
     expect(String(refusal)).toContain("refusing to load or overwrite it");
@@ -188,5 +193,29 @@ describe("mixed versions: a v2 broker from before dead-letter segments", () => {
     const after = await store.get(HEAD);
     expect(after?.etag).toBe(before?.etag);
     expect(new TextDecoder().decode(after?.body)).toBe(unknown);
+  });
+});
+
+describe("mixed versions: a v2 broker from before index segments", () => {
+  it("reads a head that lists its segments itself, and refuses one with index segments as corrupt", async () => {
+    const store = new MemoryStore();
+    const clock = new ManualClock();
+    const writer = leader(store, "writer", clock, 1);
+    for (let i = 0; i < 12; i++)
+      await writer.submit({ kind: "enqueue", messages: [{ id: `m${i}`, payload: body(i) }] });
+    let head = await store.get(HEAD);
+    let doc = JSON.parse(new TextDecoder().decode(head?.body));
+    expect(doc.segments.length).toBeGreaterThan(0);
+    expect(doc.index_segments).toBeUndefined(); // not past twice the size yet
+    expect(() => v2FieldGate(head?.body ?? new Uint8Array())).not.toThrow();
+    for (let i = 12; i < 60; i++)
+      await writer.submit({ kind: "enqueue", messages: [{ id: `m${i}`, payload: body(i) }] });
+    head = await store.get(HEAD);
+    doc = JSON.parse(new TextDecoder().decode(head?.body));
+    expect(doc.index_segments.length).toBeGreaterThan(0);
+    const refusal = gateRefusal(head?.body);
+    expect(isCasqError(refusal, "data_loss"), String(refusal)).toBe(true);
+    expect(String(refusal)).toContain('unknown field "index_segments"');
+    expect(String(refusal)).toContain("refusing to load or overwrite it");
   });
 });

@@ -23,7 +23,7 @@ async function code(call: Promise<unknown>): Promise<string> {
 }
 
 /** A server on a shared memory store with queue `q` (2 shards, subscription `audit`) and the store. */
-async function setup(commit: { tailBytes?: number } = {}) {
+async function setup(commit: { tailBytes?: number; indexSegmentSize?: number } = {}) {
   const inner = new MemoryStore();
   const s = await server({ store: sharedStore(inner), commit });
   const c = grpcClients(s.address);
@@ -141,8 +141,8 @@ describe("RepairShard", () => {
   describe("a v2 shard with segments", () => {
     const SEG = "queues/q/0/seg/";
     /** Shard 0 with 40 messages of which the first 10 are acked, most of them sealed into segments. */
-    async function sealed() {
-      const { inner, c } = await setup({ tailBytes: 1024 });
+    async function sealed(commit: { indexSegmentSize?: number } = {}) {
+      const { inner, c } = await setup({ tailBytes: 1024, ...commit });
       for (let i = 0; i < 40; i += 5)
         await c.queue.enqueue({
           queue: "q",
@@ -160,9 +160,10 @@ describe("RepairShard", () => {
       }
       const head = JSON.parse(text((await inner.get("queues/q/0.json"))?.body)) as {
         segments: { name: string }[];
+        index_segments?: { name: string }[];
         broker: { epoch: number };
       };
-      expect(head.segments.length).toBeGreaterThan(2);
+      expect(head.segments.length + (head.index_segments?.length ?? 0)).toBeGreaterThan(2);
       return { inner, c, head };
     }
 
@@ -209,6 +210,20 @@ describe("RepairShard", () => {
       }
       expect(left).toEqual([]);
       expect((await inner.list("repairs/q/0/")).length).toBe(backups.length);
+    });
+
+    it("salvages the segments an inconsistent head lists through its index segments too", async () => {
+      const { inner, c, head } = await sealed({ indexSegmentSize: 1 });
+      expect(head.index_segments?.length ?? 0).toBeGreaterThan(0);
+      const raw = JSON.parse(text((await inner.get("queues/q/0.json"))?.body));
+      raw.next_offset = 1; // inconsistent: below the stored offsets
+      await overwrite(inner, "queues/q/0.json", JSON.stringify(raw));
+      const repaired = await c.admin.repairShard({ queue: "q", shard: 0 });
+      expect(repaired.messagesSalvaged).toBe(30n);
+      const claimed = await c.queue.claim({ queue: "q", workerId: "w2", maxMessages: 100 });
+      expect(claimed.messages.map((m) => Number(m.message?.offset))).toEqual(
+        Array.from({ length: 30 }, (_, i) => 10 + i),
+      );
     });
 
     it("salvages from every segment object when the head is gone", async () => {

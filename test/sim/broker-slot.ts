@@ -134,6 +134,7 @@ export class BrokerSlot {
         ...this.config.commit,
         warmSealedMessages: this.config.warmSealedMessages,
         residentDedupIdBytes: this.config.residentDedupIdBytes,
+        indexSegmentSize: this.config.indexSegmentSize,
       },
       shardsFor: () => this.config.shards,
       initialConfig: this.config.queueConfig,

@@ -35,6 +35,7 @@
 import {
   parseDeadLetterSegmentDocument,
   parseDedupSegmentDocument,
+  parseIndexSegmentDocument,
   parseSegmentDocument,
 } from "../../server/src/model/segment-parser.ts";
 import { ShardState } from "../../server/src/model/shard-state.ts";
@@ -72,6 +73,8 @@ export interface HistoryStats {
   readonly versions: number;
   /** Epoch increases (leadership changed hands, or was re-taken after a release or expiry). */
   readonly takeovers: number;
+  /** Index segment objects written (referenced by a head or not). */
+  readonly indexSegments: number;
   /** Committed deliveries beyond the first, per (subscription, message). */
   readonly redeliveries: number;
 }
@@ -92,6 +95,7 @@ export class CommittedHistory {
   private readonly segments = new Map<string, Uint8Array>();
   private versions = 0;
   private takeovers = 0;
+  private indexSegments = 0;
   private redeliveries = 0;
 
   constructor(
@@ -106,6 +110,7 @@ export class CommittedHistory {
     if (segment !== null) {
       if (!("ifAbsent" in condition)) this.violation("segments", `${key}: a segment was written over`);
       this.segments.set(segment[1] as string, bytes);
+      if ((segment[1] as string).endsWith(".index.json")) this.indexSegments += 1;
       return;
     }
     try {
@@ -114,6 +119,12 @@ export class CommittedHistory {
         segments: (ref) => {
           const stored = this.segments.get(ref.name);
           return stored && parseSegmentDocument(stored, { queue: queueOf(key), shard: shardOf(key), ref });
+        },
+        indexSegments: (ref) => {
+          const stored = this.segments.get(ref.name);
+          return (
+            stored && parseIndexSegmentDocument(stored, { queue: queueOf(key), shard: shardOf(key), ref })
+          );
         },
         dedupSegments: (ref) => {
           const stored = this.segments.get(ref.name);
@@ -175,7 +186,12 @@ export class CommittedHistory {
 
   /** Counters so far. */
   stats(): HistoryStats {
-    return { versions: this.versions, takeovers: this.takeovers, redeliveries: this.redeliveries };
+    return {
+      versions: this.versions,
+      takeovers: this.takeovers,
+      indexSegments: this.indexSegments,
+      redeliveries: this.redeliveries,
+    };
   }
 
   private checkTransition(previous: ShardView | undefined, view: ShardView, condition: PutCondition): void {

@@ -105,7 +105,8 @@ function ackedOffsets(raw: unknown[]): number[] {
 /**
  * Parses committed document bytes into a {@link ShardView}. A v2 head's
  * sealed messages come from its segments (`segments`: segment object name ->
- * bytes, as written to the store), minus the offsets the head marks gone;
+ * bytes, as written to the store; those it lists itself and those its index
+ * segments list), minus the offsets their entries mark gone;
  * sealed dead letters from its dead-letter segments, minus the positions
  * the head marks gone.
  * Throws on bytes that are not a JSON object, or a segment that is not given.
@@ -120,7 +121,14 @@ export function parseShardView(
   const broker = doc.broker as Json | null;
   const messages = new Map<number, MessageView>();
   const raws: Json[] = [];
-  for (const ref of (doc.segments as Json[] | undefined) ?? []) {
+  // The segments the head lists itself, and those its index segments list.
+  const refs = [...((doc.segments as Json[] | undefined) ?? [])];
+  for (const idx of (doc.index_segments as Json[] | undefined) ?? []) {
+    const stored = segments.get(idx.name as string);
+    if (stored === undefined) throw new Error(`index segment ${String(idx.name)} was never written`);
+    refs.push(...((JSON.parse(new TextDecoder().decode(stored)) as Json).segments as Json[]));
+  }
+  for (const ref of refs) {
     const stored = segments.get(ref.name as string);
     if (stored === undefined) throw new Error(`segment ${String(ref.name)} was never written`);
     const gone = new Set(ackedOffsets(ref.gone as unknown[]));

@@ -7,6 +7,7 @@
  * of ground.
  */
 import { DEFAULT_RESIDENT_DEDUP_ID_BYTES } from "../../server/src/broker/dedup-id-pager.ts";
+import { INDEX_SEGMENT_SIZE } from "../../server/src/model/index-segments.ts";
 import type { QueueConfig } from "../../server/src/model/queue-config.ts";
 import type { SimRandom } from "./sim-random.ts";
 
@@ -100,6 +101,14 @@ export interface SimConfig {
    * {@link lateLanding}, for the same reason.
    */
   readonly residentDedupIdBytes: number;
+  /**
+   * Segments per index segment (commit option): in half the runs 1 or 2,
+   * so that a backlog of a few dozen segments has its entries moved into
+   * index segments (written through the faulty link, read back by every
+   * takeover) and dissolved again as claims reach them. Drawn after
+   * {@link residentDedupIdBytes}, for the same reason.
+   */
+  readonly indexSegmentSize: number;
 }
 
 /** Whether a run has SDK workers (see {@link SimConfig.sdkWorkers}). */
@@ -156,6 +165,7 @@ export function drawConfig(seed: number, random: SimRandom, overrides: SimConfig
     warmSealedMessages: random.chance(0.5) ? random.int(0, 40) : 20_000,
     lateLanding: random.chance(0.5),
     residentDedupIdBytes: random.chance(0.5) ? random.int(0, 600) : DEFAULT_RESIDENT_DEDUP_ID_BYTES,
+    indexSegmentSize: random.chance(0.5) ? random.int(1, 2) : INDEX_SEGMENT_SIZE,
   };
   return { ...config, ...overrides };
 }

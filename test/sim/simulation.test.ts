@@ -104,6 +104,20 @@ describe("seeded simulation (brokers, workers, faulty store, auditor)", () => {
     },
   );
 
+  it("index segments: with a tiny tail and one segment per index segment, they are written, read back and dissolved under faults", async () => {
+    let written = 0;
+    for (const seed of [11, 12, 13, 14, 15, 16, 17, 18]) {
+      const result = await runSimulation(seed, {
+        commit: { maxBatch: 1000, lingerMs: 0, groupCommit: true, tailBytes: 400 },
+        indexSegmentSize: 1,
+      });
+      if (result.violations.length > 0) console.error(failureReport(result));
+      expect(result.violations).toEqual([]);
+      written += result.history.indexSegments;
+    }
+    expect(written).toBeGreaterThan(20);
+  });
+
   it("is deterministic: one seed, run twice, gives the same trace", async () => {
     const seed = single ?? 7;
     const a = await runSimulation(seed);

@@ -9,6 +9,8 @@
  * leader may have retired and deleted that segment in between, so the
  * caller re-reads the head (`"moved"`).
  *
+ * Index segments (the index entries of segments the head does not list
+ * itself) are read first, all of them, with the same checks.
  * Dedup segments are read the same way, but only those whose latest
  * `expires_at` is after the reader's `now`: an expired one remembers
  * nothing, so a takeover reads just the dedup segments of one window.
@@ -18,15 +20,18 @@
 
 import { CasqError } from "../errors.ts";
 import { DedupChunk } from "../model/dedup-chunk.ts";
+import { sealedSegmentRefs } from "../model/index-segment-refs.ts";
 import { segmentPrefix, sha256Hex } from "../model/segment-codec.ts";
 import {
   parseDeadLetterSegmentDocument,
   parseDedupSegmentDocument,
+  parseIndexSegmentDocument,
   parseSegmentDocument,
 } from "../model/segment-parser.ts";
 import type {
   DeadLetterSegmentRef,
   DedupSegmentRef,
+  IndexSegmentRef,
   SegmentRef,
   ShardDocument,
 } from "../model/shard-document-parser.ts";
@@ -34,7 +39,12 @@ import type { DeadLetterRecord, MessageMeta, MessageRecord } from "../model/shar
 import type { ObjectStore, StoredObject } from "../store/object-store.ts";
 import { isStoreError } from "../store/store-errors.ts";
 
-const KIND_NAMES = { messages: "segment", dedup: "dedup segment", dead: "dead-letter segment" } as const;
+const KIND_NAMES = {
+  index: "index segment",
+  messages: "segment",
+  dedup: "dedup segment",
+  dead: "dead-letter segment",
+} as const;
 
 /** Segment reads in flight at once while loading a head. */
 const READ_PARALLELISM = 8;
@@ -59,8 +69,10 @@ export interface DedupSegmentCache {
 }
 
 /**
- * Loads into `cache` every segment `doc` (read at `headKey` with etag
- * `headEtag`) references and `cache` lacks, and into `dedup.cache` every
+ * Loads into `indexes` every index segment `doc` (read at `headKey` with
+ * etag `headEtag`) references and `indexes` lacks (the entries it lists),
+ * then into `cache` every segment `doc` references, itself or through an
+ * index segment, and `cache` lacks, and into `dedup.cache` every
  * dedup segment it references that is live at `dedup.now`, and into
  * `dead` every dead-letter segment it references (when given); of each
  * message segment, `cache` gets what `keep` returns. Message segments for
@@ -75,6 +87,7 @@ export async function loadSegments(
   headKey: string,
   headEtag: string,
   doc: ShardDocument,
+  indexes: Map<string, readonly SegmentRef[]>,
   cache: Map<string, readonly MessageMeta[]>,
   dedup?: DedupSegmentCache,
   dead?: Map<string, readonly DeadLetterRecord[]>,
@@ -83,10 +96,73 @@ export async function loadSegments(
 ): Promise<"ok" | "moved"> {
   const where = { queue: doc.queue, shard: doc.shard };
   type Wanted =
+    | { readonly kind: "index"; readonly ref: IndexSegmentRef }
     | { readonly kind: "messages"; readonly ref: SegmentRef }
     | { readonly kind: "dedup"; readonly ref: DedupSegmentRef }
     | { readonly kind: "dead"; readonly ref: DeadLetterSegmentRef; readonly subscription: string };
-  const wanted: Wanted[] = doc.segments
+  const prefix = segmentPrefix(doc.queue, doc.shard);
+  const expect = { queue: doc.queue, shard: doc.shard };
+  const readAll = async (wanted: readonly Wanted[]): Promise<"ok" | "moved"> => {
+    for (let i = 0; i < wanted.length; i += READ_PARALLELISM) {
+      const chunk = wanted.slice(i, i + READ_PARALLELISM);
+      const loaded = await Promise.all(
+        chunk.map(async (w) => ({ w, stored: await read(store, prefix + w.ref.name, where) })),
+      );
+      for (const { w, stored } of loaded) {
+        const ref = w.ref;
+        const problem =
+          stored === undefined
+            ? "is missing"
+            : stored.body.byteLength !== ref.bytes || sha256Hex(stored.body) !== ref.sha256
+              ? "fails its checksum"
+              : undefined;
+        if (problem !== undefined) {
+          const head = await read(store, headKey, where);
+          if (head?.etag !== headEtag) return "moved";
+          throw new CasqError(
+            "data_loss",
+            `${KIND_NAMES[w.kind]} ${prefix}${ref.name}, referenced by the shard's head, ${problem}; refusing to load or overwrite the shard — restore the segment from a backup`,
+            where,
+          );
+        }
+        const body = (stored as StoredObject).body;
+        if (w.kind === "index")
+          indexes.set(ref.name, parseIndexSegmentDocument(body, { ...expect, ref: w.ref }));
+        else if (w.kind === "messages")
+          cache.set(
+            ref.name,
+            keep(ref.name, parseSegmentDocument(body, { ...expect, ref: w.ref }), body.byteLength),
+          );
+        else if (w.kind === "dedup") {
+          const chunk = DedupChunk.from(parseDedupSegmentDocument(body, { ...expect, ref: w.ref }));
+          dedup?.cache.set(ref.name, chunk);
+          dedup?.loaded?.(chunk);
+        } else
+          dead?.set(
+            ref.name,
+            parseDeadLetterSegmentDocument(body, { ...expect, subscription: w.subscription, ref: w.ref }),
+          );
+      }
+    }
+    return "ok";
+  };
+  // Index segments first: they list the segments the head does not list itself.
+  const indexed = await readAll(
+    doc.indexSegments.filter((ref) => !indexes.has(ref.name)).map((ref) => ({ kind: "index", ref }) as const),
+  );
+  if (indexed === "moved") return "moved";
+  const all = sealedSegmentRefs(
+    doc,
+    (ref) => indexes.get(ref.name),
+    (what) => {
+      throw new CasqError(
+        "data_loss",
+        `shard's head is inconsistent (${what}); refusing to load or overwrite it`,
+        where,
+      );
+    },
+  );
+  const wanted: Wanted[] = all
     .filter((ref) => !cache.has(ref.name) && !leaveCold(ref))
     .map((ref) => ({ kind: "messages", ref }) as const);
   if (dedup !== undefined)
@@ -96,48 +172,7 @@ export async function loadSegments(
     for (const sub of doc.subscriptions)
       for (const ref of sub.deadLetterSegments)
         if (!dead.has(ref.name)) wanted.push({ kind: "dead", ref, subscription: sub.name });
-  const prefix = segmentPrefix(doc.queue, doc.shard);
-  for (let i = 0; i < wanted.length; i += READ_PARALLELISM) {
-    const chunk = wanted.slice(i, i + READ_PARALLELISM);
-    const loaded = await Promise.all(
-      chunk.map(async (w) => ({ w, stored: await read(store, prefix + w.ref.name, where) })),
-    );
-    for (const { w, stored } of loaded) {
-      const ref = w.ref;
-      const problem =
-        stored === undefined
-          ? "is missing"
-          : stored.body.byteLength !== ref.bytes || sha256Hex(stored.body) !== ref.sha256
-            ? "fails its checksum"
-            : undefined;
-      if (problem !== undefined) {
-        const head = await read(store, headKey, where);
-        if (head?.etag !== headEtag) return "moved";
-        throw new CasqError(
-          "data_loss",
-          `${KIND_NAMES[w.kind]} ${prefix}${ref.name}, referenced by the shard's head, ${problem}; refusing to load or overwrite the shard — restore the segment from a backup`,
-          where,
-        );
-      }
-      const body = (stored as StoredObject).body;
-      const expect = { queue: doc.queue, shard: doc.shard };
-      if (w.kind === "messages")
-        cache.set(
-          ref.name,
-          keep(ref.name, parseSegmentDocument(body, { ...expect, ref: w.ref }), body.byteLength),
-        );
-      else if (w.kind === "dedup") {
-        const chunk = DedupChunk.from(parseDedupSegmentDocument(body, { ...expect, ref: w.ref }));
-        dedup?.cache.set(ref.name, chunk);
-        dedup?.loaded?.(chunk);
-      } else
-        dead?.set(
-          ref.name,
-          parseDeadLetterSegmentDocument(body, { ...expect, subscription: w.subscription, ref: w.ref }),
-        );
-    }
-  }
-  return "ok";
+  return readAll(wanted);
 }
 
 /** A message segment read on demand by a leader: its records, or what is wrong with the object. */

@@ -25,6 +25,7 @@ function chainOf(count: number, cache: SegmentBodyCache) {
     cold: false,
     liveSummary: undefined,
     json: undefined,
+    index: undefined,
   }));
   for (const seg of segments) cache.put(PREFIX + seg.name, [], seg.bytes);
   const next = (seg: SegmentState) => segments[segments.indexOf(seg) + 1];

@@ -42,13 +42,23 @@ import { coolable, coolableRefs, coolSegment, warmSegment } from "../model/cold-
 import { deadLetterSealCandidates, sealDeadLetterSegment } from "../model/dead-letter-segments.ts";
 import type { DedupChunk } from "../model/dedup-chunk.ts";
 import { dedupSealCandidates, sealDedupSegment } from "../model/dedup-segments.ts";
+import { sealedSegmentRefs, segmentRefOf } from "../model/index-segment-refs.ts";
+import {
+  headListedSegments,
+  INDEX_SEGMENT_SIZE,
+  type IndexedEntry,
+  indexCandidates,
+  sealIndexSegment,
+} from "../model/index-segments.ts";
 import type { QueueConfig } from "../model/queue-config.ts";
 import {
   deadLetterSegmentName,
   dedupSegmentName,
   encodeDeadLetterSegment,
   encodeDedupSegment,
+  encodeIndexSegment,
   encodeSegment,
+  indexSegmentName,
   segmentEpoch,
   segmentName,
   segmentPrefix,
@@ -114,6 +124,13 @@ export interface HeadStoreOptions {
   readonly warmSealedMessages: number;
   /** Bytes of sealed dedup ids kept in memory beyond those a batch needs (see `dedup-id-pager.ts`). */
   readonly residentDedupIdBytes: number;
+  /**
+   * Segments per index segment: once the head lists more than twice as many
+   * segment entries, the entries of this many untouched ones are written
+   * ahead into an index segment (`model/index-segments.ts`, see
+   * {@link ShardHeadStore.prepareIndex}). Default 64.
+   */
+  readonly indexSegmentSize?: number | undefined;
 }
 
 /**
@@ -129,6 +146,13 @@ type PreparedSegment = WrittenAhead<readonly MessageRecord[]>;
  * contents are the entries written, ascending offsets.
  */
 type PreparedDedup = WrittenAhead<readonly DedupEntry[]>;
+
+/**
+ * The index entries of untouched segments written ahead of the head write
+ * that will reference them in an index segment (see
+ * {@link ShardHeadStore.prepareIndex}).
+ */
+type PreparedIndex = WrittenAhead<readonly IndexedEntry[]>;
 
 /**
  * The head's own dedup ids are sealed into a dedup segment once they pass a
@@ -217,6 +241,8 @@ export class ShardHeadStore {
   private segmentCounter = 0;
   /** The meta of the messages of the segments the committed head references (and of ones just sealed), by name. */
   private readonly segments = new Map<string, readonly MessageMeta[]>();
+  /** The entries the index segments of the committed head list (and of ones just sealed), by name. */
+  private readonly indexSegments = new Map<string, readonly SegmentRef[]>();
   /** Entries of the live dedup segments the committed head references (and of ones just sealed), by name. */
   private readonly dedupSegments = new Map<string, DedupChunk>();
   /** Dead letters of the dead-letter segments the committed head references (and of ones just sealed), by name. */
@@ -231,6 +257,10 @@ export class ShardHeadStore {
   private prepared: PreparedSegment | undefined;
   /** The dedup segment being written (or written) ahead of the commit that will reference it. */
   private preparedDedup: PreparedDedup | undefined;
+  /** The index segment being written (or written) ahead of the commit that will reference it. */
+  private preparedIndex: PreparedIndex | undefined;
+  /** Segments the head listed when no index segment could be made of them: the next try waits for more. */
+  private indexTriedAt = 0;
 
   /** Pages the bodies of this shard's sealed messages in and out (see `segment-pager.ts`). */
   readonly pager: SegmentPager;
@@ -368,6 +398,7 @@ export class ShardHeadStore {
         if (this.committed !== undefined && !options.release) {
           this.prepareSegment(this.committed, now);
           this.prepareDedup(this.committed, now);
+          this.prepareIndex(this.committed, now);
         }
         if (takingOver) this.sweepOrphans(working);
         if (takingOver)
@@ -600,6 +631,7 @@ export class ShardHeadStore {
         this.key,
         stored.etag,
         doc,
+        this.indexSegments,
         this.segments,
         dedup,
         this.deadLetterSegments,
@@ -610,6 +642,7 @@ export class ShardHeadStore {
       this.committed = ShardState.fromDocument(doc, {
         expected: place,
         segments: this.lookup,
+        indexSegments: this.lookupIndex,
         cold: true,
         dedupSegments: this.lookupDedup,
         deadLetterSegments: this.lookupDead,
@@ -704,6 +737,10 @@ export class ShardHeadStore {
   private readonly lookup = (ref: SegmentRef): readonly MessageMeta[] | undefined =>
     this.segments.get(ref.name);
 
+  /** The entries an index segment the head references lists. */
+  private readonly lookupIndex = (ref: { readonly name: string }): readonly SegmentRef[] | undefined =>
+    this.indexSegments.get(ref.name);
+
   /** The cached entries of a dedup segment the head references (undefined: expired when loaded). */
   private readonly lookupDedup = (ref: { readonly name: string }): DedupChunk | undefined =>
     this.dedupSegments.get(ref.name);
@@ -723,6 +760,7 @@ export class ShardHeadStore {
       try {
         this.committed = ShardState.decode(this.committedBytes, {
           segments: this.lookup,
+          indexSegments: this.lookupIndex,
           cold: true,
           dedupSegments: this.lookupDedup,
           deadLetterSegments: this.lookupDead,
@@ -748,16 +786,31 @@ export class ShardHeadStore {
    */
   private leftColdAtLoad(doc: ShardDocument): (ref: SegmentRef) => boolean {
     if (this.checkEverySegment) return () => false;
-    const mayBeCold = coolableRefs(doc);
-    const cold = new Set<string>();
-    let warm = 0;
-    for (const ref of doc.segments) {
-      const live = ref.count - ref.gone.length;
-      if (!this.segments.has(ref.name) && warm + live > this.options.warmSealedMessages && mayBeCold(ref))
-        cold.add(ref.name);
-      else warm += live;
-    }
-    return (ref) => cold.has(ref.name);
+    let cold: Set<string> | undefined;
+    // Decided at the first question, when the loader has read the index segments.
+    const decide = (): Set<string> => {
+      const mayBeCold = coolableRefs(doc);
+      const out = new Set<string>();
+      let warm = 0;
+      for (const ref of this.allSegmentRefs(doc)) {
+        const live = ref.count - ref.gone.length;
+        if (!this.segments.has(ref.name) && warm + live > this.options.warmSealedMessages && mayBeCold(ref))
+          out.add(ref.name);
+        else warm += live;
+      }
+      return out;
+    };
+    return (ref) => {
+      cold ??= decide();
+      return cold.has(ref.name);
+    };
+  }
+
+  /** Every segment's index entry of `doc`, its index segments' included (those must be cached). */
+  private allSegmentRefs(doc: ShardDocument): readonly SegmentRef[] {
+    return sealedSegmentRefs(doc, this.lookupIndex, (what) => {
+      throw new CasqError("internal", `shard ${this.queue}/${this.shard}: ${what}`);
+    });
   }
 
   /**
@@ -850,6 +903,8 @@ export class ShardHeadStore {
     }
     await this.sealDedup(working, now, epoch, written);
     await this.sealDeadLetters(working, now, epoch, written);
+    const index = this.takePreparedIndex(working, epoch);
+    if (index !== undefined) written.push(index);
     return written;
   }
 
@@ -1023,6 +1078,68 @@ export class ShardHeadStore {
     return prepared.name;
   }
 
+  /**
+   * After a head write landed, with the head listing more than twice
+   * {@link HeadStoreOptions.indexSegmentSize} segment entries: writes the
+   * entries of that many of its newest segments into an index segment in the
+   * background (put-if-absent), which {@link takePreparedIndex} puts into
+   * the first commit after the write succeeded. One at a time; after a
+   * search that found too few segments with nothing gone, the next waits
+   * until the head lists a quarter of a size more.
+   */
+  private prepareIndex(state: ShardState, now: number): void {
+    const size = this.options.indexSegmentSize ?? INDEX_SEGMENT_SIZE;
+    if (this.preparedIndex !== undefined) return;
+    const listed = headListedSegments(state);
+    if (listed <= 2 * size || listed < this.indexTriedAt + Math.ceil(size / 4)) return;
+    const entries = indexCandidates(state, size);
+    if (entries.length === 0) {
+      this.indexTriedAt = listed;
+      return;
+    }
+    this.indexTriedAt = 0;
+    const epoch = state.broker?.epoch ?? 0;
+    const name = indexSegmentName(entries[0]?.segment.first ?? 0, epoch, this.uniquePart());
+    const bytes = encodeIndexSegment(
+      this.queue,
+      this.shard,
+      entries.map((e) => e.json),
+    );
+    this.preparedIndex = this.startWriteAhead(name, epoch, bytes, entries, now);
+  }
+
+  /**
+   * Puts into `working` the index segment written ahead, once its write
+   * succeeded; returns its name, or undefined when there is none to take
+   * yet. Taken only when each entry it holds is still the one the head
+   * lists (a segment retired, touched or reloaded since makes it stale);
+   * otherwise, or when its write failed or another epoch wrote it, it is
+   * deleted: no head references it.
+   */
+  private takePreparedIndex(working: ShardState, epoch: number): string | undefined {
+    const prepared = this.preparedIndex;
+    if (prepared === undefined || prepared.outcome === "writing") return undefined;
+    this.preparedIndex = undefined;
+    const idx =
+      prepared.outcome === "written" && prepared.epoch === epoch
+        ? sealIndexSegment(working, prepared.contents, {
+            name: prepared.name,
+            bytes: prepared.bytes,
+            sha256: prepared.sha256,
+            createdAt: prepared.createdAt,
+          })
+        : undefined;
+    if (idx === undefined) {
+      this.collect([prepared.name]);
+      return undefined;
+    }
+    this.indexSegments.set(
+      prepared.name,
+      prepared.contents.map((e) => segmentRefOf(e.segment)),
+    );
+    return prepared.name;
+  }
+
   /** Keeps the entries of a dedup segment just sealed, its ids as the most recently used. */
   private cacheDedupChunk(name: string, chunk: DedupChunk): void {
     this.dedupSegments.set(name, chunk);
@@ -1066,11 +1183,12 @@ export class ShardHeadStore {
     return `${(++this.segmentCounter).toString(36)}${Math.floor(this.random.next() * 36 ** 6).toString(36)}`;
   }
 
-  /** Forgets cached segments, dedup and dead-letter segments the head `doc` no longer references. */
+  /** Forgets cached segments, index, dedup and dead-letter segments the head `doc` no longer references. */
   private pruneSegments(doc: ShardDocument): void {
     const deadRefs = doc.subscriptions.flatMap((sub) => sub.deadLetterSegments);
     for (const [cache, list] of [
-      [this.segments, doc.segments],
+      [this.segments, this.allSegmentRefs(doc)],
+      [this.indexSegments, doc.indexSegments],
       [this.dedupSegments, doc.dedupSegments],
       [this.deadLetterSegments, deadRefs],
     ] as const) {
@@ -1104,6 +1222,7 @@ export class ShardHeadStore {
     for (const name of names) {
       this.pager.forget(name);
       this.segments.delete(name);
+      this.indexSegments.delete(name);
       this.forgetDedupChunk(name);
       this.deadLetterSegments.delete(name);
     }

@@ -27,6 +27,7 @@
 import { type Backoff, backoffCap } from "@casq/sdk/backoff.ts";
 import { CasqError } from "../errors.ts";
 import { applyOperation } from "../model/apply-operation.ts";
+import { INDEX_SEGMENT_SIZE } from "../model/index-segments.ts";
 import type { ClaimedMessage, ExpireResult, Operation, OperationResult } from "../model/operations.ts";
 import type { QueueConfig } from "../model/queue-config.ts";
 import {
@@ -82,6 +83,11 @@ export interface CommitOptions {
    * needs them (`dedup-id-pager.ts`). Default 2 MiB.
    */
   readonly residentDedupIdBytes: number;
+  /**
+   * Segments whose index entries go into one index segment once the head
+   * lists more than twice as many (`model/index-segments.ts`). Default 64.
+   */
+  readonly indexSegmentSize: number;
 }
 
 /** Defaults for {@link CommitOptions}. */
@@ -134,6 +140,7 @@ export const DEFAULT_COMMIT_OPTIONS: CommitOptions = {
   tailBytes: 256 * 1024,
   warmSealedMessages: 20_000,
   residentDedupIdBytes: DEFAULT_RESIDENT_DEDUP_ID_BYTES,
+  indexSegmentSize: INDEX_SEGMENT_SIZE,
 };
 
 /** Everything a {@link ShardLeader} needs. */

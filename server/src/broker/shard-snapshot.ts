@@ -1,11 +1,11 @@
 /**
  * A read-only copy of a shard as stored, for admin reads of shards this
  * broker does not lead: the head plus, for a v2 head, the segments (message,
- * dedup and dead-letter segments) it references (the same loading and checks as a leader's, `segment-loader.ts`).
+ * index, dedup and dead-letter segments) it references (the same loading and checks as a leader's, `segment-loader.ts`).
  * Reading never writes and never moves leadership.
  */
 import type { DedupChunk } from "../model/dedup-chunk.ts";
-import { parseShardDocument } from "../model/shard-document-parser.ts";
+import { parseShardDocument, type SegmentRef } from "../model/shard-document-parser.ts";
 import type { DeadLetterRecord, MessageRecord } from "../model/shard-records.ts";
 import { checkDocumentPlace, ShardState } from "../model/shard-state.ts";
 import type { ObjectStore, StoredObject } from "../store/object-store.ts";
@@ -31,16 +31,18 @@ export async function readShardSnapshot(
   // Every dedup segment the head references (now 0): a read checks them all, as strictly as segments.
   const dedup = { cache: new Map<string, DedupChunk>(), now: 0 };
   const dead = new Map<string, readonly DeadLetterRecord[]>();
+  const indexes = new Map<string, readonly SegmentRef[]>();
   const options = {
     expected: { queue, shard },
     segments: (ref: { name: string }) => cache.get(ref.name),
+    indexSegments: (ref: { name: string }) => indexes.get(ref.name),
     dedupSegments: (ref: { name: string }) => dedup.cache.get(ref.name),
     deadLetterSegments: (ref: { name: string }) => dead.get(ref.name),
   };
   for (let attempt = 0; ; attempt++) {
     const doc = parseShardDocument(current.body);
     checkDocumentPlace(doc, options.expected);
-    const loaded = await loadSegments(store, key, current.etag, doc, cache, dedup, dead);
+    const loaded = await loadSegments(store, key, current.etag, doc, indexes, cache, dedup, dead);
     if (loaded === "ok" || attempt >= 3) return ShardState.fromDocument(doc, options);
     current = await store.get(key);
     if (current === undefined) return ShardState.fromDocument(doc, options); // fails: names what is missing

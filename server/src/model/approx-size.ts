@@ -49,6 +49,9 @@ export const DELIVERY_BYTES = 150;
 /** One sealed segment's entry in the head's index (format v2), its `gone` list aside. */
 export const SEGMENT_ENTRY_BYTES = 320;
 
+/** One index segment's entry in the head (format v2). */
+export const INDEX_SEGMENT_ENTRY_BYTES = 200;
+
 /** One dedup segment's entry in the head's index (format v2). */
 export const DEDUP_SEGMENT_ENTRY_BYTES = 230;
 

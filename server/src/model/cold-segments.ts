@@ -260,5 +260,6 @@ export function coldSegmentFromRef(ref: SegmentRef): SegmentState {
     cold: true,
     liveSummary: undefined,
     json: undefined,
+    index: undefined,
   };
 }

@@ -23,12 +23,12 @@
  * subscription delete retires whole segments without walking them.
  */
 import { DEAD_LETTER_SEGMENT_ENTRY_BYTES, deadLetterBytes } from "./approx-size.ts";
-import type { SealedObject } from "./segment-mechanics.ts";
 import type { ShardData } from "./shard-data.ts";
 import type {
   DeadLetter,
   DeadLetterRecord,
   DeadLetterSegmentState,
+  SealedObject,
   SubscriptionState,
 } from "./shard-records.ts";
 

@@ -24,9 +24,8 @@
  */
 import { DEDUP_SEGMENT_ENTRY_BYTES, dedupBytes } from "./approx-size.ts";
 import { DedupChunk } from "./dedup-chunk.ts";
-import type { SealedObject } from "./segment-mechanics.ts";
 import type { ShardData } from "./shard-data.ts";
-import type { DedupEntry, DedupSegmentState } from "./shard-records.ts";
+import type { DedupEntry, DedupSegmentState, SealedObject } from "./shard-records.ts";
 
 /** Stores a new dedup entry in the head's part (replacing an expired one with the same id). */
 export function putDedup(state: ShardData, e: DedupEntry): void {

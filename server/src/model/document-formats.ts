@@ -20,3 +20,6 @@ export const DEDUP_SEGMENT_FORMAT = "casq.dedup.v1";
 
 /** The format of a dead-letter segment object. */
 export const DEAD_LETTER_SEGMENT_FORMAT = "casq.deadletters.v1";
+
+/** The format of an index segment object (index entries of sealed segments). */
+export const INDEX_SEGMENT_FORMAT = "casq.segindex.v1";

@@ -10,8 +10,8 @@
  *
  * Cost: O(head) — subscriptions with their live deliveries and settled
  * ranges, the head's own dedup ids (already in offset order: no sort), the
- * head's own dead letters, the tail and one cached entry per segment, dedup
- * segment and dead-letter segment. Sealed messages, dedup ids and dead
+ * head's own dead letters, the tail and one cached entry per segment the
+ * head lists itself, index segment, dedup segment and dead-letter segment. Sealed messages, dedup ids and dead
  * letters are not touched.
  *
  * Most of a busy head is lists that change little between two commits: the
@@ -25,6 +25,7 @@
  */
 import { BytePieces } from "./byte-pieces.ts";
 import { SHARD_FORMAT } from "./document-formats.ts";
+import { segmentsListedByHead } from "./index-segments.ts";
 import {
   configJson,
   deadLettersJson,
@@ -32,6 +33,8 @@ import {
   deliveriesJson,
   headerJson,
   messageJson,
+  rangesJson,
+  segmentJson,
   subscriptionCountersJson,
 } from "./record-encoder.ts";
 import { requireBody } from "./segment-mechanics.ts";
@@ -41,6 +44,7 @@ import type {
   DeadLetterSegmentState,
   DedupEntry,
   DedupSegmentState,
+  IndexSegmentState,
   RetainedMessage,
   SegmentState,
   SubscriptionState,
@@ -48,23 +52,6 @@ import type {
 import { SplicedList } from "./spliced-list.ts";
 
 const json = JSON.stringify;
-
-/** Sorted offsets as `[[from,to],...]` (inclusive). */
-export function rangesJson(sorted: readonly number[]): string {
-  const parts: string[] = [];
-  let i = 0;
-  while (i < sorted.length) {
-    const from = sorted[i] as number;
-    let to = from;
-    while (i + 1 < sorted.length && sorted[i + 1] === to + 1) {
-      i += 1;
-      to += 1;
-    }
-    parts.push(`[${from},${to}]`);
-    i += 1;
-  }
-  return `[${parts.join(",")}]`;
-}
 
 function subscriptionJson(state: ShardData, sub: SubscriptionState): string {
   compactAckState(state, sub);
@@ -86,12 +73,10 @@ function deadLetterSegmentJson(seg: DeadLetterSegmentState): string {
   return seg.json;
 }
 
-/** The head's index entry of a segment (cached until its `gone` set changes). */
-function segmentJson(seg: SegmentState): string {
-  if (seg.json !== undefined) return seg.json;
-  const gone = [...seg.gone].sort((a, b) => a - b);
-  seg.json = `{"name":${json(seg.name)},"first":${seg.first},"last":${seg.last},"count":${seg.count},"bytes":${seg.bytes},"sha256":"${seg.sha256}","created_at":${seg.createdAt},"priorities":[${seg.priorities[0]},${seg.priorities[1]}],"run_at":[${seg.runAt[0]},${seg.runAt[1]}],"gone":${rangesJson(gone)}}`;
-  return seg.json;
+/** The head's entry of an index segment (immutable, so cached). */
+function indexSegmentJson(idx: IndexSegmentState): string {
+  idx.json ??= `{"name":${json(idx.name)},"first":${idx.first},"last":${idx.last},"count":${idx.segments.length},"bytes":${idx.bytes},"sha256":"${idx.sha256}","created_at":${idx.createdAt}}`;
+  return idx.json;
 }
 
 /** The head's index entry of a dedup segment (immutable, so cached). */
@@ -173,8 +158,13 @@ export function encodeHead(state: ShardData): Uint8Array {
   if (state.dedupSegments.size > 0) out.text(`,"dedup_segments":[`);
   lists.dedupSegments.write(out, state.dedupSegments.values());
   if (state.dedupSegments.size > 0) out.text("]");
+  if (state.indexSegments.size > 0) {
+    const entries: string[] = [];
+    for (const idx of state.indexSegments.values()) entries.push(indexSegmentJson(idx));
+    out.text(`,"index_segments":[${entries.join(",")}]`);
+  }
   out.text(`,"segments":[`);
-  lists.segments.write(out, state.segments.values());
+  lists.segments.write(out, segmentsListedByHead(state));
   out.text(`],"messages":[`);
   lists.tail.write(out, state.sortedTail());
   out.text("]}");

@@ -21,6 +21,7 @@ import type {
   Delivery,
   Lease,
   MessageRecord,
+  SegmentState,
   SubscriptionCounters,
   SubscriptionState,
 } from "./shard-records.ts";
@@ -201,4 +202,29 @@ export function headerJson(state: ShardData, format: string): string {
     `,"recent_write_ids":[${state.recentWriteIds.map((id) => json(id)).join(",")}]` +
     `,"broker":${broker === undefined ? "null" : `{"id":${json(broker.id)},"address":${json(broker.address)},"epoch":${broker.epoch},"lease_until":${broker.leaseUntil}}`}`
   );
+}
+
+/** Sorted offsets as `[[from,to],...]` (inclusive). */
+export function rangesJson(sorted: readonly number[]): string {
+  const parts: string[] = [];
+  let i = 0;
+  while (i < sorted.length) {
+    const from = sorted[i] as number;
+    let to = from;
+    while (i + 1 < sorted.length && sorted[i + 1] === to + 1) {
+      i += 1;
+      to += 1;
+    }
+    parts.push(`[${from},${to}]`);
+    i += 1;
+  }
+  return `[${parts.join(",")}]`;
+}
+
+/** The head's index entry of a segment (cached until its `gone` set changes). */
+export function segmentJson(seg: SegmentState): string {
+  if (seg.json !== undefined) return seg.json;
+  const gone = [...seg.gone].sort((a, b) => a - b);
+  seg.json = `{"name":${json(seg.name)},"first":${seg.first},"last":${seg.last},"count":${seg.count},"bytes":${seg.bytes},"sha256":"${seg.sha256}","created_at":${seg.createdAt},"priorities":[${seg.priorities[0]},${seg.priorities[1]}],"run_at":[${seg.runAt[0]},${seg.runAt[1]}],"gone":${rangesJson(gone)}}`;
+  return seg.json;
 }

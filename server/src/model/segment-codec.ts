@@ -9,7 +9,9 @@
  * (ascending message offsets) under the same prefix, named `….dedup.json`,
  * so that listing, the takeover sweep and deleting a queue treat both alike.
  * So do dead-letter segments (`"format": "casq.deadletters.v1"`, `….dead.json`):
- * sealed dead letters of one subscription, in the order they died.
+ * sealed dead letters of one subscription, in the order they died. And index
+ * segments (`"format": "casq.segindex.v1"`, `….index.json`): the head's index
+ * entries of sealed segments nothing has touched (`index-segments.ts`).
  *
  * Key: `queues/<queue>/<shard>/seg/<first offset, 20 digits>-<epoch>-<sequence>.json`.
  * The epoch and the writer's sequence make every name unique, so a deposed
@@ -18,7 +20,12 @@
  */
 import { createHash } from "node:crypto";
 import { BytePieces } from "./byte-pieces.ts";
-import { DEAD_LETTER_SEGMENT_FORMAT, DEDUP_SEGMENT_FORMAT, SEGMENT_FORMAT } from "./document-formats.ts";
+import {
+  DEAD_LETTER_SEGMENT_FORMAT,
+  DEDUP_SEGMENT_FORMAT,
+  INDEX_SEGMENT_FORMAT,
+  SEGMENT_FORMAT,
+} from "./document-formats.ts";
 import { deadLetterJson, dedupEntryJson, writeMessageJson } from "./record-encoder.ts";
 import type { DeadLetterRecord, DedupEntry, MessageRecord } from "./shard-records.ts";
 
@@ -68,6 +75,19 @@ export function encodeDeadLetterSegment(
   return out.toBytes();
 }
 
+/** The index segment object bytes for `entries`, the head's index entries (JSON) of its segments, ascending offsets. */
+export function encodeIndexSegment(queue: string, shard: number, entries: readonly string[]): Uint8Array {
+  const out = new BytePieces();
+  out.text(
+    `{"format":"${INDEX_SEGMENT_FORMAT}","queue":${JSON.stringify(queue)},"shard":${shard},"segments":[`,
+  );
+  entries.forEach((e, i) => {
+    out.text((i > 0 ? "," : "") + e);
+  });
+  out.text("]}");
+  return out.toBytes();
+}
+
 /** Lowercase hex SHA-256 of `bytes`. */
 export function sha256Hex(bytes: Uint8Array): string {
   return createHash("sha256").update(bytes).digest("hex");
@@ -88,13 +108,18 @@ export function deadLetterSegmentName(first: number, epoch: number, unique: stri
   return `${String(first).padStart(20, "0")}-${epoch}-${unique}.dead.json`;
 }
 
-/** The key prefix under which a shard's segments (message, dedup and dead-letter segments) live. */
+/** The object name of an index segment whose first segment starts at offset `first` (see {@link segmentName}). */
+export function indexSegmentName(first: number, epoch: number, unique: string): string {
+  return `${String(first).padStart(20, "0")}-${epoch}-${unique}.index.json`;
+}
+
+/** The key prefix under which a shard's segments (message, index, dedup and dead-letter segments) live. */
 export function segmentPrefix(queue: string, shard: number): string {
   return `queues/${queue}/${shard}/seg/`;
 }
 
-/** The epoch a segment, dedup or dead-letter segment name was written in (undefined for a name that is none). */
+/** The epoch a segment, index, dedup or dead-letter segment name was written in (undefined for a name that is none). */
 export function segmentEpoch(name: string): number | undefined {
-  const match = /^[0-9]{20}-([0-9]{1,15})-[0-9a-z]{1,32}(?:\.dedup|\.dead)?\.json$/.exec(name);
+  const match = /^[0-9]{20}-([0-9]{1,15})-[0-9a-z]{1,32}(?:\.dedup|\.dead|\.index)?\.json$/.exec(name);
   return match ? Number(match[1]) : undefined;
 }

@@ -26,6 +26,7 @@
  */
 import { CasqError } from "../errors.ts";
 import { messageBytes, SEGMENT_ENTRY_BYTES } from "./approx-size.ts";
+import { dissolveIndexSegment } from "./index-segments.ts";
 import { forgetEncoding } from "./record-encoder.ts";
 import type { ShardData } from "./shard-data.ts";
 import {
@@ -34,6 +35,7 @@ import {
   type MessageRecord,
   metaOf,
   type RetainedMessage,
+  type SealedObject,
   type SegmentState,
 } from "./shard-records.ts";
 
@@ -110,8 +112,13 @@ export function unsealToTail(state: ShardData, m: RetainedMessage, whole: Messag
   state.bytes += m.bytes;
 }
 
-/** Marks `offset` gone from `seg`; retires the segment when nothing is left in it. */
+/**
+ * Marks `offset` gone from `seg`; retires the segment when nothing is left
+ * in it. Its index entry changes, so the index segment listing it (if any)
+ * is dissolved first (`index-segments.ts`).
+ */
 export function leaveSegment(state: ShardData, seg: SegmentState, offset: number): void {
+  if (seg.index !== undefined) dissolveIndexSegment(state, seg.index);
   seg.gone.add(offset);
   seg.json = undefined;
   if (seg.gone.size < seg.count) return;
@@ -138,14 +145,6 @@ export function sealCandidates(state: ShardData, budgetBytes: number): RetainedM
     left -= m.bytes;
   }
   return out;
-}
-
-/** What the broker wrote for a new segment. */
-export interface SealedObject {
-  readonly name: string;
-  readonly bytes: number;
-  readonly sha256: string;
-  readonly createdAt: number;
 }
 
 /**
@@ -250,5 +249,6 @@ export function newSegmentState(
     cold: false,
     liveSummary: undefined,
     json: undefined,
+    index: undefined,
   };
 }

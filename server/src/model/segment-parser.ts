@@ -1,6 +1,7 @@
 /**
  * The strict parsers of the immutable objects a v2 head indexes: segments
- * (`"casq.segment.v1"`, sealed messages), dedup segments (`"casq.dedup.v1"`)
+ * (`"casq.segment.v1"`, sealed messages), index segments (`"casq.segindex.v1"`,
+ * index entries of sealed segments), dedup segments (`"casq.dedup.v1"`)
  * and dead-letter segments (`"casq.deadletters.v1"`), written by
  * `segment-codec.ts`. Each object's checksum is verified by the caller; the
  * parser checks its fields and that it is the object the head's index entry
@@ -8,9 +9,20 @@
  * `CasqError("data_loss")`.
  */
 import { CasqError } from "../errors.ts";
-import { DEAD_LETTER_SEGMENT_FORMAT, DEDUP_SEGMENT_FORMAT, SEGMENT_FORMAT } from "./document-formats.ts";
+import {
+  DEAD_LETTER_SEGMENT_FORMAT,
+  DEDUP_SEGMENT_FORMAT,
+  INDEX_SEGMENT_FORMAT,
+  SEGMENT_FORMAT,
+} from "./document-formats.ts";
 import { deadLetter, dedupEntry, message } from "./record-parser.ts";
-import type { DeadLetterSegmentRef, DedupSegmentRef, SegmentRef } from "./shard-document-parser.ts";
+import {
+  type DeadLetterSegmentRef,
+  type DedupSegmentRef,
+  type IndexSegmentRef,
+  type SegmentRef,
+  segmentRef,
+} from "./shard-document-parser.ts";
 import type { DeadLetterRecord, DedupEntry, MessageRecord } from "./shard-records.ts";
 import { array, Corrupt, decodeJson, fail, object } from "./strict-json.ts";
 
@@ -55,6 +67,54 @@ export function parseSegmentDocument(
     if (records[0]?.offset !== ref.first || previous !== ref.last)
       fail("segment.messages", "offsets do not match the head's first/last");
     return records;
+  } catch (error) {
+    if (!(error instanceof Corrupt)) throw error;
+    throw new CasqError(
+      "data_loss",
+      `${where} is corrupt at ${error.message}; refusing to load or overwrite the shard — restore the segment from a backup`,
+      { queue: expect.queue, shard: expect.shard },
+      { cause: error },
+    );
+  }
+}
+
+/**
+ * Parses an index segment object's bytes (its checksum already verified by
+ * the caller) and checks it against the head's entry: the index entries of
+ * `ref.count` segments, strictly ascending and not overlapping, from
+ * `ref.first` to `ref.last`. Throws `CasqError("data_loss")` otherwise.
+ */
+export function parseIndexSegmentDocument(
+  bytes: Uint8Array,
+  expect: { readonly queue: string; readonly shard: number; readonly ref: IndexSegmentRef },
+): SegmentRef[] {
+  const where = `index segment ${expect.ref.name} of queue ${expect.queue} shard ${expect.shard}`;
+  try {
+    let root: unknown;
+    try {
+      root = decodeJson(bytes);
+    } catch {
+      fail("index_segment", "not valid UTF-8 JSON");
+    }
+    const o = object(root, "index_segment", ["format", "queue", "shard", "segments"]);
+    if (o.format !== INDEX_SEGMENT_FORMAT)
+      fail("index_segment.format", `expected ${INDEX_SEGMENT_FORMAT}, got ${json(o.format)}`);
+    if (o.queue !== expect.queue || o.shard !== expect.shard)
+      fail("index_segment", "belongs to another shard");
+    const refs = array(o.segments, "index_segment.segments").map((v, i) =>
+      segmentRef(v, `index_segment.segments[${i}]`),
+    );
+    const ref = expect.ref;
+    if (refs.length !== ref.count)
+      fail("index_segment.segments", `lists ${refs.length} segments, the head says ${ref.count}`);
+    let end = -1;
+    for (const r of refs) {
+      if (r.first <= end) fail("index_segment.segments", "segments are not ascending and disjoint");
+      end = r.last;
+    }
+    if (refs[0]?.first !== ref.first || end !== ref.last)
+      fail("index_segment.segments", "offsets do not match the head's first/last");
+    return refs;
   } catch (error) {
     if (!(error instanceof Corrupt)) throw error;
     throw new CasqError(

@@ -18,6 +18,7 @@ import type {
   DedupSegmentExpiry,
   DedupSegmentState,
   DelayedEntry,
+  IndexSegmentState,
   LeaseEntry,
   MessageRecord,
   RetainedMessage,
@@ -62,6 +63,8 @@ export interface ShardData {
   tailLastOffset: number | undefined;
   tailBytes: number;
   readonly segments: Map<string, SegmentState>;
+  /** Index segments the head references, by name (`index-segments.ts`). */
+  readonly indexSegments: Map<string, IndexSegmentState>;
   /** The cold segments (none of their messages in memory), ascending offsets. */
   readonly coldSegments: SegmentState[];
   /** Messages of the cold segments (their count less their gone offsets). */

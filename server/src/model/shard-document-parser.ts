@@ -75,49 +75,54 @@ export interface ShardDocument {
   readonly dedup: readonly DedupEntry[];
   /** v1: every retained message; v2: the head's tail. */
   readonly messages: readonly { readonly msg: MessageRecord; readonly targets: string[] | undefined }[];
-  /** v2: the sealed segments, ascending offsets (empty for v1). */
+  /** v2: the sealed segments the head lists itself, ascending offsets (empty for v1); the others are in index segments. */
   readonly segments: readonly SegmentRef[];
+  /** v2: the index segments, ascending offsets (empty for v1, and when absent). */
+  readonly indexSegments: readonly IndexSegmentRef[];
   /** v2: the sealed dedup segments, ascending offsets (empty for v1, and when absent). */
   readonly dedupSegments: readonly DedupSegmentRef[];
 }
 
-/** A sealed dead-letter segment as its subscription in the v2 head indexes it. */
-export interface DeadLetterSegmentRef {
+/**
+ * What a v2 head's entry says of any immutable object it references: its
+ * name under the shard's `seg/` prefix, its offset range (`first`, `last`),
+ * how many entries it holds, and its size and SHA-256 (checked on every read).
+ */
+export interface ObjectRef {
   readonly name: string;
-  /** Lowest message offset among its dead letters. */
   readonly first: number;
-  /** Highest message offset among its dead letters. */
   readonly last: number;
   readonly count: number;
   readonly bytes: number;
   readonly sha256: string;
   readonly createdAt: number;
+}
+
+/**
+ * A sealed dead-letter segment as its subscription in the v2 head indexes
+ * it (`first` / `last`: the lowest and highest message offset among its
+ * dead letters).
+ */
+export interface DeadLetterSegmentRef extends ObjectRef {
   /** Positions (0-based, in the object's order) of its dead letters that left, ascending. */
   readonly gone: readonly number[];
 }
 
 /** A sealed dedup segment as the v2 head indexes it. */
-export interface DedupSegmentRef {
-  readonly name: string;
-  readonly first: number;
-  readonly last: number;
-  readonly count: number;
-  readonly bytes: number;
-  readonly sha256: string;
-  readonly createdAt: number;
+export interface DedupSegmentRef extends ObjectRef {
   /** Latest `expires_at` of its entries. */
   readonly expiresAt: number;
 }
 
+/**
+ * An index segment as the v2 head references it: an object listing the
+ * index entries of `count` sealed segments (`first`: its first segment's,
+ * `last`: its last segment's).
+ */
+export type IndexSegmentRef = ObjectRef;
+
 /** A sealed segment as the v2 head indexes it. */
-export interface SegmentRef {
-  readonly name: string;
-  readonly first: number;
-  readonly last: number;
-  readonly count: number;
-  readonly bytes: number;
-  readonly sha256: string;
-  readonly createdAt: number;
+export interface SegmentRef extends ObjectRef {
   readonly priorities: readonly [number, number];
   readonly runAt: readonly [number, number];
   /** Offsets no longer in it, ascending. */
@@ -129,6 +134,9 @@ export const SEGMENT_NAME = /^[0-9]{20}-[0-9]{1,15}-[0-9a-z]{1,32}\.json$/;
 
 /** Dedup segment object names: `<first offset, 20 digits>-<epoch>-<sequence>.dedup.json`. */
 export const DEDUP_SEGMENT_NAME = /^[0-9]{20}-[0-9]{1,15}-[0-9a-z]{1,32}\.dedup\.json$/;
+
+/** Index segment object names: `<first offset, 20 digits>-<epoch>-<sequence>.index.json`. */
+export const INDEX_SEGMENT_NAME = /^[0-9]{20}-[0-9]{1,15}-[0-9a-z]{1,32}\.index\.json$/;
 
 /** Dead-letter segment object names: `<lowest offset, 20 digits>-<epoch>-<sequence>.dead.json`. */
 export const DEAD_LETTER_SEGMENT_NAME = /^[0-9]{20}-[0-9]{1,15}-[0-9a-z]{1,32}\.dead\.json$/;
@@ -242,57 +250,33 @@ function pairOf(value: unknown, path: string, min: number, max: number): [number
   return [a, b];
 }
 
-function segmentRef(value: unknown, path: string): SegmentRef {
-  const o = object(value, path, [
-    "name",
-    "first",
-    "last",
-    "count",
-    "bytes",
-    "sha256",
-    "created_at",
-    "priorities",
-    "run_at",
-    "gone",
-  ]);
-  const name = text(o.name, `${path}.name`);
-  if (!SEGMENT_NAME.test(name)) fail(`${path}.name`, "not a segment object name");
-  const sha256 = text(o.sha256, `${path}.sha256`);
-  if (!/^[0-9a-f]{64}$/.test(sha256)) fail(`${path}.sha256`, "expected 64 lowercase hex digits");
-  const first = integer(o.first, `${path}.first`);
-  const last = integer(o.last, `${path}.last`, first);
-  const count = integer(o.count, `${path}.count`, 1, last - first + 1);
+/** The fields of {@link ObjectRef} in a head's entry. */
+const OBJECT_REF_FIELDS = ["name", "first", "last", "count", "bytes", "sha256", "created_at"];
+
+/** Parses one index entry of a sealed segment (in a head's `segments` or an index segment's). */
+export function segmentRef(value: unknown, path: string): SegmentRef {
+  const o = object(value, path, [...OBJECT_REF_FIELDS, "priorities", "run_at", "gone"]);
+  const ref = objectRefFields(o, path, SEGMENT_NAME, "a segment");
   const gone = ranges(o.gone, `${path}.gone`);
-  if (gone.length >= count) fail(`${path}.gone`, "a segment with nothing left must leave the index");
+  if (gone.length >= ref.count) fail(`${path}.gone`, "a segment with nothing left must leave the index");
   for (const offset of gone)
-    if (offset < first || offset > last) fail(`${path}.gone`, "offset outside the segment");
+    if (offset < ref.first || offset > ref.last) fail(`${path}.gone`, "offset outside the segment");
   return {
-    name,
-    first,
-    last,
-    count,
-    bytes: integer(o.bytes, `${path}.bytes`, 1),
-    sha256,
-    createdAt: integer(o.created_at, `${path}.created_at`),
+    ...ref,
     priorities: pairOf(o.priorities, `${path}.priorities`, PRIORITY_MIN, PRIORITY_MAX),
     runAt: pairOf(o.run_at, `${path}.run_at`, 0, Number.MAX_SAFE_INTEGER),
     gone,
   };
 }
 
-function dedupSegmentRef(value: unknown, path: string): DedupSegmentRef {
-  const o = object(value, path, [
-    "name",
-    "first",
-    "last",
-    "count",
-    "bytes",
-    "sha256",
-    "created_at",
-    "expires_at",
-  ]);
+/**
+ * The fields every index entry of an immutable object has (name, offsets,
+ * count, size, checksum, creation time), from `o`, whose name must match
+ * `pattern` (an object of kind `kind`).
+ */
+function objectRefFields(o: Obj, path: string, pattern: RegExp, kind: string): ObjectRef {
   const name = text(o.name, `${path}.name`);
-  if (!DEDUP_SEGMENT_NAME.test(name)) fail(`${path}.name`, "not a dedup segment object name");
+  if (!pattern.test(name)) fail(`${path}.name`, `not ${kind} object name`);
   const sha256 = text(o.sha256, `${path}.sha256`);
   if (!/^[0-9a-f]{64}$/.test(sha256)) fail(`${path}.sha256`, "expected 64 lowercase hex digits");
   const first = integer(o.first, `${path}.first`);
@@ -305,32 +289,30 @@ function dedupSegmentRef(value: unknown, path: string): DedupSegmentRef {
     bytes: integer(o.bytes, `${path}.bytes`, 1),
     sha256,
     createdAt: integer(o.created_at, `${path}.created_at`),
+  };
+}
+
+function indexSegmentRef(value: unknown, path: string): IndexSegmentRef {
+  const o = object(value, path, OBJECT_REF_FIELDS);
+  return objectRefFields(o, path, INDEX_SEGMENT_NAME, "an index segment");
+}
+
+function dedupSegmentRef(value: unknown, path: string): DedupSegmentRef {
+  const o = object(value, path, [...OBJECT_REF_FIELDS, "expires_at"]);
+  return {
+    ...objectRefFields(o, path, DEDUP_SEGMENT_NAME, "a dedup segment"),
     expiresAt: integer(o.expires_at, `${path}.expires_at`),
   };
 }
 
 function deadLetterSegmentRef(value: unknown, path: string): DeadLetterSegmentRef {
-  const o = object(value, path, ["name", "first", "last", "count", "bytes", "sha256", "created_at", "gone"]);
-  const name = text(o.name, `${path}.name`);
-  if (!DEAD_LETTER_SEGMENT_NAME.test(name)) fail(`${path}.name`, "not a dead-letter segment object name");
-  const sha256 = text(o.sha256, `${path}.sha256`);
-  if (!/^[0-9a-f]{64}$/.test(sha256)) fail(`${path}.sha256`, "expected 64 lowercase hex digits");
-  const first = integer(o.first, `${path}.first`);
-  const last = integer(o.last, `${path}.last`, first);
-  const count = integer(o.count, `${path}.count`, 1, last - first + 1);
+  const o = object(value, path, [...OBJECT_REF_FIELDS, "gone"]);
+  const ref = objectRefFields(o, path, DEAD_LETTER_SEGMENT_NAME, "a dead-letter segment");
   const gone = ranges(o.gone, `${path}.gone`);
-  if (gone.length >= count) fail(`${path}.gone`, "a segment with nothing left must leave the index");
-  for (const position of gone) if (position >= count) fail(`${path}.gone`, "position outside the segment");
-  return {
-    name,
-    first,
-    last,
-    count,
-    bytes: integer(o.bytes, `${path}.bytes`, 1),
-    sha256,
-    createdAt: integer(o.created_at, `${path}.created_at`),
-    gone,
-  };
+  if (gone.length >= ref.count) fail(`${path}.gone`, "a segment with nothing left must leave the index");
+  for (const position of gone)
+    if (position >= ref.count) fail(`${path}.gone`, "position outside the segment");
+  return { ...ref, gone };
 }
 
 function subscription(value: unknown, path: string, version: 1 | 2): ShardDocument["subscriptions"][number] {
@@ -422,7 +404,7 @@ export function parseShardDocument(bytes: Uint8Array): ShardDocument {
         ...(version === 2 ? ["segments"] : []),
         "messages",
       ],
-      ["recent_write_ids", ...(version === 2 ? ["dedup_segments"] : [])],
+      ["recent_write_ids", ...(version === 2 ? ["dedup_segments", "index_segments"] : [])],
     );
     let broker: BrokerRecord | undefined;
     if (o.broker !== null) {
@@ -467,6 +449,12 @@ export function parseShardDocument(bytes: Uint8Array): ShardDocument {
         version === 2
           ? array(o.segments, "document.segments").map((v, i) => segmentRef(v, `document.segments[${i}]`))
           : [],
+      indexSegments:
+        o.index_segments === undefined
+          ? []
+          : array(o.index_segments, "document.index_segments").map((v, i) =>
+              indexSegmentRef(v, `document.index_segments[${i}]`),
+            ),
       dedupSegments:
         o.dedup_segments === undefined
           ? []

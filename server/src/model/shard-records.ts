@@ -99,6 +99,14 @@ export interface RetainedMessage {
   segment: SegmentState | undefined;
 }
 
+/** What the broker wrote for a new segment (message, index, dedup or dead-letter segment). */
+export interface SealedObject {
+  readonly name: string;
+  readonly bytes: number;
+  readonly sha256: string;
+  readonly createdAt: number;
+}
+
 /**
  * A sealed segment of the shard (format v2): an immutable object in the
  * store holding `count` messages between `first` and `last`, indexed by the
@@ -142,6 +150,36 @@ export interface SegmentState {
    */
   liveSummary: { readonly priority: number; readonly runAt: readonly [number, number] } | undefined;
   /** Index: cached JSON of the head's index entry; undefined after `gone` changed. */
+  json: string | undefined;
+  /**
+   * The index segment that lists this segment's entry (`index-segments.ts`),
+   * or undefined while the head lists it itself. Its entry there is the one
+   * {@link json} gives: a change to the entry dissolves the index segment.
+   */
+  index: IndexSegmentState | undefined;
+}
+
+/**
+ * A sealed *index segment* (format v2): an immutable object in the store
+ * holding the index entries of `segments.length` sealed segments nothing
+ * has touched, so the head carries one small entry for all of them
+ * (`index-segments.ts`).
+ */
+export interface IndexSegmentState {
+  /** Object name under the shard's `seg/` prefix, e.g. `00000000000000000000-3-17.index.json`. */
+  readonly name: string;
+  /** `first` of its first segment. */
+  readonly first: number;
+  /** `last` of its last segment. */
+  readonly last: number;
+  /** The segments it lists, ascending offsets. */
+  readonly segments: readonly SegmentState[];
+  /** Size of the object in bytes. */
+  readonly bytes: number;
+  /** SHA-256 of the object's bytes, lowercase hex. */
+  readonly sha256: string;
+  readonly createdAt: number;
+  /** Index: cached JSON of the head's entry (immutable). */
   json: string | undefined;
 }
 

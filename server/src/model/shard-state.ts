@@ -39,6 +39,8 @@ import {
 import { DedupChunk, type DedupEntries } from "./dedup-chunk.ts";
 import { addDedupSegment, newDedupSegmentState, putDedup, putSealedDedup } from "./dedup-segments.ts";
 import { encodeHead } from "./head-encoder.ts";
+import { sealedSegmentRefs, segmentRefOf } from "./index-segment-refs.ts";
+import { addIndexSegment, newIndexSegmentState } from "./index-segments.ts";
 import {
   DEFAULT_QUEUE_CONFIG,
   mergeConfig,
@@ -51,6 +53,7 @@ import type { BodyLookup, ShardData } from "./shard-data.ts";
 import {
   type DeadLetterSegmentRef,
   type DedupSegmentRef,
+  type IndexSegmentRef,
   parseShardDocument,
   type SegmentRef,
   type ShardDocument,
@@ -72,6 +75,7 @@ import {
   type DedupSegmentExpiry,
   type DedupSegmentState,
   type DelayedEntry,
+  type IndexSegmentState,
   type LeaseEntry,
   type MessageMeta,
   type MessageRecord,
@@ -105,12 +109,17 @@ export type DeadLetterSegmentLookup = (
   subscription: string,
 ) => readonly DeadLetterRecord[] | undefined;
 
+/** Gives a v2 decode the index entries an index segment the head references lists (undefined: not loaded). */
+export type IndexSegmentLookup = (ref: IndexSegmentRef) => readonly SegmentRef[] | undefined;
+
 /** What {@link ShardState.decode} checks and where it finds a v2 head's segments. */
 export interface DecodeOptions {
   /** The key the document was read from: a document naming another queue or shard is refused. */
   readonly expected?: { readonly queue: string; readonly shard: number } | undefined;
   /** The contents of the segments a v2 head references (default: none). */
   readonly segments?: SegmentLookup | undefined;
+  /** The entries of the index segments a v2 head references (default: none; a referenced one must be given). */
+  readonly indexSegments?: IndexSegmentLookup | undefined;
   /**
    * Lets a segment that `segments` does not give be cold (`cold-segments.ts`)
    * when the head allows it, instead of refusing the document (default: false).
@@ -243,6 +252,8 @@ export class ShardState implements ShardData {
   tailBytes = 0;
   /** @internal Sealed segments the head indexes, by name, in ascending offset order. */
   readonly segments = new Map<string, SegmentState>();
+  /** @internal Index segments the head references, by name (see `index-segments.ts`). */
+  readonly indexSegments = new Map<string, IndexSegmentState>();
   /** @internal The cold segments (see `cold-segments.ts`), ascending offsets. */
   readonly coldSegments: SegmentState[] = [];
   /** @internal Messages of the cold segments. */
@@ -345,7 +356,8 @@ export class ShardState implements ShardData {
     };
     let segmentEnd = -1;
     const mayBeCold = options.cold === true ? coolableRefs(doc) : undefined;
-    for (const ref of doc.segments) {
+    const indexes = options.indexSegments ?? (() => undefined);
+    for (const ref of sealedSegmentRefs(doc, indexes, fail)) {
       if (ref.first <= segmentEnd) fail(`segment ${ref.name} overlaps the segment before it`);
       segmentEnd = ref.last;
       const records = segments(ref);
@@ -370,6 +382,10 @@ export class ShardState implements ShardData {
       }
       if (found !== gone.size) fail(`segment ${ref.name}: a gone offset is not in it`);
       addSegment(state, seg);
+    }
+    for (const ref of doc.indexSegments) {
+      const listed = (indexes(ref) ?? []).map((entry) => state.segments.get(entry.name) as SegmentState);
+      addIndexSegment(state, newIndexSegmentState(ref, listed));
     }
     let previous = -1;
     for (const dm of doc.messages) {
@@ -548,6 +564,7 @@ export class ShardState implements ShardData {
         return seg === undefined || seg.cold ? undefined : seg.records;
       },
       cold: true,
+      indexSegments: (ref) => this.indexSegments.get(ref.name)?.segments.map(segmentRefOf),
       dedupSegments: (ref) => this.dedupSegments.get(ref.name)?.chunk,
       deadLetterSegments: (ref, subscription) => this.deadLetterSegmentRecords(subscription, ref.name),
     });
@@ -574,9 +591,9 @@ export class ShardState implements ShardData {
     return out;
   }
 
-  /** Names of the segments (message segments, dedup segments, then dead-letter segments) the head indexes. */
+  /** Names of the segments (message segments, index segments, dedup segments, then dead-letter segments) the head references. */
   segmentNames(): string[] {
-    const names = [...this.segments.keys(), ...this.dedupSegments.keys()];
+    const names = [...this.segments.keys(), ...this.indexSegments.keys(), ...this.dedupSegments.keys()];
     for (const sub of this.subs.values()) names.push(...sub.deadSegments.keys());
     return names;
   }
