@@ -21,6 +21,7 @@ import { compactAckState } from "../src/model/shard-mechanics.ts";
 import type {
   DeadLetterSegmentState,
   DedupSegmentState,
+  IndexSegmentState,
   SegmentState,
   SubscriptionState,
 } from "../src/model/shard-records.ts";
@@ -45,6 +46,10 @@ function deadLetterSegment(seg: DeadLetterSegmentState): string {
 
 function segment(seg: SegmentState): string {
   return `{"name":${json(seg.name)},"first":${seg.first},"last":${seg.last},"count":${seg.count},"bytes":${seg.bytes},"sha256":"${seg.sha256}","created_at":${seg.createdAt},"priorities":[${seg.priorities[0]},${seg.priorities[1]}],"run_at":[${seg.runAt[0]},${seg.runAt[1]}],"gone":${ranges(seg.gone)}}`;
+}
+
+function indexSegment(idx: IndexSegmentState): string {
+  return `{"name":${json(idx.name)},"first":${idx.first},"last":${idx.last},"count":${idx.segments.length},"bytes":${idx.bytes},"sha256":"${idx.sha256}","created_at":${idx.createdAt}}`;
 }
 
 function dedupSegment(seg: DedupSegmentState): string {
@@ -80,14 +85,18 @@ export function referenceEncodeHead(state: ShardData): Uint8Array {
     state.dedupSegments.size > 0
       ? `,"dedup_segments":[${[...state.dedupSegments.values()].map(dedupSegment).join(",")}]`
       : "";
-  const segments = [...state.segments.values()].map(segment);
+  const indexSegments =
+    state.indexSegments.size > 0
+      ? `,"index_segments":[${[...state.indexSegments.values()].map(indexSegment).join(",")}]`
+      : "";
+  const segments = [...state.segments.values()].filter((seg) => seg.index === undefined).map(segment);
   const messages = state.sortedTail().map((m) => messageJson(requireBody(m.msg), m.targets));
   return new TextEncoder().encode(
     headerJson(state, SHARD_FORMAT) +
       `,"next_offset":${state.nextOffset},"config":${configJson(state.config)}` +
       `,"counters":{${subscriptionCountersJson(c)},"dropped":${c.dropped}}` +
       `,"subscriptions":[${subs.join(",")}]` +
-      `,"dedup":[${dedup.join(",")}]${dedupSegments}` +
+      `,"dedup":[${dedup.join(",")}]${dedupSegments}${indexSegments}` +
       `,"segments":[${segments.join(",")}]` +
       `,"messages":[${messages.join(",")}]}`,
   );

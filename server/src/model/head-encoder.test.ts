@@ -4,6 +4,7 @@ import { referenceEncodeHead } from "../../testing/reference-head-encoder.ts";
 import { applyOperation } from "./apply-operation.ts";
 import { coolable, coolSegment } from "./cold-segments.ts";
 import { dedupSealCandidates, forgetDedup, sealDedupSegment } from "./dedup-segments.ts";
+import { indexCandidates, sealIndexSegment } from "./index-segments.ts";
 import { sealCandidates, sealSegment, sealWrittenSegment } from "./segment-mechanics.ts";
 import type { MessageRecord } from "./shard-records.ts";
 import { ShardState } from "./shard-state.ts";
@@ -100,6 +101,8 @@ describe("head encoder: copying from the last encode", () => {
         new TextDecoder().decode(referenceEncodeHead(s)),
       );
       expect(s.encode(), "an unchanged state encodes to the same bytes again").toEqual(bytes);
+      // Decoded again (its index segments' entries looked up): the same bytes.
+      if (s.indexSegments.size > 0) expect(s.clone().encode(), steps.join(" > ")).toEqual(bytes);
     };
     const add = (count: number) => {
       const batch = Array.from({ length: count }, () => {
@@ -171,6 +174,18 @@ describe("head encoder: copying from the last encode", () => {
           createdAt: now,
         });
       check("seal written ahead");
+      // One segment's entry into an index segment, once the head lists more than two.
+      const indexed = indexCandidates(s, 1);
+      if (indexed.length > 0) {
+        const first = indexed[0]?.segment.first ?? 0;
+        sealIndexSegment(s, indexed, {
+          name: `${String(first).padStart(20, "0")}-1-${unique()}.index.json`,
+          bytes: 300,
+          sha256: "3".repeat(64),
+          createdAt: now,
+        });
+        check("seal index segment");
+      }
       const entries = dedupSealCandidates(s, round % 2 === 0 ? 0 : 10_000);
       if (entries.length > 0) {
         sealDedupSegment(s, entries, {
@@ -195,6 +210,11 @@ describe("head encoder: copying from the last encode", () => {
     if (newest !== undefined) coolSegment(s, newest, now);
     check("cool");
     expect(s.segments.size).toBeGreaterThan(3);
+    expect(steps).toContain("seal index segment");
+    expect(
+      s.retiredSegments.filter((name) => name.endsWith(".index.json")).length,
+      "dissolved",
+    ).toBeGreaterThan(0);
   });
 });
 
