@@ -480,7 +480,9 @@ async function runHeadCase(jobs: number): Promise<HeadCase> {
     head_bytes_max: largest,
     dead_letter_segments: names.filter((n) => n.endsWith(".dead.json")).length,
     dedup_segments: names.filter((n) => n.endsWith(".dedup.json")).length,
-    message_segments: names.filter((n) => !n.endsWith(".dead.json") && !n.endsWith(".dedup.json")).length,
+    message_segments: names.filter(
+      (n) => !n.endsWith(".dead.json") && !n.endsWith(".dedup.json") && !n.endsWith(".index.json"),
+    ).length,
     rss_mib: Math.round(rss / 1024 / 1024),
   };
 }

@@ -226,6 +226,19 @@ describe("RepairShard", () => {
       );
     });
 
+    it("salvages the segment objects in the range of an index segment that cannot be read", async () => {
+      const { inner, c, head } = await sealed({ indexSegmentSize: 1 });
+      const lost = head.index_segments ?? [];
+      expect(lost.length).toBeGreaterThan(0);
+      for (const idx of lost) await inner.delete(`${SEG}${idx.name}`);
+      const repaired = await c.admin.repairShard({ queue: "q", shard: 0 });
+      expect(repaired.messagesSalvaged).toBe(30n);
+      const claimed = await c.queue.claim({ queue: "q", workerId: "w2", maxMessages: 100 });
+      expect(claimed.messages.map((m) => Number(m.message?.offset))).toEqual(
+        Array.from({ length: 30 }, (_, i) => 10 + i),
+      );
+    });
+
     it("salvages from every segment object when the head is gone", async () => {
       const { inner, c } = await sealed();
       const segmentMessages = async () => {

@@ -96,6 +96,8 @@ export class CommittedHistory {
   private versions = 0;
   private takeovers = 0;
   private indexSegments = 0;
+  /** The names of the segments the latest committed head of each key references. */
+  private readonly referencedByKey = new Map<string, ReadonlySet<string>>();
   private redeliveries = 0;
 
   constructor(
@@ -113,8 +115,9 @@ export class CommittedHistory {
       if ((segment[1] as string).endsWith(".index.json")) this.indexSegments += 1;
       return;
     }
+    let state: ShardState;
     try {
-      ShardState.decode(bytes, {
+      state = ShardState.decode(bytes, {
         expected: { queue: queueOf(key), shard: shardOf(key) },
         segments: (ref) => {
           const stored = this.segments.get(ref.name);
@@ -150,6 +153,7 @@ export class CommittedHistory {
       this.violation("decodable", `${key}: committed document does not load: ${String(error)}`);
       return;
     }
+    this.referencedByKey.set(key, new Set(state.segmentNames()));
     const previous = this.latestByKey.get(key);
     const view = parseShardView(
       key,
@@ -162,6 +166,22 @@ export class CommittedHistory {
     this.latestByShard.set(view.shard, view);
     this.latestByKey.set(key, view);
     this.onVersion(view);
+  }
+
+  /**
+   * Called by the truth-store observer after every delete: deleting a
+   * segment (message, index, dedup or dead-letter segment) that the latest
+   * committed head of its shard references is a violation (the shard could
+   * no longer be loaded), whoever deletes it (a deposed leader included).
+   */
+  recordDelete(key: string): void {
+    const segment = /^(.*)\/seg\/([^/]+)$/.exec(key);
+    if (segment === null) {
+      this.referencedByKey.delete(key); // a head: nothing references anything any more
+      return;
+    }
+    if (this.referencedByKey.get(`${segment[1]}.json`)?.has(segment[2] as string))
+      this.violation("segments", `${key}: deleted while the latest committed head references it`);
   }
 
   /** The latest committed version of a shard. */

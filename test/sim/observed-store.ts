@@ -22,12 +22,18 @@ import type {
 /** Called once per landed write. */
 export type CommitListener = (key: string, body: Uint8Array, etag: string, condition: PutCondition) => void;
 
-/** A {@link MemoryStore} that reports every successful put. */
+/** Called once per delete, right after it happened. */
+export type DeleteListener = (key: string) => void;
+
+/** A {@link MemoryStore} that reports every successful put, and every delete. */
 export class ObservedStore implements ObjectStore {
   readonly description = "observed(memory:)";
   private readonly inner = new MemoryStore();
 
-  constructor(private readonly listener: CommitListener) {}
+  constructor(
+    private readonly listener: CommitListener,
+    private readonly deleted: DeleteListener = () => {},
+  ) {}
 
   /**
    * Stores an object the auditor does not judge (the queue manifest), before
@@ -49,7 +55,7 @@ export class ObservedStore implements ObjectStore {
   }
 
   delete(key: string, options?: CallOptions & { readonly ifMatch?: string }): Promise<void> {
-    return this.inner.delete(key, options);
+    return this.inner.delete(key, options).then(() => this.deleted(key));
   }
 
   list(prefix: string, options?: CallOptions): Promise<ListedObject[]> {

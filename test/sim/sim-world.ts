@@ -65,8 +65,10 @@ export class SimWorld implements SimContext {
       this.config.subscriptions,
       this.config.queueConfig.leaseTtlMs,
     );
-    const truth = new ObservedStore((key, body, etag, condition) =>
-      this.auditor.history.record(key, body, etag, condition, this.clock.now()),
+    const truth = new ObservedStore(
+      (key, body, etag, condition) =>
+        this.auditor.history.record(key, body, etag, condition, this.clock.now()),
+      (key) => this.auditor.history.recordDelete(key),
     );
     this.truth = truth;
     this.slots = Array.from(

@@ -44,7 +44,6 @@ import type { DedupChunk } from "../model/dedup-chunk.ts";
 import { dedupSealCandidates, sealDedupSegment } from "../model/dedup-segments.ts";
 import { sealedSegmentRefs, segmentRefOf } from "../model/index-segment-refs.ts";
 import {
-  headListedSegments,
   INDEX_SEGMENT_SIZE,
   type IndexedEntry,
   indexCandidates,
@@ -126,8 +125,8 @@ export interface HeadStoreOptions {
   readonly residentDedupIdBytes: number;
   /**
    * Segments per index segment: once the head lists more than twice as many
-   * segment entries, the entries of this many untouched ones are written
-   * ahead into an index segment (`model/index-segments.ts`, see
+   * segment entries, the entries of this many (those claims reach last) are
+   * written ahead into an index segment (`model/index-segments.ts`, see
    * {@link ShardHeadStore.prepareIndex}). Default 64.
    */
   readonly indexSegmentSize?: number | undefined;
@@ -259,8 +258,6 @@ export class ShardHeadStore {
   private preparedDedup: PreparedDedup | undefined;
   /** The index segment being written (or written) ahead of the commit that will reference it. */
   private preparedIndex: PreparedIndex | undefined;
-  /** Segments the head listed when no index segment could be made of them: the next try waits for more. */
-  private indexTriedAt = 0;
 
   /** Pages the bodies of this shard's sealed messages in and out (see `segment-pager.ts`). */
   readonly pager: SegmentPager;
@@ -694,6 +691,7 @@ export class ShardHeadStore {
   refuseIfLost(error: unknown): void {
     if (!isCasqError(error, "data_loss") || this.committed === undefined) return;
     this.segments.clear(); // so that the next load reads (and checks) every segment again,
+    this.indexSegments.clear(); // index segments included,
     this.checkEverySegment = true; // cold ones included,
     for (const name of [...this.dedupSegments.keys()]) this.forgetDedupChunk(name); // dedup segments too
     this.refuse(error);
@@ -1081,23 +1079,15 @@ export class ShardHeadStore {
   /**
    * After a head write landed, with the head listing more than twice
    * {@link HeadStoreOptions.indexSegmentSize} segment entries: writes the
-   * entries of that many of its newest segments into an index segment in the
-   * background (put-if-absent), which {@link takePreparedIndex} puts into
-   * the first commit after the write succeeded. One at a time; after a
-   * search that found too few segments with nothing gone, the next waits
-   * until the head lists a quarter of a size more.
+   * entries of that many of the segments claims reach last into an index
+   * segment in the background (put-if-absent), which {@link takePreparedIndex}
+   * puts into the first commit after the write succeeded. One at a time.
    */
   private prepareIndex(state: ShardState, now: number): void {
     const size = this.options.indexSegmentSize ?? INDEX_SEGMENT_SIZE;
     if (this.preparedIndex !== undefined) return;
-    const listed = headListedSegments(state);
-    if (listed <= 2 * size || listed < this.indexTriedAt + Math.ceil(size / 4)) return;
     const entries = indexCandidates(state, size);
-    if (entries.length === 0) {
-      this.indexTriedAt = listed;
-      return;
-    }
-    this.indexTriedAt = 0;
+    if (entries.length === 0) return;
     const epoch = state.broker?.epoch ?? 0;
     const name = indexSegmentName(entries[0]?.segment.first ?? 0, epoch, this.uniquePart());
     const bytes = encodeIndexSegment(

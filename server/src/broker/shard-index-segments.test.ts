@@ -176,7 +176,13 @@ describe("index segments: a head lists a bounded number of segment entries, howe
     expect(await drain(leader(store, "c", clock), 50)).toHaveLength(301);
   });
 
-  it("a head that lists a segment its index segment lists too is refused with data_loss", async () => {
+  /**
+   * A shard of 300 single-job enqueues whose stored head `edit` then rewrites: what a new leader's
+   * first call fails with.
+   */
+  async function refusalOfEditedHead(
+    edit: (doc: Record<string, unknown[]>, store: MemoryStore) => Promise<void>,
+  ) {
     const store = new MemoryStore();
     const clock = new ManualClock();
     const a = leader(store, "a", clock);
@@ -184,18 +190,35 @@ describe("index segments: a head lists a bounded number of segment entries, howe
     await a.stop({ release: true });
     const stored = await store.get(HEAD);
     const doc = JSON.parse(text.decode(stored?.body));
-    const idx = doc.index_segments[0];
-    const listed = JSON.parse(text.decode((await store.get(SEG + idx.name))?.body)).segments;
-    doc.segments = [...doc.segments, listed[0]].sort(
-      (x: { first: number }, y: { first: number }) => x.first - y.first,
-    );
+    expect(doc.index_segments.length).toBeGreaterThan(0);
+    await edit(doc, store);
     await store.put(HEAD, new TextEncoder().encode(JSON.stringify(doc)), { ifMatch: stored?.etag ?? "" });
-    const b = leader(store, "b", clock);
-    const error = await b.submit({ kind: "enqueue", messages: [{ id: "x", payload: body(0) }] }).then(
-      () => undefined,
-      (e: unknown) => e,
-    );
+    const error = await leader(store, "b", clock)
+      .submit({ kind: "enqueue", messages: [{ id: "x", payload: body(0) }] })
+      .then(
+        () => undefined,
+        (e: unknown) => e,
+      );
     expect(isCasqError(error, "data_loss"), String(error)).toBe(true);
-    expect(String(error)).toContain("overlaps");
+    return String(error);
+  }
+
+  it("a head that lists a segment its index segment lists too is refused with data_loss", async () => {
+    const error = await refusalOfEditedHead(async (doc, store) => {
+      const idx = doc.index_segments?.[0] as { name: string };
+      const listed = JSON.parse(text.decode((await store.get(SEG + idx.name))?.body)).segments;
+      doc.segments = [...(doc.segments ?? []), listed[0]].sort(
+        (x, y) => (x as { first: number }).first - (y as { first: number }).first,
+      );
+    });
+    expect(error).toContain("overlaps");
+  });
+
+  it("a head that lists its own segments out of order is refused with data_loss, index segments or not", async () => {
+    const error = await refusalOfEditedHead(async (doc) => {
+      expect(doc.segments?.length).toBeGreaterThan(1);
+      doc.segments?.reverse();
+    });
+    expect(error).toContain("not in ascending offset order");
   });
 });

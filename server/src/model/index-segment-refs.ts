@@ -26,17 +26,23 @@ export function segmentRefOf(seg: SegmentState): SegmentRef {
  * Every sealed segment's index entry of the head `doc`: those it lists
  * itself and those of its index segments (`lookup` gives each one's
  * entries, undefined when not loaded), ascending offsets. Calls `fail` for
- * an index segment that is not loaded or out of order; overlaps are for the
- * caller to find (`ShardState.decode` checks them).
+ * segments or index segments out of order and an index segment that is not
+ * loaded; overlaps are for the caller to find (`ShardState.decode` checks
+ * them).
  */
 export function sealedSegmentRefs(
   doc: ShardDocument,
   lookup: (ref: IndexSegmentRef) => readonly SegmentRef[] | undefined,
   fail: (what: string) => never,
 ): readonly SegmentRef[] {
+  let previous = -1;
+  for (const ref of doc.segments) {
+    if (ref.first <= previous) fail(`segment ${ref.name} is not in ascending offset order`);
+    previous = ref.first;
+  }
   if (doc.indexSegments.length === 0) return doc.segments;
   const all = [...doc.segments];
-  let previous = -1;
+  previous = -1;
   for (const ref of doc.indexSegments) {
     if (ref.first <= previous) fail(`index segment ${ref.name} is not in ascending offset order`);
     previous = ref.first;

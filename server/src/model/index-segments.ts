@@ -6,20 +6,25 @@
  * priority and `run_at` ranges, `gone` offsets). The head lists the entries
  * of the segments near the work itself (`segments`); once it lists more
  * than twice {@link INDEX_SEGMENT_SIZE}, the broker writes the entries of
- * that many of the newest segments with no `gone` offset into an immutable
- * *index segment* object (put-if-absent) and the next head lists one small
- * entry for the object instead ({@link indexCandidates}, {@link sealIndexSegment}).
- * So a head carries at most about `2 × size` segment entries plus one entry
- * per `size` segments of backlog, however the backlog was built.
+ * that many of the segments claims reach last into an immutable *index
+ * segment* object (put-if-absent) and the next head lists one small entry
+ * for the object instead ({@link indexCandidates}, {@link sealIndexSegment}).
+ * So a head carries about `2 × size` segment entries plus one entry per
+ * `size` segments of backlog, however the backlog was built.
  *
  * An entry in an index segment never changes: when the entry of one of its
  * segments would (a message leaves it, marking its offset `gone`, or it
  * retires), the index segment is *dissolved* first
  * ({@link dissolveIndexSegment}): the head lists all its segments' entries
  * itself again, and the object is retired like a segment (`retiredSegments`:
- * the broker deletes it once a head without it has landed). Work reaches a
- * backlog's segments oldest first (offset order within a priority), so in
- * practice only the index segment where the work is gets dissolved.
+ * the broker deletes it once a head without it has landed). Claims reach a
+ * backlog's segments by priority, then oldest first, so in a queue whose
+ * priorities are not spread over the whole backlog only the index segment
+ * where the work is gets dissolved. (When every segment holds messages of
+ * the highest priority, claims reach all of them first: index segments are
+ * then written and dissolved again as those are claimed, one at a time,
+ * each a PUT and a DELETE of ~18 KB, while the head lists the entries of
+ * the dissolved ones.)
  *
  * Loading reads every index segment the head references (checked like
  * every segment), so a leader knows every segment's entry: in memory
@@ -29,6 +34,7 @@
  * count and pick candidates, which the broker does only past the threshold.
  */
 import { INDEX_SEGMENT_ENTRY_BYTES, SEGMENT_ENTRY_BYTES } from "./approx-size.ts";
+import { placeholderPriority } from "./cold-segment-index.ts";
 import { segmentJson } from "./record-encoder.ts";
 import type { ShardData } from "./shard-data.ts";
 import type { IndexSegmentState, SealedObject, SegmentState } from "./shard-records.ts";
@@ -57,24 +63,20 @@ export function* segmentsListedByHead(state: ShardData): Iterable<SegmentState> 
 
 /**
  * The next index segment's contents: once the head lists more than
- * `2 × size` segment entries, the `size` newest ones it lists that have no
- * `gone` offset, ascending offsets, each with its entry; else none. Looks
- * at no more than `4 × size` segments. (The newest: in claim order they are
- * reached last, so their entries change last.)
+ * `2 × size` segment entries, the `size` of them that claims reach last —
+ * the lowest highest priority (of the messages still in it, for a cold
+ * segment), then the newest — ascending offsets, each with its entry; else
+ * none. (Their entries change last: an entry changes when a message leaves
+ * its segment.)
  */
 export function indexCandidates(state: ShardData, size: number): IndexedEntry[] {
   if (headListedSegments(state) <= 2 * size) return [];
-  const all = [...state.segments.values()];
-  const picked: SegmentState[] = [];
-  let looked = 0;
-  for (let i = all.length - 1; i >= 0 && picked.length < size && looked < 4 * size; i--) {
-    const seg = all[i] as SegmentState;
-    if (seg.index !== undefined) continue;
-    looked += 1;
-    if (seg.gone.size === 0) picked.push(seg);
-  }
-  if (picked.length < size) return [];
-  return picked.reverse().map((segment) => ({ segment, json: segmentJson(segment) }));
+  const listed = [...segmentsListedByHead(state)];
+  listed.sort((a, b) => placeholderPriority(a) - placeholderPriority(b) || b.first - a.first);
+  return listed
+    .slice(0, size)
+    .sort((a, b) => a.first - b.first)
+    .map((segment) => ({ segment, json: segmentJson(segment) }));
 }
 
 /**
@@ -145,8 +147,8 @@ export function addIndexSegment(state: ShardData, idx: IndexSegmentState): void 
  * as a new index segment always gets a new name).
  */
 export function dissolveIndexSegment(state: ShardData, idx: IndexSegmentState): void {
+  for (const seg of idx.segments) if (seg.index === idx) seg.index = undefined;
   if (state.indexSegments.get(idx.name) !== idx) return;
-  for (const seg of idx.segments) seg.index = undefined;
   state.indexSegments.delete(idx.name);
   state.bytes += idx.segments.length * SEGMENT_ENTRY_BYTES - INDEX_SEGMENT_ENTRY_BYTES;
   state.retiredSegments.push(idx.name);

@@ -297,6 +297,15 @@ function indexSegmentRef(value: unknown, path: string): IndexSegmentRef {
   return objectRefFields(o, path, INDEX_SEGMENT_NAME, "an index segment");
 }
 
+/** A head's `index_segments`: omitted when empty (canonical), so an empty list is refused. */
+function indexSegmentRefs(value: unknown): IndexSegmentRef[] {
+  const refs = array(value, "document.index_segments").map((v, i) =>
+    indexSegmentRef(v, `document.index_segments[${i}]`),
+  );
+  if (refs.length === 0) fail("document.index_segments", "an empty list must be omitted");
+  return refs;
+}
+
 function dedupSegmentRef(value: unknown, path: string): DedupSegmentRef {
   const o = object(value, path, [...OBJECT_REF_FIELDS, "expires_at"]);
   return {
@@ -449,12 +458,7 @@ export function parseShardDocument(bytes: Uint8Array): ShardDocument {
         version === 2
           ? array(o.segments, "document.segments").map((v, i) => segmentRef(v, `document.segments[${i}]`))
           : [],
-      indexSegments:
-        o.index_segments === undefined
-          ? []
-          : array(o.index_segments, "document.index_segments").map((v, i) =>
-              indexSegmentRef(v, `document.index_segments[${i}]`),
-            ),
+      indexSegments: o.index_segments === undefined ? [] : indexSegmentRefs(o.index_segments),
       dedupSegments:
         o.dedup_segments === undefined
           ? []

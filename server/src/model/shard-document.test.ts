@@ -241,6 +241,22 @@ describe("document codec", () => {
       ["dedup names a future offset", (d) => (d.dedup[0].offset = 1000)],
       ["write_id a number", (d) => (d.write_id = 7)],
       ["broker epoch a string", (d) => (d.broker.epoch = "3")],
+      ["an empty index_segments list (omitted when empty)", (d) => (d.index_segments = [])],
+      [
+        "an index segment that is not loaded",
+        (d) =>
+          (d.index_segments = [
+            {
+              name: `${"0".repeat(20)}-1-a.index.json`,
+              first: 0,
+              last: 0,
+              count: 1,
+              bytes: 10,
+              sha256: "0".repeat(64),
+              created_at: 1,
+            },
+          ]),
+      ],
     ];
     it.each(mutations)("%s", (_name, mutate) => {
       const doc = docJson(richShard());

@@ -248,8 +248,9 @@ interface SegmentSalvage {
  * `repairs/<queue>/<shard>/<now>/seg/` and collects the messages to salvage:
  * those of the segments `raw` (the refused head, when it is this shard's
  * JSON) references, itself or through its index segments, less their `gone`
- * offsets; without such a head (or when one of its index segments cannot be
- * read), those of every segment object.
+ * offsets, and for an index segment that cannot be read those of every
+ * segment object named in its offset range; without such a head, those of
+ * every segment object.
  */
 async function salvageSegments(
   store: ObjectStore,
@@ -293,25 +294,33 @@ async function salvageSegments(
   const deadObjects = new Map<string, { subscription: string; letters: Json[] }>();
 
   // Which segments to take messages from, and which of their offsets the head dropped: those the
-  // head lists itself and those its index segments list. Without a head, or with an index segment
-  // that cannot be read, every segment object (the listed ones less what their entries mark gone).
+  // head lists itself and those its index segments list. Without a head, every segment object; for
+  // an index segment that cannot be read, every segment object whose first offset lies in its range.
   const refs = Array.isArray(raw?.segments) ? [...(raw.segments as unknown[])] : undefined;
-  let unlisted = refs === undefined;
+  const unreadRanges: [number, number][] = refs === undefined ? [[0, Number.MAX_SAFE_INTEGER]] : [];
   if (refs !== undefined && Array.isArray(raw?.index_segments))
     for (const idx of raw.index_segments as unknown[]) {
-      const name = typeof idx === "object" && idx !== null ? (idx as Json).name : undefined;
+      const entry = typeof idx === "object" && idx !== null ? (idx as Json) : {};
       const stored =
-        typeof name === "string" ? await store.get(prefix + name).catch(storeFailure) : undefined;
+        typeof entry.name === "string" ? await store.get(prefix + entry.name).catch(storeFailure) : undefined;
       const listed = stored === undefined ? undefined : parseOwn(stored.body, queue, shard)?.segments;
       if (Array.isArray(listed)) refs.push(...(listed as unknown[]));
-      else unlisted = true;
+      else
+        unreadRanges.push([
+          typeof entry.first === "number" ? entry.first : 0,
+          typeof entry.last === "number" ? entry.last : Number.MAX_SAFE_INTEGER,
+        ]);
     }
   const wanted = new Map<string, (offset: number) => boolean>();
   for (const ref of refs ?? []) {
     if (typeof ref !== "object" || ref === null || typeof (ref as Json).name !== "string") continue;
     wanted.set((ref as Json).name as string, goneOffsets((ref as Json).gone));
   }
-  if (unlisted) for (const name of names) if (!wanted.has(name)) wanted.set(name, () => false);
+  for (const name of names) {
+    const first = Number(/^([0-9]{20})-/.exec(name)?.[1] ?? Number.NaN);
+    if (!wanted.has(name) && unreadRanges.some(([from, to]) => first >= from && first <= to))
+      wanted.set(name, () => false);
+  }
 
   const byOffset = new Map<number, Json>();
   for (const name of names) {
