@@ -147,9 +147,8 @@ type PreparedSegment = WrittenAhead<readonly MessageRecord[]>;
 type PreparedDedup = WrittenAhead<readonly DedupEntry[]>;
 
 /**
- * The index entries of untouched segments written ahead of the head write
- * that will reference them in an index segment (see
- * {@link ShardHeadStore.prepareIndex}).
+ * The index entries of segments written ahead, in an index segment, of the
+ * head write that will reference it (see {@link ShardHeadStore.prepareIndex}).
  */
 type PreparedIndex = WrittenAhead<readonly IndexedEntry[]>;
 
@@ -1084,9 +1083,8 @@ export class ShardHeadStore {
    * puts into the first commit after the write succeeded. One at a time.
    */
   private prepareIndex(state: ShardState, now: number): void {
-    const size = this.options.indexSegmentSize ?? INDEX_SEGMENT_SIZE;
     if (this.preparedIndex !== undefined) return;
-    const entries = indexCandidates(state, size);
+    const entries = indexCandidates(state, this.options.indexSegmentSize ?? INDEX_SEGMENT_SIZE);
     if (entries.length === 0) return;
     const epoch = state.broker?.epoch ?? 0;
     const name = indexSegmentName(entries[0]?.segment.first ?? 0, epoch, this.uniquePart());

@@ -11,8 +11,8 @@
  * Cost: O(head) — subscriptions with their live deliveries and settled
  * ranges, the head's own dedup ids (already in offset order: no sort), the
  * head's own dead letters, the tail and one cached entry per segment the
- * head lists itself, index segment, dedup segment and dead-letter segment. Sealed messages, dedup ids and dead
- * letters are not touched.
+ * head lists itself, index segment, dedup segment and dead-letter segment.
+ * Sealed messages, dedup ids and dead letters are not touched.
  *
  * Most of a busy head is lists that change little between two commits: the
  * tail's messages (an enqueue adds a few at the end, a seal takes many from
