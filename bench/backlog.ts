@@ -12,9 +12,10 @@
  * Each case (one backlog size, one PUT latency) gets a `casq serve` process
  * of its own on a fresh file-store directory (every write fsync'd), started
  * as `npm run bench` starts it (`bench/systems/casq.ts`; with latency, the
- * file store behind the fault-injecting wrapper, `slow-store-server.ts`,
- * from source), by default from this checkout's build installed as users
- * install it (`--server built`, `lib/built-server.ts`: plain node, no tsx), and
+ * file store behind the fault-injecting wrapper, `slow-store-server.ts`),
+ * by default from this checkout's build installed as users install it
+ * (`--server built`, `lib/built-server.ts`: plain node, no tsx; the
+ * slow-store server compiled beside it), and
  * a queue of one shard with the default config. The benchmark talks to it only
  * through the TypeScript SDK over gRPC, with the SDK's default options (a
  * default dedup id on every job):
@@ -111,7 +112,7 @@ loopback for that): the GC-settled point.
 --server built (default): casq serve as users install it: this checkout built, packed and installed
 from the npm tarballs into a temporary directory, run by plain node (~30 s first); source: the
 checkout's server/bin/casq.js, which runs the TypeScript through tsx (~45 MiB more RSS). Cases with
-a PUT latency always run the source (bench/systems/slow-store-server.ts).
+a PUT latency run bench/systems/slow-store-server.ts (compiled beside the installation, or through tsx).
 --dead-letters N: the head-size case, N jobs with dedup ids all dead-lettered (0: skip it).
 --dedup-ids off: the producers give jobs no dedup id (the SDK's default is one per job; each live id
 costs the broker memory for the queue's dedup window).
@@ -310,12 +311,16 @@ async function settledMemory(casq: CasqSystem, inspectPort: number): Promise<[Se
 }
 
 async function runCase(backlog: number, latencyMs: number, built: BuiltServer | undefined): Promise<Case> {
-  const server = latencyMs > 0 || built === undefined ? "source" : "built";
+  const server = built === undefined ? "source" : "built";
   const what = `backlog ${backlog.toLocaleString("en")}, PUT +${latencyMs} ms, ${server} server`;
   // The inspector (loopback) only so that the settled point can force full collections.
   const inspectPort = await freePort();
   const casq = new CasqSystem({
-    ...(latencyMs > 0 ? { putLatencyMs: latencyMs } : built ? { serverBin: built.bin } : {}),
+    ...(latencyMs > 0
+      ? { putLatencyMs: latencyMs, ...(built ? { slowStoreServer: built.slowStoreServer } : {}) }
+      : built
+        ? { serverBin: built.bin }
+        : {}),
     nodeArgs: [`--inspect=127.0.0.1:${inspectPort}`],
   });
   await casq.start();
@@ -488,7 +493,11 @@ async function runHeadCase(jobs: number): Promise<HeadCase> {
 }
 
 const cases: Case[] = [];
-const built = serverFromOption(values.server, latencies.includes(0) && sizes.some((n) => n > 0), log);
+const built = serverFromOption(
+  values.server,
+  sizes.some((n) => n > 0),
+  log,
+);
 try {
   for (const latency of latencies) {
     for (const size of sizes) {

@@ -68,8 +68,9 @@ With casq: the process shape with the Go and Python SDK workers (--no-other-sdks
 many-clients case with --clients streams (default 100,1000; 100 with --quick; "" to skip).
 --server built (default): the casq system runs casq serve as users install it (this checkout built,
 packed and installed from the npm tarballs into a temporary directory, plain node; ~30 s first);
---server source: the checkout's launcher (TypeScript through tsx). casq-put100ms always runs the
-source (its slow store wraps the engine in-process).`);
+--server source: the checkout's launcher (TypeScript through tsx). casq-put100ms runs
+bench/systems/slow-store-server.ts (its slow store wraps the engine in-process): compiled beside the
+installed build, or through tsx with --server source.`);
   process.exit(0);
 }
 
@@ -125,14 +126,17 @@ const manyClients: ManyClientsResult[] = [];
 const skipped: Record<string, string> = {};
 const durability: Record<string, string> = {};
 
-const built = serverFromOption(values.server, wanted.includes("casq"), log);
+const built = serverFromOption(values.server, wanted.includes("casq") || wanted.includes(CASQ_S3_LIKE), log);
 const server = built ? "built" : "source";
 for (const name of wanted) {
   let system: QueueSystem;
   if (name === "casq")
     system = new (await import("./systems/casq.ts")).CasqSystem(built ? { serverBin: built.bin } : {});
   else if (name === CASQ_S3_LIKE)
-    system = new (await import("./systems/casq.ts")).CasqSystem({ putLatencyMs: 100 });
+    system = new (await import("./systems/casq.ts")).CasqSystem({
+      putLatencyMs: 100,
+      ...(built ? { slowStoreServer: built.slowStoreServer } : {}),
+    });
   else if ((PEERS as readonly string[]).includes(name))
     system = await loadPeer(name as (typeof PEERS)[number]);
   else throw new Error(`unknown system ${name}: use casq, ${PEERS.join(", ")}, ${CASQ_S3_LIKE}`);

@@ -22,6 +22,12 @@ const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..");
 export interface BuiltServer {
   /** The `casq` launcher of the installed package (run it with `node`). */
   readonly bin: string;
+  /**
+   * `bench/systems/slow-store-server.ts` compiled to JavaScript beside the
+   * installation (run it with `node`): the same server code, with the file
+   * store behind the fault-injecting wrapper, no TypeScript loader.
+   */
+  readonly slowStoreServer: string;
   /** Removes the installation. */
   remove(): void;
 }
@@ -35,6 +41,8 @@ export function installBuiltServer(log: (line: string) => void): BuiltServer {
   const dir = mkdtempSync(join(tmpdir(), "casq-bench-built-"));
   const run = (command: string, args: string[], cwd: string) =>
     execFileSync(command, args, { cwd, stdio: ["ignore", "ignore", "inherit"] });
+  const install = join(dir, "install");
+  let slowStoreServer: string;
   try {
     log("built server: npm run build");
     run("npm", ["run", "--silent", "build"], ROOT);
@@ -42,7 +50,6 @@ export function installBuiltServer(log: (line: string) => void): BuiltServer {
     mkdirSync(tarballs);
     log("built server: packing the npm packages");
     run(process.execPath, [join(ROOT, "scripts", "pack-npm.mjs"), tarballs], ROOT);
-    const install = join(dir, "install");
     mkdirSync(install);
     writeFileSync(join(install, "package.json"), '{ "private": true }\n');
     log("built server: npm install of the tarballs");
@@ -58,14 +65,54 @@ export function installBuiltServer(log: (line: string) => void): BuiltServer {
       ],
       install,
     );
+    log("built server: compiling the slow-store server");
+    slowStoreServer = compileSlowStoreServer(install);
   } catch (error) {
     rmSync(dir, { recursive: true, force: true });
     throw error;
   }
   return {
-    bin: join(dir, "install", "node_modules", "casq", "bin", "casq.js"),
+    bin: join(install, "node_modules", "casq", "bin", "casq.js"),
+    slowStoreServer,
     remove: () => rmSync(dir, { recursive: true, force: true }),
   };
+}
+
+/**
+ * Compiles `bench/systems/slow-store-server.ts` and what it imports of this
+ * checkout (the server's source, the fault-injecting store) with tsc, no
+ * type check, into `INSTALL/slow/`, so the S3-like profile runs by plain
+ * node like the installed build. Package imports (`@casq/api/...`, pino,
+ * gRPC) resolve from `INSTALL/node_modules`: the installed packages.
+ * Returns the compiled server's path.
+ */
+export function compileSlowStoreServer(install: string): string {
+  const config = join(install, "tsconfig.slow.json");
+  writeFileSync(
+    config,
+    `${JSON.stringify(
+      {
+        extends: join(ROOT, "tsconfig.json"),
+        compilerOptions: {
+          noEmit: false,
+          noCheck: true,
+          rootDir: ROOT,
+          outDir: join(install, "slow"),
+          rewriteRelativeImportExtensions: true,
+        },
+        include: [],
+        files: [join(ROOT, "bench", "systems", "slow-store-server.ts")],
+      },
+      null,
+      2,
+    )}\n`,
+  );
+  execFileSync(process.execPath, [join(ROOT, "node_modules", "typescript", "bin", "tsc"), "-p", config], {
+    cwd: install,
+    stdio: ["ignore", "inherit", "inherit"],
+  });
+  writeFileSync(join(install, "slow", "package.json"), '{ "type": "module" }\n');
+  return join(install, "slow", "bench", "systems", "slow-store-server.js");
 }
 
 /**

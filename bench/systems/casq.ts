@@ -21,6 +21,11 @@ export interface CasqSystemOptions {
    */
   readonly putLatencyMs?: number;
   /**
+   * With `putLatencyMs`: that server compiled to JavaScript, run by plain node
+   * (`BuiltServer.slowStoreServer`); default the source through tsx.
+   */
+  readonly slowStoreServer?: string;
+  /**
    * The `casq` launcher to run (without `putLatencyMs`): default this
    * checkout's `server/bin/casq.js`, which runs the source through tsx;
    * `bench/lib/built-server.ts` gives an installed build's.
@@ -68,9 +73,9 @@ export class CasqSystem implements QueueSystem {
     this.dir = mkdtempSync(join(tmpdir(), "casq-bench-"));
     const args = this.options.putLatencyMs
       ? [
-          "--import",
-          "tsx",
-          join(ROOT, "bench", "systems", "slow-store-server.ts"),
+          ...(this.options.slowStoreServer
+            ? [this.options.slowStoreServer]
+            : ["--import", "tsx", join(ROOT, "bench", "systems", "slow-store-server.ts")]),
           this.dir,
           String(this.options.putLatencyMs),
         ]

@@ -10,6 +10,8 @@
  *
  * - the installed `casq serve` bin runs the broker on a temporary file store;
  * - a producer script enqueues a job and a worker script consumes it;
+ * - the benchmark's slow-store server, compiled beside the installation,
+ *   serves an enqueue (bench/lib/built-server.ts);
  * - `tsc` with NodeNext settings type-checks a file that imports the SDK
  *   (and the generated code, from `@casq/api` and as `@casq/sdk/gen/*`),
  *   and reports a type error in one that misuses it.
@@ -17,6 +19,7 @@
 import { existsSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
+import { compileSlowStoreServer } from "../../bench/lib/built-server.ts";
 import {
   cleanEnv,
   expectOk,
@@ -114,6 +117,21 @@ describe("npm packages installed in a project outside the repository", () => {
     );
   }, 600_000);
 
+  /** Runs the producer script against `address` in the project; returns the job id it printed (checked). */
+  const produce = async (address: string, queue: string, text: string): Promise<string> => {
+    writeFileSync(join(project.path, "producer.mjs"), PRODUCER);
+    const produced = expectOk(
+      "producer.mjs",
+      await runProgram("node", ["producer.mjs", address, queue, text], {
+        cwd: project.path,
+        env: cleanEnv(),
+      }),
+    );
+    const id = produced.stdout.trim();
+    expect(id).toMatch(/^[0-9A-Z]{26}$/);
+    return id;
+  };
+
   afterAll(async () => {
     broker?.child.kill("SIGKILL");
     await broker?.exited;
@@ -183,17 +201,8 @@ describe("npm packages installed in a project outside the repository", () => {
       ],
       { cwd: project.path, env },
     );
-    writeFileSync(join(project.path, "producer.mjs"), PRODUCER);
     writeFileSync(join(project.path, "worker.mjs"), WORKER);
-    const produced = expectOk(
-      "producer.mjs",
-      await runProgram("node", ["producer.mjs", broker.address, "emails", "hello from outside"], {
-        cwd: project.path,
-        env,
-      }),
-    );
-    const id = produced.stdout.trim();
-    expect(id).toMatch(/^[0-9A-Z]{26}$/);
+    const id = await produce(broker.address, "emails", "hello from outside");
     const worked = expectOk(
       "worker.mjs",
       await runProgram("node", ["worker.mjs", broker.address, "emails"], {
@@ -213,6 +222,23 @@ describe("npm packages installed in a project outside the repository", () => {
     expect(version.stdout.trim()).toBe(VERSION);
     broker.child.kill("SIGTERM");
     expect(await within("the broker to exit on SIGTERM", broker.exited, 30_000)).toBe(0);
+  }, 180_000);
+
+  test("the benchmark's slow-store server compiles beside the installed packages and serves with plain node", async () => {
+    // `npm run bench` runs its S3-like profile so (bench/lib/built-server.ts): a broken import
+    // there would only show in a benchmark run.
+    const slow = compileSlowStoreServer(project.path);
+    const slowStore = outsideDir("npm-slow-store");
+    const env = cleanEnv();
+    const started = await startBroker(["node", slow, slowStore.path, "20"], { cwd: project.path, env });
+    try {
+      await produce(started.address, "slow", "through a slow store");
+      expect(started.output()).toContain("metrics on http://");
+    } finally {
+      started.child.kill("SIGTERM");
+      await within("the slow-store server to exit on SIGTERM", started.exited, 30_000);
+      slowStore.remove();
+    }
   }, 180_000);
 
   test("tsc with NodeNext settings type-checks a file importing the SDK and catches a misuse", async () => {
