@@ -6,7 +6,7 @@
  *   npm run bench:backlog                        # a table
  *   npm run bench:backlog -- --json              # one JSON object (progress on stderr)
  *   npm run bench:backlog -- --sizes 1000,100000 # chosen backlogs
- *   npm run bench:backlog -- --seconds 5 --latency 0,100
+ *   npm run bench:backlog -- --seconds 10 --latency 0,100
  *   npm run bench:backlog -- --dead-letters 100000 # the head-size case (0: skip it)
  *
  * Each case (one backlog size, one PUT latency) gets a `casq serve` process
@@ -88,7 +88,7 @@ const { values } = parseArgs({
     json: { type: "boolean", default: false },
     sizes: { type: "string", default: "1000,10000,100000,1000000" },
     latency: { type: "string", default: "0,100" },
-    seconds: { type: "string", default: "5" },
+    seconds: { type: "string", default: "10" },
     "dead-letters": { type: "string", default: "100000" },
     "dedup-ids": { type: "string", default: "on" },
     "load-batch": { type: "string", default: "1000" },
@@ -99,7 +99,7 @@ const { values } = parseArgs({
 });
 if (values.help) {
   console.log(`usage: npm run bench:backlog -- [--json] [--sizes 1000,10000,100000,1000000] [--latency 0,100]
-                                 [--seconds 5] [--dead-letters 100000] [--dedup-ids on|off] [--load-batch 1000]
+                                 [--seconds 10] [--dead-letters 100000] [--dedup-ids on|off] [--load-batch 1000]
                                  [--server built|source] [--settle-seconds 30]
 For each backlog size and PUT latency (ms): a fresh casq serve on the file store, the backlog loaded
 through the TypeScript SDK, then enqueue jobs/s from 64 callers and claim+ack jobs/s from one SDK Worker
