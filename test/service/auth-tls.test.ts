@@ -4,7 +4,7 @@
  * test, over real gRPC and Connect on loopback.
  */
 import { execFileSync } from "node:child_process";
-import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { QueueService } from "@casq/api/casq/v1/queue_service_pb.ts";
@@ -14,12 +14,13 @@ import {
 } from "@casq/api/grpc/health/v1/health_pb.ts";
 import { ConnectError, createClient } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
-import { beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { bearer, bytes, codeOf, grpcClients, startTestServer, text, useTestServers } from "./support.ts";
 
 const server = useTestServers();
 
 const dir = mkdtempSync(join(tmpdir(), "casq-auth-"));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
 describe("bearer tokens", () => {
   const tokensFile = join(dir, "tokens");
