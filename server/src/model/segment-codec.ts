@@ -118,8 +118,17 @@ export function segmentPrefix(queue: string, shard: number): string {
   return `queues/${queue}/${shard}/seg/`;
 }
 
+/** Any segment's name (message, index, dedup or dead-letter): first offset, epoch, unique part. */
+const ANY_SEGMENT_NAME = /^([0-9]{20})-([0-9]{1,15})-[0-9a-z]{1,32}(?:\.dedup|\.dead|\.index)?\.json$/;
+
 /** The epoch a segment, index, dedup or dead-letter segment name was written in (undefined for a name that is none). */
 export function segmentEpoch(name: string): number | undefined {
-  const match = /^[0-9]{20}-([0-9]{1,15})-[0-9a-z]{1,32}(?:\.dedup|\.dead|\.index)?\.json$/.exec(name);
+  const match = ANY_SEGMENT_NAME.exec(name);
+  return match ? Number(match[2]) : undefined;
+}
+
+/** The first offset a segment, index, dedup or dead-letter segment name gives (undefined for a name that is none). */
+export function segmentFirst(name: string): number | undefined {
+  const match = ANY_SEGMENT_NAME.exec(name);
   return match ? Number(match[1]) : undefined;
 }

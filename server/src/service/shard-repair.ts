@@ -54,7 +54,7 @@ import { CasqError, isCasqError } from "../errors.ts";
 import { applyOperation } from "../model/apply-operation.ts";
 import { SHARD_FORMAT, SHARD_FORMAT_V1 } from "../model/document-formats.ts";
 import type { QueueConfig } from "../model/queue-config.ts";
-import { segmentEpoch, segmentPrefix } from "../model/segment-codec.ts";
+import { segmentEpoch, segmentFirst, segmentPrefix } from "../model/segment-codec.ts";
 import { ShardState } from "../model/shard-state.ts";
 import type { ObjectStore, StoredObject } from "../store/object-store.ts";
 import { isStoreError } from "../store/store-errors.ts";
@@ -317,8 +317,12 @@ async function salvageSegments(
     wanted.set((ref as Json).name as string, goneOffsets((ref as Json).gone));
   }
   for (const name of names) {
-    const first = Number(/^([0-9]{20})-/.exec(name)?.[1] ?? Number.NaN);
-    if (!wanted.has(name) && unreadRanges.some(([from, to]) => first >= from && first <= to))
+    const first = segmentFirst(name);
+    if (
+      !wanted.has(name) &&
+      first !== undefined &&
+      unreadRanges.some(([from, to]) => first >= from && first <= to)
+    )
       wanted.set(name, () => false);
   }
 
