@@ -3,7 +3,7 @@
  * `openssl` for tests that serve TLS on loopback.
  */
 import { execFileSync } from "node:child_process";
-import { mkdtempSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
@@ -11,6 +11,8 @@ import { join } from "node:path";
 export interface SelfSignedCert {
   readonly certFile: string;
   readonly keyFile: string;
+  /** Removes the files and their directory (once the servers using them are closed). */
+  remove(): void;
 }
 
 /** Makes a P-256 certificate valid for a day, in a fresh temporary directory. */
@@ -41,5 +43,5 @@ export function makeSelfSignedCert(): SelfSignedCert {
     ],
     { stdio: "pipe" },
   );
-  return { certFile, keyFile };
+  return { certFile, keyFile, remove: () => rmSync(dir, { recursive: true, force: true }) };
 }

@@ -6,10 +6,11 @@
  * sent SIGTERM once it printed something and must then exit cleanly.
  */
 import { type ChildProcess, spawn } from "node:child_process";
-import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
+import { tempDirForTest } from "../../server/testing/test-temp-dir.ts";
 import { closeServers, eventually, startServer } from "./support.ts";
 
 const root = resolve(import.meta.dirname, "../..");
@@ -46,7 +47,7 @@ describe("docs/sdk-typescript.md examples", () => {
 
   it("run against a live server", async () => {
     const server = await startServer();
-    const dir = mkdtempSync(join(tmpdir(), "casq-sdk-docs-"));
+    const dir = tempDirForTest("casq-sdk-docs-");
     for (const [index, source] of examples.entries()) {
       const code = source
         .replaceAll("127.0.0.1:50051", server.address)

@@ -3,9 +3,6 @@
  * gRPC on loopback: produce and consume, batches, priority, delay, dedup,
  * retries, dead letters and redrive, graceful stop, redirects and failover.
  */
-import { mkdtempSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import {
   Admin,
   AlreadyExistsError,
@@ -22,6 +19,7 @@ import {
 import { context, TraceFlags, trace } from "@opentelemetry/api";
 import { AsyncLocalStorageContextManager } from "@opentelemetry/context-async-hooks";
 import { afterEach, describe, expect, it } from "vitest";
+import { tempDirForTest } from "../../server/testing/test-temp-dir.ts";
 import { closeServers, deadAddress, eventually, startServer } from "./support.ts";
 
 const workers: Worker[] = [];
@@ -60,7 +58,7 @@ function collect(
  * b, with jobs on both shards (`payloads`).
  */
 async function splitQueue(queue: string) {
-  const store = `file:${mkdtempSync(join(tmpdir(), "casq-sdk-"))}`;
+  const store = `file:${tempDirForTest("casq-sdk-")}`;
   // Created, then released by a graceful stop: nobody leads either shard.
   const setup = await startServer({ store, brokerId: "setup" });
   await new Admin({ brokers: [setup.address] }).createQueue(queue, { shardCount: 2 });
@@ -309,7 +307,7 @@ describe("@casq/sdk", () => {
   });
 
   it("follows a redirect: given only a follower's address, the worker and producer reach the leader", async () => {
-    const dir = mkdtempSync(join(tmpdir(), "casq-sdk-"));
+    const dir = tempDirForTest("casq-sdk-");
     const leader = await startServer({ store: `file:${dir}`, brokerId: "leader" });
     await new Producer({ brokers: [leader.address] }).enqueue("led", "via leader");
     const follower = await startServer({ store: `file:${dir}`, brokerId: "follower" });

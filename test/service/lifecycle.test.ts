@@ -4,13 +4,11 @@
  * hands shard leases back (a second broker takes over at once), and a
  * non-graceful one after which the other broker waits for the lease.
  */
-import { mkdtempSync } from "node:fs";
 import { createServer } from "node:net";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { describe, expect, it } from "vitest";
 import { MemoryStore } from "../../server/src/store/memory-store.ts";
+import { tempDirForTest } from "../../server/testing/test-temp-dir.ts";
 import { bytes, codeOf, grpcClients, sharedStore, startTestServer, text, useTestServers } from "./support.ts";
 
 const server = useTestServers();
@@ -38,7 +36,7 @@ describe("server lifecycle", () => {
   });
 
   it("keeps the state in a file: store across a restart", async () => {
-    const dir = mkdtempSync(join(tmpdir(), "casq-service-"));
+    const dir = tempDirForTest("casq-service-");
     const first = await startTestServer({ store: `file:${dir}` });
     await grpcClients(first.address).admin.createQueue({ queue: "durable", shardCount: 2 });
     await grpcClients(first.address).queue.enqueue({

@@ -16,7 +16,7 @@ import { EnqueueRequestSchema, QueueService } from "@casq/api/casq/v1/queue_serv
 import { Health, HealthCheckResponse_ServingStatus } from "@casq/api/grpc/health/v1/health_pb.ts";
 import { createClient } from "@connectrpc/connect";
 import { createGrpcTransport, createGrpcWebTransport } from "@connectrpc/connect-node";
-import { beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { MemoryStore } from "../../server/src/store/memory-store.ts";
 import { makeSelfSignedCert, type SelfSignedCert } from "../../server/testing/self-signed-cert.ts";
 import { bytes, grpcClients, sharedStore, text, useTestServers } from "./support.ts";
@@ -145,6 +145,7 @@ describe("one port, two stacks, over TLS", () => {
   beforeAll(() => {
     cert = makeSelfSignedCert();
   }, 30_000);
+  afterAll(() => cert.remove());
 
   it("serves h2-only clients (gRPC) with grpc-js and HTTP/1.1 clients (Connect) with connect", async () => {
     const s = await server({ tls: cert });

@@ -3,7 +3,7 @@ import http2 from "node:http2";
 import net from "node:net";
 import tls from "node:tls";
 import { pino } from "pino";
-import { beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { makeSelfSignedCert } from "../../testing/self-signed-cert.ts";
 import { chooseAlpn, type Http2Side, type RunningListener, startListener } from "./listener.ts";
 
@@ -139,9 +139,11 @@ describe("ALPN choice", () => {
 describe("TLS listener", () => {
   let certFile = "";
   let keyFile = "";
+  let removeCert = () => {};
   beforeAll(() => {
-    ({ certFile, keyFile } = makeSelfSignedCert());
+    ({ certFile, keyFile, remove: removeCert } = makeSelfSignedCert());
   }, 30_000);
+  afterAll(() => removeCert());
 
   /** Connects with `offer` as ALPN and resolves with the protocol the server chose. */
   function negotiated(port: number, offer: string[]): Promise<string | false> {
