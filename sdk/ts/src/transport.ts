@@ -5,9 +5,9 @@
 
 import type { DescService } from "@bufbuild/protobuf";
 import { type Client, createClient, type Interceptor, type Transport } from "@connectrpc/connect";
-import { createGrpcTransport } from "@connectrpc/connect-node";
 import { context, isSpanContextValid, propagation, TraceFlags, trace } from "@opentelemetry/api";
 import type { ResolvedClientOptions } from "./client-options.ts";
+import { createGrpcTransport } from "./grpc-transport.ts";
 
 /** Adds `authorization: Bearer <token>` to every call. */
 export function bearerInterceptor(token: string): Interceptor {
@@ -89,7 +89,7 @@ export function createBrokerTransport(address: string, options: ResolvedClientOp
   return createGrpcTransport({
     baseUrl: `${scheme}://${address}`,
     interceptors,
-    ...keepaliveTransportOptions(options),
+    session: keepaliveTransportOptions(options),
     ...(nodeOptions ? { nodeOptions } : {}),
   });
 }
