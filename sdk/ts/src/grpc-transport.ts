@@ -67,6 +67,8 @@ export interface GrpcTransportOptions {
   readonly session?: Http2SessionOptions;
   /** TLS options of the connection (ca, cert, key). */
   readonly nodeOptions?: http2.ClientSessionOptions | http2.SecureClientSessionOptions;
+  /** The connection to use instead of one made from `session` and `nodeOptions`; its owner closes it. */
+  readonly sessionManager?: Http2SessionManager;
 }
 
 /** Encodings a response may use (what connect-node's gRPC transport accepts by default). */
@@ -86,7 +88,8 @@ type AnyStreaming = DescMethodStreaming<DescMessage, DescMessage>;
  * the module header). Drop-in for connect-node's `createGrpcTransport`.
  */
 export function createGrpcTransport(options: GrpcTransportOptions): Transport {
-  const sessionManager = new Http2SessionManager(options.baseUrl, options.session, options.nodeOptions);
+  const sessionManager =
+    options.sessionManager ?? new Http2SessionManager(options.baseUrl, options.session, options.nodeOptions);
   const httpClient = createNodeHttpClient({ httpVersion: "2", sessionProvider: () => sessionManager });
   const interceptors = options.interceptors ?? [];
   const serializations = new WeakMap<

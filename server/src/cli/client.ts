@@ -1,6 +1,7 @@
 /**
- * How CLI commands talk to a casq broker: gRPC over HTTP/2 (connect-node's
- * gRPC transport), plaintext or TLS, with an optional bearer token.
+ * How CLI commands talk to a casq broker: gRPC over HTTP/2 (the TypeScript
+ * SDK's transport, sdk/ts/src/grpc-transport.ts, on a connect-node session
+ * the client closes), plaintext or TLS, with an optional bearer token.
  *
  * Redirects and failover: {@link CasqClient.call} runs every request through
  * the SDK's `callWithFailover` (sdk/ts/src/failover.ts), so the CLI follows
@@ -33,9 +34,10 @@ import type * as http2 from "node:http2";
 import { CasqError, LEADER_ADDRESS_TRAILER, type RedirectError, toCasqError } from "@casq/sdk";
 import { resolveClientOptions } from "@casq/sdk/client-options.ts";
 import { callWithFailover, mayHaveBeenApplied } from "@casq/sdk/failover.ts";
-import { BrokerPool } from "@casq/sdk/transport.ts";
+import { createGrpcTransport } from "@casq/sdk/grpc-transport.ts";
+import { BrokerPool, bearerInterceptor } from "@casq/sdk/transport.ts";
 import { type Client, Code, ConnectError, createClient, type Interceptor } from "@connectrpc/connect";
-import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
+import { Http2SessionManager } from "@connectrpc/connect-node";
 import { type Command, Option } from "commander";
 import { AdminService, LeaderRedirectSchema, QueueService } from "./api.ts";
 import { CliError, ExitCode, usageError } from "./cli-error.ts";
@@ -198,14 +200,8 @@ export class CasqClient {
     if (cached !== undefined) return cached;
     const baseUrl = `${this.tls ? "https" : "http"}://${address}`;
     const session = new Http2SessionManager(baseUrl, { idleConnectionTimeoutMs: 60_000 }, this.#tlsOptions());
-    const interceptors: Interceptor[] = [];
     const token = this.#options.token;
-    if (token !== undefined && token !== "") {
-      interceptors.push((next) => (request) => {
-        request.header.set("authorization", `Bearer ${token}`);
-        return next(request);
-      });
-    }
+    const interceptors: Interceptor[] = token !== undefined && token !== "" ? [bearerInterceptor(token)] : [];
     const transport = createGrpcTransport({ baseUrl, sessionManager: session, interceptors });
     const clients = {
       queue: createClient(QueueService, transport),

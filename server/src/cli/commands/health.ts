@@ -10,8 +10,10 @@ import {
   Health,
   HealthCheckResponse_ServingStatus as ServingStatus,
 } from "@casq/api/grpc/health/v1/health_pb.ts";
+import { createGrpcTransport } from "@casq/sdk/grpc-transport.ts";
+import { bearerInterceptor } from "@casq/sdk/transport.ts";
 import { createClient, type Interceptor } from "@connectrpc/connect";
-import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
+import { Http2SessionManager } from "@connectrpc/connect-node";
 import type { Command } from "commander";
 import { CliError, ExitCode, usageError } from "../cli-error.ts";
 import { addConnectionOptions, type ClientOptions, describeRpcError } from "../client.ts";
@@ -50,14 +52,8 @@ async function check(options: HealthOptions): Promise<ServingStatus> {
   const tls = Boolean(options.tls || options.ca !== undefined || options.clientCert !== undefined);
   const baseUrl = `${tls ? "https" : "http"}://${options.server}`;
   const session = new Http2SessionManager(baseUrl, {}, tlsOptions(options));
-  const interceptors: Interceptor[] = [];
   const token = options.token;
-  if (token !== undefined && token !== "") {
-    interceptors.push((next) => (request) => {
-      request.header.set("authorization", `Bearer ${token}`);
-      return next(request);
-    });
-  }
+  const interceptors: Interceptor[] = token !== undefined && token !== "" ? [bearerInterceptor(token)] : [];
   const client = createClient(
     Health,
     createGrpcTransport({ baseUrl, sessionManager: session, interceptors }),
