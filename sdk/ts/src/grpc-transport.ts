@@ -74,8 +74,8 @@ export interface GrpcTransportOptions {
 /** Encodings a response may use (what connect-node's gRPC transport accepts by default). */
 const ACCEPT_COMPRESSION: readonly Compression[] = [compressionGzip, compressionBrotli];
 
-/** Largest response message read (connect's default: no practical limit). */
-const READ_MAX_BYTES = 0xffffffff;
+/** Largest message read or written (connect's default: no practical limit). */
+const MAX_MESSAGE_BYTES = 0xffffffff;
 
 /** The envelope flag of a compressed message. */
 const FLAG_COMPRESSED = 0b00000001;
@@ -100,8 +100,8 @@ export function createGrpcTransport(options: GrpcTransportOptions): Transport {
     let s = serializations.get(method);
     if (s === undefined) {
       const lookup = createMethodSerializationLookup(method, undefined, undefined, {
-        readMaxBytes: READ_MAX_BYTES,
-        writeMaxBytes: READ_MAX_BYTES,
+        readMaxBytes: MAX_MESSAGE_BYTES,
+        writeMaxBytes: MAX_MESSAGE_BYTES,
       });
       s = {
         input: lookup.getI(true) as Serialization<unknown>,
@@ -337,17 +337,13 @@ async function* messagesOf(
     while (buf.byteLength - at >= 5) {
       const view = new DataView(buf.buffer, buf.byteOffset + at, 5);
       const flags = view.getUint8(0);
+      // A 32-bit length cannot pass MAX_MESSAGE_BYTES: no size check (connect's default is the same).
       const length = view.getUint32(1);
-      if (length > READ_MAX_BYTES)
-        throw new ConnectError(
-          `message size ${length} is larger than configured readMaxBytes ${READ_MAX_BYTES}`,
-          Code.ResourceExhausted,
-        );
       if (buf.byteLength - at - 5 < length) break;
       const data = buf.subarray(at + 5, at + 5 + length);
       at += 5 + length;
       if ((flags & FLAG_COMPRESSED) === FLAG_COMPRESSED) {
-        const plain = await envelopeDecompress({ flags, data }, compression ?? null, READ_MAX_BYTES);
+        const plain = await envelopeDecompress({ flags, data }, compression ?? null, MAX_MESSAGE_BYTES);
         yield plain.data;
       } else yield data;
     }
