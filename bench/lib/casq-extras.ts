@@ -10,7 +10,7 @@
  *   jobs spread over the streams.
  */
 import { type ChildProcess, execFileSync, spawn } from "node:child_process";
-import { existsSync, mkdtempSync } from "node:fs";
+import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { createInterface } from "node:readline";
@@ -49,9 +49,13 @@ export interface ManyClientsResult {
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-/** Builds the Go bench worker once per run; undefined when Go is missing. */
+/**
+ * Builds the Go bench worker once per run into a temporary directory (the
+ * caller removes it: {@link removeGoWorker}); undefined when Go is missing.
+ */
 function goWorkerBinary(log: (line: string) => void): string | undefined {
-  const out = join(mkdtempSync(join(tmpdir(), "casq-bench-go-")), "go-worker");
+  const dir = mkdtempSync(join(tmpdir(), "casq-bench-go-"));
+  const out = join(dir, "go-worker");
   try {
     log("bench: building bench/clients/go-worker");
     execFileSync("go", ["build", "-o", out, "."], {
@@ -61,8 +65,14 @@ function goWorkerBinary(log: (line: string) => void): string | undefined {
     return out;
   } catch (error) {
     log(`bench: go worker skipped: ${(error as Error).message.split("\n")[0]}`);
+    rmSync(dir, { recursive: true, force: true });
     return undefined;
   }
+}
+
+/** Removes the directory {@link goWorkerBinary} built `binary` in. */
+function removeGoWorker(binary: string): void {
+  rmSync(dirname(binary), { recursive: true, force: true });
 }
 
 function collectJson(child: ChildProcess, what: string): Promise<Record<string, number>> {
@@ -138,13 +148,17 @@ export async function measureOtherSdks(
   } else {
     log("bench: python worker skipped: no .venv (bash scripts/setup-python.sh)");
   }
-  for (const { sdk, argv } of commands) {
-    const queue = await casq.preloadedQueue(jobs, payloadBytes);
-    const [command, args] = argv(queue);
-    const child = spawn(command, args, { stdio: ["ignore", "pipe", "pipe"] });
-    const json = await collectJson(child, `${sdk} worker`);
-    results.push({ sdk, jobs, jobsPerSecond: json.jobs_per_s as number });
-    log(`bench: casq process (${sdk} SDK): ${Math.round(json.jobs_per_s as number)} jobs/s`);
+  try {
+    for (const { sdk, argv } of commands) {
+      const queue = await casq.preloadedQueue(jobs, payloadBytes);
+      const [command, args] = argv(queue);
+      const child = spawn(command, args, { stdio: ["ignore", "pipe", "pipe"] });
+      const json = await collectJson(child, `${sdk} worker`);
+      results.push({ sdk, jobs, jobsPerSecond: json.jobs_per_s as number });
+      log(`bench: casq process (${sdk} SDK): ${Math.round(json.jobs_per_s as number)} jobs/s`);
+    }
+  } finally {
+    if (goBinary) removeGoWorker(goBinary);
   }
   return results;
 }
