@@ -39,6 +39,7 @@ import {
   type Compression,
   createMethodSerializationLookup,
   createMethodUrl,
+  encodeEnvelope,
   envelopeDecompress,
   runStreamingCall,
   runUnaryCall,
@@ -71,8 +72,8 @@ export interface GrpcTransportOptions {
   readonly sessionManager?: Http2SessionManager;
 }
 
-/** Encodings a response may use (what connect-node's gRPC transport accepts by default). */
-const ACCEPT_COMPRESSION: readonly Compression[] = [compressionGzip, compressionBrotli];
+/** Encodings a response may use (what connect-node's gRPC transport accepts by default); never changed. */
+const ACCEPT_COMPRESSION: Compression[] = [compressionGzip, compressionBrotli];
 
 /** Largest message read or written (connect's default: no practical limit). */
 const MAX_MESSAGE_BYTES = 0xffffffff;
@@ -138,10 +139,10 @@ export function createGrpcTransport(options: GrpcTransportOptions): Transport {
             method: "POST",
             header: req.header,
             signal: req.signal,
-            body: once(envelope(serialization.input.serialize(req.message))),
+            body: once(encodeEnvelope(0, serialization.input.serialize(req.message))),
           });
           const { compression, headerError } = validateResponseWithCompression(
-            [...ACCEPT_COMPRESSION],
+            ACCEPT_COMPRESSION,
             res.status,
             res.header,
           );
@@ -210,7 +211,7 @@ export function createGrpcTransport(options: GrpcTransportOptions): Transport {
             body: envelopes(req.message, serialization.input),
           });
           const { compression, foundStatus, headerError } = validateResponseWithCompression(
-            [...ACCEPT_COMPRESSION],
+            ACCEPT_COMPRESSION,
             res.status,
             res.header,
           );
@@ -244,7 +245,7 @@ function callParts<M extends AnyUnary | AnyStreaming>(
     method,
     requestMethod: "POST",
     url: createMethodUrl(baseUrl, method),
-    header: requestHeaderWithCompression(true, timeoutMs, header, [...ACCEPT_COMPRESSION], null),
+    header: requestHeaderWithCompression(true, timeoutMs, header, ACCEPT_COMPRESSION, null),
     contextValues: contextValues ?? createContextValues(),
   };
 }
@@ -252,14 +253,6 @@ function callParts<M extends AnyUnary | AnyStreaming>(
 /** connect's rule: no timeout given means none; zero or less means none too. */
 function normalizeTimeout(timeoutMs: number | undefined): number | undefined {
   return timeoutMs === undefined || timeoutMs <= 0 ? undefined : timeoutMs;
-}
-
-/** `data` with the 5-byte gRPC prefix (uncompressed). */
-function envelope(data: Uint8Array): Uint8Array {
-  const out = new Uint8Array(5 + data.byteLength);
-  new DataView(out.buffer).setUint32(1, data.byteLength);
-  out.set(data, 5);
-  return out;
 }
 
 /** An async iterable of one chunk (the HTTP client takes request bodies as async iterables). */
@@ -305,7 +298,7 @@ function envelopes(
             end();
             throw error;
           }
-          return { done: false, value: envelope(bytes) };
+          return { done: false, value: encodeEnvelope(0, bytes) };
         },
         async throw(error: unknown): Promise<IteratorResult<Uint8Array>> {
           await source.throw?.(error).catch(() => {});
@@ -323,23 +316,36 @@ function envelopes(
 
 /**
  * The messages (unprefixed, decompressed) in a gRPC response body, in order.
- * A body that ends inside a message is a protocol error, as in connect.
+ * The chunks of a message that spans several are joined once, when all of
+ * it is in. A body that ends inside a message is a protocol error, as in
+ * connect.
  */
 async function* messagesOf(
   body: AsyncIterable<Uint8Array>,
   compression: Compression | undefined,
 ): AsyncGenerator<Uint8Array> {
-  let pending: Uint8Array | undefined;
+  let chunks: Uint8Array[] = [];
+  let bytes = 0;
+  /** Bytes the next message needs (its prefix, then prefix and data). */
+  let need = 5;
   for await (const chunk of body) {
-    const buf = pending === undefined ? chunk : concat(pending, chunk);
-    pending = undefined;
+    chunks.push(chunk);
+    bytes += chunk.byteLength;
+    if (bytes < need) continue;
+    const buf = chunks.length === 1 ? chunk : Buffer.concat(chunks, bytes);
+    chunks = [];
+    bytes = 0;
+    need = 5;
     let at = 0;
     while (buf.byteLength - at >= 5) {
       const view = new DataView(buf.buffer, buf.byteOffset + at, 5);
       const flags = view.getUint8(0);
       // A 32-bit length cannot pass MAX_MESSAGE_BYTES: no size check (connect's default is the same).
       const length = view.getUint32(1);
-      if (buf.byteLength - at - 5 < length) break;
+      if (buf.byteLength - at - 5 < length) {
+        need = 5 + length;
+        break;
+      }
       const data = buf.subarray(at + 5, at + 5 + length);
       at += 5 + length;
       if ((flags & FLAG_COMPRESSED) === FLAG_COMPRESSED) {
@@ -348,17 +354,9 @@ async function* messagesOf(
       } else yield data;
     }
     if (at < buf.byteLength) {
-      // Keep the partial message; copy it only when it shares a chunk with what was already yielded.
-      pending = at === 0 ? buf : buf.slice(at);
+      chunks.push(at === 0 ? buf : buf.subarray(at));
+      bytes = buf.byteLength - at;
     }
   }
-  if (pending !== undefined)
-    throw new ConnectError("protocol error: incomplete envelope", Code.InvalidArgument);
-}
-
-function concat(a: Uint8Array, b: Uint8Array): Uint8Array {
-  const out = new Uint8Array(a.byteLength + b.byteLength);
-  out.set(a, 0);
-  out.set(b, a.byteLength);
-  return out;
+  if (bytes > 0) throw new ConnectError("protocol error: incomplete envelope", Code.InvalidArgument);
 }
