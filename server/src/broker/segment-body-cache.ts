@@ -6,7 +6,7 @@
  * A sealed message is held by its shard as meta only (`model/shard-records.ts`);
  * its payload, headers and trace context are read from its segment object
  * when a claim, a dead letter or a read needs them. This cache keeps the
- * segments read (or just written, while the claims keep up: see
+ * segments read (or just written, while the backlog ahead of them fits: see
  * `SegmentPager.offerWritten`) most recently used, least recently used
  * evicted first, sized by each segment object's bytes (a close estimate of
  * the records' memory). Losing an entry costs one GET later, never data:

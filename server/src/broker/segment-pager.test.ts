@@ -8,8 +8,11 @@ import { SegmentPager } from "./segment-pager.ts";
 const KIB = 1024;
 const PREFIX = segmentPrefix("jobs", 0);
 
-/** A chain of `count` sealed segments of 10 KiB each, all cached (so read-ahead plans no read). */
-function chainOf(count: number, cache: SegmentBodyCache) {
+/**
+ * A chain of `count` sealed segments of 10 KiB each, the first `cached` of
+ * them cached (all of the read-ahead window, so read-ahead plans no read).
+ */
+function chainOf(count: number, cache: SegmentBodyCache, cached = count) {
   const segments: SegmentState[] = Array.from({ length: count }, (_, i) => ({
     name: `seg-${i}`,
     first: i * 10,
@@ -27,7 +30,7 @@ function chainOf(count: number, cache: SegmentBodyCache) {
     json: undefined,
     index: undefined,
   }));
-  for (const seg of segments) cache.put(PREFIX + seg.name, [], seg.bytes);
+  for (const seg of segments.slice(0, cached)) cache.put(PREFIX + seg.name, [], seg.bytes);
   const next = (seg: SegmentState) => segments[segments.indexOf(seg) + 1];
   return { segments, next };
 }
@@ -39,8 +42,9 @@ function cachesWritten(pager: SegmentPager, cache: SegmentBodyCache, name: strin
 }
 
 describe("segment pager: caching what it has just written", () => {
-  // A budget of 400 KiB: a read-ahead window of 100 KiB (10 segments); 6 of them are cached, room for more.
-  const setup = (count: number) => {
+  // A budget of 400 KiB: a read-ahead window of 100 KiB (10 segments). At most 30 segments are
+  // cached, leaving room for more.
+  const setup = (count: number, cached = Math.min(count, 30)) => {
     const cache = new SegmentBodyCache(400 * KIB);
     const pager = new SegmentPager({
       store: new MemoryStore(),
@@ -49,7 +53,7 @@ describe("segment pager: caching what it has just written", () => {
       cache,
       headMoved: async () => false,
     });
-    return { cache, pager, ...chainOf(count, cache) };
+    return { cache, pager, ...chainOf(count, cache, cached) };
   };
 
   it("caches it when a subscription's window reaches the newest segment", () => {
@@ -58,14 +62,29 @@ describe("segment pager: caching what it has just written", () => {
     expect(cachesWritten(pager, cache, "w1")).toBe(true);
   });
 
-  it("does not cache it behind a backlog deeper than every window", () => {
+  it("caches it behind a backlog deeper than the window that fits in the cache's budget", () => {
+    // 30 segments of 10 KiB: three windows deep, within the budget of 400 KiB.
     const { cache, pager, segments, next } = setup(30);
+    pager.readAhead([segments[0] as SegmentState], next);
+    expect(cachesWritten(pager, cache, "w1")).toBe(true);
+  });
+
+  it("does not cache it behind a backlog deeper than the cache's budget", () => {
+    const { cache, pager, segments, next } = setup(50);
     pager.readAhead([segments[0] as SegmentState, segments[5] as SegmentState], next);
     expect(cachesWritten(pager, cache, "w1")).toBe(false);
   });
 
+  it("does not cache it when the budget is full, even when the backlog would fit", () => {
+    // 39 segments of 10 KiB cached (390 KiB): one of 11 KiB more would pass the budget of 400 KiB.
+    const { cache, pager, segments, next } = setup(39, 39);
+    pager.readAhead([segments[0] as SegmentState], next);
+    pager.offerWritten("w1", [], 11 * KIB);
+    expect(cache.has(`${PREFIX}w1`)).toBe(false);
+  });
+
   it("caches it when another subscription is caught up (its next claim is in the head's tail)", () => {
-    const { cache, pager, segments, next } = setup(30);
+    const { cache, pager, segments, next } = setup(50);
     pager.readAhead([segments[0] as SegmentState], next, true);
     expect(cachesWritten(pager, cache, "w1")).toBe(true);
   });

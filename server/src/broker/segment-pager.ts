@@ -58,10 +58,13 @@ export class SegmentPager {
   private readingAhead = false;
   /**
    * Whether the last read-ahead walked from some subscription's claim front
-   * to the newest sealed segment within its window: a segment written now
-   * would be read soon. False while the backlog ahead of the claims is deeper
-   * than the window: a segment written then would wait behind it, and caching
-   * its bodies would only hold memory (at a 1M backlog, the whole budget).
+   * to the newest sealed segment within the cache's budget: the backlog
+   * ahead of a segment written now fits in the cache, so its bodies can wait
+   * there until the claims reach it, instead of being read back then. False
+   * while the backlog ahead of the claims is deeper than the budget: a
+   * segment written then would wait behind more than the cache holds, and
+   * caching its bodies would only take the room the read-ahead needs (at a
+   * 1M backlog, the whole budget).
    */
   private claimsNearNewest = true;
   /** Segments paged in for the batch being applied, kept whatever the cache evicts meanwhile. */
@@ -98,9 +101,10 @@ export class SegmentPager {
   }
 
   /**
-   * Offers the records of a segment just written: cached only when the claims
-   * are near the newest segments (see {@link claimsNearNewest}) and that
-   * evicts nothing. Not cached, it costs one GET when the claims reach it.
+   * Offers the records of a segment just written: cached only when the
+   * backlog ahead of it fits in the cache (see {@link claimsNearNewest}) and
+   * that evicts nothing. Not cached, it costs one GET (and a parse) when the
+   * claims reach it.
    */
   offerWritten(name: string, records: readonly MessageRecord[], bytes: number): void {
     if (this.claimsNearNewest) this.offer(name, records, bytes);
@@ -170,9 +174,10 @@ export class SegmentPager {
    * quarter of the cache) of them are cached. One read-ahead runs at a
    * time; failures are left to the page-in that will need the segment.
    * Also notes, for {@link offerWritten}, whether the claims are near the
-   * newest segment: some window reaches it, or `caughtUp` says some
-   * subscription's next claim is not in a sealed segment at all (the head's
-   * tail, or nothing runnable); an empty `front` is caught up too.
+   * newest segment: the segments from some front to the newest fit in the
+   * cache's budget, or `caughtUp` says some subscription's next claim is not
+   * in a sealed segment at all (the head's tail, or nothing runnable); an
+   * empty `front` is caught up too.
    */
   readAhead(
     front: readonly SegmentState[],
@@ -187,8 +192,14 @@ export class SegmentPager {
     for (const start of front) {
       let bytes = 0;
       let seg: SegmentState | undefined = start;
-      for (; seg !== undefined && bytes < limit; seg = next(seg)) {
+      // The window is read ahead; beyond it the walk only looks for the newest segment, within the budget.
+      for (; seg !== undefined && bytes < this.cache.budgetBytes; seg = next(seg)) {
+        const inWindow = bytes < limit;
         bytes += seg.bytes;
+        if (!inWindow) {
+          if (near) break;
+          continue;
+        }
         // Planned by an earlier front: walked on (unless that is known) only to see how far this one reaches.
         if (seen.has(seg)) {
           if (near) break;
@@ -197,7 +208,7 @@ export class SegmentPager {
         seen.add(seg);
         if (!this.resident(seg.name)) plan.push(seg);
       }
-      if (seg === undefined) near = true; // walked past the newest segment within the window
+      if (seg === undefined) near = true; // walked past the newest segment within the budget
     }
     this.claimsNearNewest = near;
     if (plan.length === 0) return;

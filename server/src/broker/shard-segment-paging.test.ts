@@ -98,7 +98,7 @@ describe("paging sealed message bodies through a bounded cache", () => {
     expect(cache.stats().evictions).toBeGreaterThan(0);
   });
 
-  it("caches the segments it writes only while the claims are near them", async () => {
+  it("caches the segments it writes only while the backlog ahead of them fits in the cache", async () => {
     let segmentPuts = 0;
     const store = new (class extends CountingStore {
       override put(...args: Parameters<CountingStore["put"]>) {
@@ -118,13 +118,21 @@ describe("paging sealed message bodies through a bounded cache", () => {
     expect(segmentPuts).toBeGreaterThan(10);
     expect(store.gets).toBe(0);
 
-    // A backlog deeper than the window: what is written behind it is not
-    // cached (it would hold the budget's memory until the claims got there).
-    await enqueue(a, 400, 200);
-    expect(cache.stats().bytes).toBeLessThanOrEqual(16 * 1024 + 2 * 4096);
+    // A backlog deeper than the read-ahead window that fits in the budget (9 segments of ~6 KB):
+    // what is written behind it waits in the cache, and the claims that reach it read nothing back.
+    await enqueue(a, 90, 200);
+    expect(cache.stats().bytes).toBeGreaterThan(16 * 1024 + 2 * 4096);
     await drain(a, ids);
-    expect(ids).toEqual(Array.from({ length: 600 }, (_, i) => `m${i}`));
-    expect(store.gets).toBeGreaterThan(0); // paged in as the claims reached them
+    expect(ids).toEqual(Array.from({ length: 290 }, (_, i) => `m${i}`));
+    expect(store.gets).toBe(0);
+
+    // A backlog deeper than the budget: what is written behind it is not cached (it would
+    // hold the budget's memory until the claims got there); it is paged in when they do.
+    await enqueue(a, 2000, 290);
+    expect(cache.stats().bytes).toBeLessThanOrEqual(64 * 1024);
+    await drain(a, ids);
+    expect(ids).toEqual(Array.from({ length: 2290 }, (_, i) => `m${i}`));
+    expect(store.gets).toBeGreaterThan(0);
   });
 
   it("dead-letters paged-out messages with their whole contents, by nack and by lease expiry", async () => {
