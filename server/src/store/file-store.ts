@@ -76,7 +76,6 @@
  * directory that cannot be created or written when the store opens is
  * `misconfigured`, at once (never a retry loop).
  */
-import { randomBytes } from "node:crypto";
 import { accessSync, closeSync, constants, type Dirent } from "node:fs";
 import { type FileHandle, mkdir, open, readdir } from "node:fs/promises";
 import path from "node:path";
@@ -102,6 +101,7 @@ import {
 } from "./file-store/object-file.ts";
 import { isAbandoned, newOwnerName, ORPHAN_MAX_AGE_MS } from "./file-store/owner-liveness.ts";
 import { type PutThreads, putThreads, removeLeftovers } from "./file-store/put-threads.ts";
+import { randomHex } from "./file-store/random-hex.ts";
 import type { SyncPutOutcome, SyncPutRequest } from "./file-store/sync-put.ts";
 import { validateKey, validatePrefix } from "./keys.ts";
 import type {
@@ -321,7 +321,7 @@ export class FileStore implements ObjectStore {
     const file = this.pathOf(key);
     throwIfAborted(signal, key, "before the write started (nothing was written)");
     const deadline = Date.now() + this.lockTimeoutMs;
-    const id = randomBytes(ETAG_ID_HEX / 2).toString("hex");
+    const id = randomHex(ETAG_ID_HEX / 2);
     const etag = `"${id}"`;
     const call: PutCall = { key, file, id, body, condition, signal, deadline };
     if (body.byteLength <= THREAD_PUT_MAX_BYTES) {

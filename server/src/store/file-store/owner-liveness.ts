@@ -5,11 +5,12 @@
  * process can tell a dead writer's leftovers from a live one's: on this
  * machine by its pid and start time, elsewhere only by age.
  */
-import { createHash, randomBytes } from "node:crypto";
+import { createHash } from "node:crypto";
 import { readFileSync, readlinkSync } from "node:fs";
 import { readFile, stat } from "node:fs/promises";
 import { hostname } from "node:os";
 import { errnoCode } from "./fs-errors.ts";
+import { randomHex } from "./random-hex.ts";
 
 const OWNER_RE = /^(\d+)\.(\d+)\.([0-9a-f]{12})\.[0-9a-f]{16}$/;
 /** Temp files and staging dirs whose owner cannot be checked are removed after this long. */
@@ -118,5 +119,5 @@ export async function isAbandoned(ownerName: string, filePath: string, maxAgeMs:
 
 /** A fresh owner name for a new internal file: this process's token and 64 random bits. */
 export function newOwnerName(): string {
-  return `${SELF.token}.${randomBytes(8).toString("hex")}`;
+  return `${SELF.token}.${randomHex(8)}`;
 }
