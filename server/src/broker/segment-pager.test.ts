@@ -12,13 +12,13 @@ const PREFIX = segmentPrefix("jobs", 0);
  * A chain of `count` sealed segments of 10 KiB each, the first `cached` of
  * them cached (all of the read-ahead window, so read-ahead plans no read).
  */
-function chainOf(count: number, cache: SegmentBodyCache, cached = count) {
+function chainOf(count: number, cache: SegmentBodyCache, cached = count, kib = 10) {
   const segments: SegmentState[] = Array.from({ length: count }, (_, i) => ({
     name: `seg-${i}`,
     first: i * 10,
     last: i * 10 + 9,
     count: 10,
-    bytes: 10 * KIB,
+    bytes: kib * KIB,
     sha256: "0".repeat(64),
     createdAt: 0,
     priorities: [0, 0],
@@ -44,7 +44,7 @@ function cachesWritten(pager: SegmentPager, cache: SegmentBodyCache, name: strin
 describe("segment pager: caching what it has just written", () => {
   // A budget of 400 KiB: a read-ahead window of 100 KiB (10 segments). At most 30 segments are
   // cached, leaving room for more.
-  const setup = (count: number, cached = Math.min(count, 30)) => {
+  const setup = (count: number, cached = Math.min(count, 30), kib = 10) => {
     const cache = new SegmentBodyCache(400 * KIB);
     const pager = new SegmentPager({
       store: new MemoryStore(),
@@ -53,7 +53,7 @@ describe("segment pager: caching what it has just written", () => {
       cache,
       headMoved: async () => false,
     });
-    return { cache, pager, ...chainOf(count, cache, cached) };
+    return { cache, pager, ...chainOf(count, cache, cached, kib) };
   };
 
   it("caches it when a subscription's window reaches the newest segment", () => {
@@ -73,6 +73,16 @@ describe("segment pager: caching what it has just written", () => {
     const { cache, pager, segments, next } = setup(50);
     pager.readAhead([segments[0] as SegmentState, segments[5] as SegmentState], next);
     expect(cachesWritten(pager, cache, "w1")).toBe(false);
+  });
+
+  it("judges a backlog of many small segments deeper than the budget after 128 past the window", () => {
+    // Segments of 1 KiB: the window holds 100 of them, the budget 400.
+    const within = setup(228, 228, 1);
+    within.pager.readAhead([within.segments[0] as SegmentState], within.next);
+    expect(cachesWritten(within.pager, within.cache, "w1")).toBe(true);
+    const beyond = setup(229, 229, 1);
+    beyond.pager.readAhead([beyond.segments[0] as SegmentState], beyond.next);
+    expect(cachesWritten(beyond.pager, beyond.cache, "w1")).toBe(false);
   });
 
   it("does not cache it when the budget is full, even when the backlog would fit", () => {

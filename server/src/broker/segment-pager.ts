@@ -35,6 +35,15 @@ const READ_PARALLELISM = 4;
 /** Read-ahead stops once this many bytes of segments are cached ahead of the claims (or a quarter of the budget). */
 const READ_AHEAD_BYTES = 4 * 1024 * 1024;
 
+/**
+ * Segments beyond the read-ahead window walked (after every commit) to find
+ * whether the newest is within the cache's budget of a claim front: 128 of
+ * the usual 256 KiB fill the default budget; a backlog of more, smaller
+ * segments is judged deeper than the budget (and what is written behind it
+ * is read back when the claims get there, as before).
+ */
+const MAX_WALK_BEYOND_WINDOW = 128;
+
 /** Everything a {@link SegmentPager} needs. */
 export interface SegmentPagerParams {
   readonly store: ObjectStore;
@@ -191,13 +200,14 @@ export class SegmentPager {
     const seen = new Set<SegmentState>();
     for (const start of front) {
       let bytes = 0;
+      let beyond = 0;
       let seg: SegmentState | undefined = start;
       // The window is read ahead; beyond it the walk only looks for the newest segment, within the budget.
       for (; seg !== undefined && bytes < this.cache.budgetBytes; seg = next(seg)) {
         const inWindow = bytes < limit;
         bytes += seg.bytes;
         if (!inWindow) {
-          if (near) break;
+          if (near || ++beyond > MAX_WALK_BEYOND_WINDOW) break;
           continue;
         }
         // Planned by an earlier front: walked on (unless that is known) only to see how far this one reaches.
