@@ -83,3 +83,26 @@ test("README's casq serve command is the broker: SIGTERM to it stops the broker,
     expect(await accepts(broker.address)).toBe(false);
   }
 }, 120_000);
+
+test("SIGTERM the moment casq serve says it is listening (as a supervisor may) still stops it gracefully", async () => {
+  // The signal is sent in the same turn as the line is read: a handler
+  // installed only after the line was printed would be too late here.
+  const [command] = readmeServeCommands();
+  if (command === undefined) throw new Error("README has no casq serve command");
+  for (let round = 0; round < 3; round++) {
+    const store = outsideDir("signals-store");
+    stores.push(store);
+    const broker = await startBroker([
+      ...command,
+      "serve",
+      "--store",
+      `file:${store.path}`,
+      "--listen",
+      "127.0.0.1:0",
+    ]);
+    broker.child.kill("SIGTERM");
+    const exit = await within(`${command.join(" ")} to exit on SIGTERM`, broker.exited, 30_000);
+    expect(exit, broker.output()).toBe(0);
+    expect(broker.output()).toContain("casq serve: stopped");
+  }
+}, 120_000);

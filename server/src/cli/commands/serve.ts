@@ -376,6 +376,14 @@ async function serve(options: ServeOptions): Promise<void> {
     throw startFailure(error, options);
   }
 
+  // Listen for the stop signals before saying "listening on": whoever reads
+  // that line may send SIGTERM at once, and the kernel accepts connections
+  // before this process runs again, so a handler installed after the line
+  // could come too late and leave SIGTERM's default action (death, no cleanup).
+  const signalReceived = new Promise<NodeJS.Signals>((resolve) => {
+    process.once("SIGINT", () => resolve("SIGINT"));
+    process.once("SIGTERM", () => resolve("SIGTERM"));
+  });
   const scheme =
     options.tlsCert === undefined ? "plaintext" : options.tlsClientCa === undefined ? "TLS" : "mutual TLS";
   const auth = options.authTokens === undefined ? "" : ", bearer tokens required";
@@ -392,10 +400,7 @@ async function serve(options: ServeOptions): Promise<void> {
     out(`advertised to clients as ${server.advertisedAddress}`);
   out("stop with Ctrl-C or SIGTERM (graceful; a second signal exits at once)");
 
-  const signal = await new Promise<NodeJS.Signals>((resolve) => {
-    process.once("SIGINT", () => resolve("SIGINT"));
-    process.once("SIGTERM", () => resolve("SIGTERM"));
-  });
+  const signal = await signalReceived;
   const now = (second: NodeJS.Signals) => {
     process.stderr.write(`casq serve: ${second} again: exiting now without finishing the shutdown\n`);
     process.exit(128 + (second === "SIGINT" ? 2 : 15));
