@@ -275,4 +275,52 @@ describe("head encoder: deliveries", () => {
     check("claim after redrive");
     expect(third).toEqual([]);
   });
+  it("copies each subscription's deliveries on its own, through a subscription deleted and re-created and deliveries out of offset order", () => {
+    const s = newShard({ maxAttempts: 5, leaseTtlMs: 1_000 });
+    let now = T0;
+    const tick = (ms: number) => {
+      now += ms;
+      return now;
+    };
+    const steps: string[] = [];
+    const check = (what: string) => {
+      steps.push(what);
+      expect(new TextDecoder().decode(s.encode()), steps.join(" > ")).toBe(
+        new TextDecoder().decode(referenceEncodeHead(s)),
+      );
+    };
+    applyOperation(s, { kind: "createSubscription", name: "audit" }, tick(1));
+    enqueue(s, tick(1), ...Array.from({ length: 10 }, (_, i) => msg(`m${i}`)));
+    const byDefault = claim(s, tick(1), { max: 6, workerId: "w1" });
+    claim(s, tick(1), { subscription: "audit", max: 4, workerId: "a1" });
+    check("claims on two subscriptions");
+    // m1 handed back, then claimed again after m6..m9: the map holds it last, the head lists it by offset.
+    applyOperation(
+      s,
+      {
+        kind: "nack",
+        subscription: "default",
+        receipts: byDefault.slice(1, 2).map((c) => c.receipt),
+        release: true,
+      },
+      tick(1),
+    );
+    claim(s, tick(1), { max: 10, workerId: "w2" });
+    check("a delivery re-claimed after later offsets");
+    ack(
+      s,
+      tick(1),
+      byDefault.slice(0, 1).map((c) => c.receipt),
+    );
+    claim(s, tick(1), { subscription: "audit", max: 2, workerId: "a1" });
+    check("ack on one, claims on the other");
+    applyOperation(s, { kind: "deleteSubscription", name: "audit" }, tick(1));
+    check("audit deleted");
+    applyOperation(s, { kind: "createSubscription", name: "audit", from: "earliest" }, tick(1));
+    check("audit re-created");
+    claim(s, tick(1), { subscription: "audit", max: 3, workerId: "a2" });
+    check("claims on the new audit");
+    expire(s, tick(5_000));
+    check("every lease expired");
+  });
 });

@@ -17,7 +17,8 @@
  * Most of a busy head is lists that change little between two commits: the
  * tail's messages (an enqueue adds a few at the end, a seal takes many from
  * the front), the head's dedup ids (likewise), the segment index (a claim
- * or ack changes one entry). Each encode copies their bytes from the last
+ * or ack changes one entry), each subscription's deliveries (a commit claims
+ * a few, settles a few, heartbeats some, of up to a thousand). Each encode copies their bytes from the last
  * encode's output but for the entries that changed (`spliced-list.ts`), and
  * writes every part straight into one buffer of the head's size
  * (`byte-pieces.ts`): a commit makes one head-sized allocation, not several
@@ -27,10 +28,11 @@ import { BytePieces } from "./byte-pieces.ts";
 import { SHARD_FORMAT } from "./document-formats.ts";
 import { segmentsListedByHead } from "./index-segments.ts";
 import {
+  cachedDeliveryJson,
   configJson,
   deadLettersJson,
   dedupEntryJson,
-  deliveriesJson,
+  deliveryOffsets,
   headerJson,
   messageJson,
   rangesJson,
@@ -44,6 +46,7 @@ import type {
   DeadLetterSegmentState,
   DedupEntry,
   DedupSegmentState,
+  Delivery,
   IndexSegmentState,
   RetainedMessage,
   SegmentState,
@@ -53,16 +56,51 @@ import { SplicedList } from "./spliced-list.ts";
 
 const json = JSON.stringify;
 
-function subscriptionJson(state: ShardData, sub: SubscriptionState): string {
+/**
+ * Writes a subscription's entry. Its deliveries (as many as its workers hold
+ * leases: a worker's credit window keeps up to a thousand live) are copied
+ * from the last encode but for those that changed since.
+ */
+function writeSubscription(
+  out: BytePieces,
+  state: ShardData,
+  sub: SubscriptionState,
+  lists: HeadLists,
+): void {
   compactAckState(state, sub);
   const acked = [...sub.settled].sort((a, b) => a - b);
+  out.text(
+    `{"name":${json(sub.name)},"created_at":${sub.createdAt},"acked_below":${sub.start},"acked":${rangesJson(acked)},"deliveries":[`,
+  );
+  const deliveries = deliveryListOf(lists, sub);
+  deliveries.write(out, deliveryOffsets(sub));
+  lists.written.push(deliveries);
   let sealed = "";
   if (sub.deadSegments.size > 0) {
     const refs: string[] = [];
     for (const seg of sub.deadSegments.values()) refs.push(deadLetterSegmentJson(seg));
     sealed = `,"dead_letter_segments":[${refs.join(",")}]`;
   }
-  return `{"name":${json(sub.name)},"created_at":${sub.createdAt},"acked_below":${sub.start},"acked":${rangesJson(acked)},"deliveries":${deliveriesJson(sub)},"dead_letters":${deadLettersJson(sub.headDead.values())}${sealed},"counters":{${subscriptionCountersJson(sub.counters)}}}`;
+  out.text(
+    `],"dead_letters":${deadLettersJson(sub.headDead.values())}${sealed},"counters":{${subscriptionCountersJson(sub.counters)}}}`,
+  );
+}
+
+/** The spliced deliveries list of `sub` (one per subscription object: a re-created subscription starts afresh). */
+function deliveryListOf(lists: HeadLists, sub: SubscriptionState): SplicedList<number> {
+  let list = lists.deliveries.get(sub);
+  if (list === undefined) {
+    const live = (offset: number) => sub.deliveries.get(offset) as Delivery;
+    list = new SplicedList<number>({
+      // A delivery changes in place: its cached JSON is a new string then.
+      keyOf: live,
+      secondKeyOf: (offset) => cachedDeliveryJson(offset, live(offset)),
+      offsetOf: (offset) => offset,
+      jsonOf: (offset) => cachedDeliveryJson(offset, live(offset)),
+    });
+    lists.deliveries.set(sub, list);
+  }
+  return list;
 }
 
 /** The head's index entry of a dead-letter segment (cached until its `gone` set changes). */
@@ -91,6 +129,10 @@ interface HeadLists {
   readonly dedupSegments: SplicedList<DedupSegmentState>;
   readonly segments: SplicedList<SegmentState>;
   readonly tail: SplicedList<RetainedMessage>;
+  /** Each subscription's deliveries. */
+  readonly deliveries: WeakMap<SubscriptionState, SplicedList<number>>;
+  /** The deliveries lists the encode under way wrote, to remember once it is done. */
+  readonly written: SplicedList<number>[];
 }
 
 const headLists = new WeakMap<ShardData, HeadLists>();
@@ -126,6 +168,8 @@ function listsOf(state: ShardData): HeadLists {
         offsetOf: (m) => m.msg.offset,
         jsonOf: (m) => messageJson(requireBody(m.msg), m.targets), // the tail holds whole records
       }),
+      deliveries: new WeakMap(),
+      written: [],
     };
     headLists.set(state, lists);
   }
@@ -147,9 +191,12 @@ export function encodeHead(state: ShardData): Uint8Array {
   out.text(`,"next_offset":${state.nextOffset},"config":${configJson(state.config)}`);
   out.text(`,"counters":{${subscriptionCountersJson(c)},"dropped":${c.dropped}}`);
   out.text(`,"subscriptions":[`);
+  lists.written.length = 0;
   state.subscriptionNames().forEach((name, i) => {
     const sub = state.subs.get(name);
-    if (sub !== undefined) out.text((i > 0 ? "," : "") + subscriptionJson(state, sub));
+    if (sub === undefined) return;
+    if (i > 0) out.text(",");
+    writeSubscription(out, state, sub, lists);
   });
   out.text(`],"dedup":[`);
   lists.dedup.write(out, state.recentDedup.values());
@@ -174,5 +221,6 @@ export function encodeHead(state: ShardData): Uint8Array {
   lists.dedupSegments.remember(bytes);
   lists.segments.remember(bytes);
   lists.tail.remember(bytes);
+  for (const deliveries of lists.written) deliveries.remember(bytes);
   return bytes;
 }

@@ -136,8 +136,8 @@ interface EncodedDelivery {
  */
 const encodedDeliveries = new WeakMap<Delivery, EncodedDelivery>();
 
-/** {@link deliveryJson}, reused while the delivery's fields are those it was made from. */
-function cachedDeliveryJson(offset: number, d: Delivery): string {
+/** {@link deliveryJson}, reused (the same string) while the delivery's fields are those it was made from. */
+export function cachedDeliveryJson(offset: number, d: Delivery): string {
   const e = encodedDeliveries.get(d);
   if (
     e !== undefined &&
@@ -160,16 +160,21 @@ function cachedDeliveryJson(offset: number, d: Delivery): string {
   return encoded;
 }
 
-/** The canonical JSON array of a subscription's deliveries, by offset. */
-export function deliveriesJson(sub: SubscriptionState): string {
+/** The offsets of a subscription's deliveries, ascending. */
+export function deliveryOffsets(sub: SubscriptionState): number[] {
   const offsets = [...sub.deliveries.keys()];
   // Claims mostly deliver in offset order, so the map is often in order already.
   let ordered = true;
   for (let i = 1; i < offsets.length && ordered; i++)
     ordered = (offsets[i - 1] as number) < (offsets[i] as number);
   if (!ordered) offsets.sort((a, b) => a - b);
+  return offsets;
+}
+
+/** The canonical JSON array of a subscription's deliveries, by offset. */
+export function deliveriesJson(sub: SubscriptionState): string {
   const deliveries: string[] = [];
-  for (const offset of offsets) {
+  for (const offset of deliveryOffsets(sub)) {
     const d = sub.deliveries.get(offset);
     if (d !== undefined) deliveries.push(cachedDeliveryJson(offset, d));
   }
