@@ -7,7 +7,6 @@
  */
 import { type ChildProcess, spawn } from "node:child_process";
 import { readFileSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { tempDirForTest } from "../../server/testing/test-temp-dir.ts";
