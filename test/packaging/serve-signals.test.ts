@@ -10,7 +10,7 @@ import { readdirSync, readFileSync } from "node:fs";
 import { connect } from "node:net";
 import { join } from "node:path";
 import { afterAll, expect, test } from "vitest";
-import { outsideDir, ROOT, startBroker, within } from "./support.ts";
+import { outsideDir, ROOT, type StartedBroker, startBroker, within } from "./support.ts";
 
 /** The distinct command prefixes README.md's shell blocks use to run `casq serve` (e.g. `node_modules/.bin/casq`). */
 function readmeServeCommands(): string[][] {
@@ -58,24 +58,39 @@ afterAll(() => {
   for (const store of stores) store.remove();
 });
 
+/**
+ * Starts `command serve` on a fresh store, runs `beforeSignal` (if any), sends
+ * SIGTERM and waits for the exit. Without `beforeSignal` the signal goes out in
+ * the same turn as the "listening on" line is read.
+ */
+async function serveUntilSigterm(
+  command: string[],
+  beforeSignal?: (broker: StartedBroker) => Promise<void>,
+): Promise<{ broker: StartedBroker; exit: number | string | null; storePath: string }> {
+  const store = outsideDir("signals-store");
+  stores.push(store);
+  const broker = await startBroker([
+    ...command,
+    "serve",
+    "--store",
+    `file:${store.path}`,
+    "--listen",
+    "127.0.0.1:0",
+  ]);
+  if (beforeSignal !== undefined) await beforeSignal(broker);
+  broker.child.kill("SIGTERM");
+  const exit = await within(`${command.join(" ")} to exit on SIGTERM`, broker.exited, 30_000);
+  return { broker, exit, storePath: store.path };
+}
+
 test("README's casq serve command is the broker: SIGTERM to it stops the broker, nothing is left listening", async () => {
   const commands = readmeServeCommands();
   expect(commands.length).toBeGreaterThan(0);
   for (const command of commands) {
-    const store = outsideDir("signals-store");
-    stores.push(store);
-    const broker = await startBroker([
-      ...command,
-      "serve",
-      "--store",
-      `file:${store.path}`,
-      "--listen",
-      "127.0.0.1:0",
-    ]);
-    expect(await accepts(broker.address)).toBe(true);
-    broker.child.kill("SIGTERM");
-    const exit = await within(`${command.join(" ")} to exit on SIGTERM`, broker.exited, 30_000);
-    const left = processesMentioning(store.path);
+    const { broker, exit, storePath } = await serveUntilSigterm(command, async (started) => {
+      expect(await accepts(started.address)).toBe(true);
+    });
+    const left = processesMentioning(storePath);
     for (const pid of left) process.kill(pid, "SIGKILL"); // no orphan stays behind when this fails
     expect(left, `${command.join(" ")} left processes behind`).toEqual([]);
     expect(exit).toBe(0);
@@ -85,23 +100,11 @@ test("README's casq serve command is the broker: SIGTERM to it stops the broker,
 }, 120_000);
 
 test("SIGTERM the moment casq serve says it is listening (as a supervisor may) still stops it gracefully", async () => {
-  // The signal is sent in the same turn as the line is read: a handler
-  // installed only after the line was printed would be too late here.
+  // A handler installed only after the line was printed would be too late here.
   const [command] = readmeServeCommands();
   if (command === undefined) throw new Error("README has no casq serve command");
   for (let round = 0; round < 3; round++) {
-    const store = outsideDir("signals-store");
-    stores.push(store);
-    const broker = await startBroker([
-      ...command,
-      "serve",
-      "--store",
-      `file:${store.path}`,
-      "--listen",
-      "127.0.0.1:0",
-    ]);
-    broker.child.kill("SIGTERM");
-    const exit = await within(`${command.join(" ")} to exit on SIGTERM`, broker.exited, 30_000);
+    const { broker, exit } = await serveUntilSigterm(command);
     expect(exit, broker.output()).toBe(0);
     expect(broker.output()).toContain("casq serve: stopped");
   }

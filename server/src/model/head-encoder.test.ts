@@ -218,21 +218,30 @@ describe("head encoder: copying from the last encode", () => {
   });
 });
 
+/**
+ * A shard (1 s leases) with a clock that `tick` moves on, and `check`, which encodes the head and
+ * compares it with the reference encoder's, naming the steps so far when they differ.
+ */
+function checkedShard(maxAttempts: number) {
+  const s = newShard({ maxAttempts, leaseTtlMs: 1_000 });
+  let now = T0;
+  const tick = (ms: number) => {
+    now += ms;
+    return now;
+  };
+  const steps: string[] = [];
+  const check = (what: string) => {
+    steps.push(what);
+    expect(new TextDecoder().decode(s.encode()), steps.join(" > ")).toBe(
+      new TextDecoder().decode(referenceEncodeHead(s)),
+    );
+  };
+  return { s, tick, check };
+}
+
 describe("head encoder: deliveries", () => {
   it("re-encodes a delivery changed in place (heartbeat, nack, hand-back, lease expiry, a new claim, redrive) and reuses the rest", () => {
-    const s = newShard({ maxAttempts: 3, leaseTtlMs: 1_000 });
-    let now = T0;
-    const tick = (ms: number) => {
-      now += ms;
-      return now;
-    };
-    const steps: string[] = [];
-    const check = (what: string) => {
-      steps.push(what);
-      expect(new TextDecoder().decode(s.encode()), steps.join(" > ")).toBe(
-        new TextDecoder().decode(referenceEncodeHead(s)),
-      );
-    };
+    const { s, tick, check } = checkedShard(3);
     enqueue(s, T0, ...Array.from({ length: 12 }, (_, i) => msg(`m${i}`)));
     const first = claim(s, tick(1), { max: 8, workerId: "w1", leaseTtlMs: 1_000 });
     check("claim 8");
@@ -275,20 +284,9 @@ describe("head encoder: deliveries", () => {
     check("claim after redrive");
     expect(third).toEqual([]);
   });
+
   it("copies each subscription's deliveries on its own, through a subscription deleted and re-created and deliveries out of offset order", () => {
-    const s = newShard({ maxAttempts: 5, leaseTtlMs: 1_000 });
-    let now = T0;
-    const tick = (ms: number) => {
-      now += ms;
-      return now;
-    };
-    const steps: string[] = [];
-    const check = (what: string) => {
-      steps.push(what);
-      expect(new TextDecoder().decode(s.encode()), steps.join(" > ")).toBe(
-        new TextDecoder().decode(referenceEncodeHead(s)),
-      );
-    };
+    const { s, tick, check } = checkedShard(5);
     applyOperation(s, { kind: "createSubscription", name: "audit" }, tick(1));
     enqueue(s, tick(1), ...Array.from({ length: 10 }, (_, i) => msg(`m${i}`)));
     const byDefault = claim(s, tick(1), { max: 6, workerId: "w1" });
