@@ -5,7 +5,7 @@
  * aborts of queued and running puts.
  */
 import { existsSync } from "node:fs";
-import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
+import { mkdir, mkdtemp, readdir, readFile, rm, rmdir, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
@@ -216,12 +216,19 @@ describe("file store put threads", () => {
   it("a lock of this process is waited for briefly, then left to the store's own path", async () => {
     const threads = new PutThreads({ maxThreads: 1 });
     // Held by this process (as a sibling thread still releasing it would be), and never released.
-    await mkdir(path.join(root, "locks", "doc"));
-    await writeFile(path.join(root, "locks", "doc", `${fileStoreOwnerToken()}.0123456789abcdef`), "{}\n");
+    const lockDir = path.join(root, "locks", "doc");
+    const marker = path.join(lockDir, `${fileStoreOwnerToken()}.0123456789abcdef`);
+    await mkdir(lockDir);
+    await writeFile(marker, "{}\n");
     expect(await threads.run(request("doc", { ifAbsent: true }), bytes("x"))).toEqual({ kind: "lock-busy" });
-    // Released while the thread waits for it: the put takes it.
+    // Released while the thread waits for it, as a holder releases it (marker, then directory): the
+    // put takes it, possibly between the two steps (then the directory is the thread's: not empty,
+    // or already released again).
     const held = threads.run(request("doc", { ifAbsent: true }), bytes("y"));
-    await rm(path.join(root, "locks", "doc"), { recursive: true });
+    await rm(marker);
+    await rmdir(lockDir).catch((error: NodeJS.ErrnoException) => {
+      if (!["ENOTEMPTY", "EEXIST", "ENOENT"].includes(error.code ?? "")) throw error;
+    });
     const outcome = await held;
     expect(["ok", "lock-busy"]).toContain(outcome?.kind);
     expect(existsSync(path.join(root, "doc"))).toBe(outcome?.kind === "ok");
@@ -231,10 +238,11 @@ describe("file store put threads", () => {
   it("stages the next lock ahead after a put that asks for it, and removes it when the next put does not", async () => {
     const threads = new PutThreads({ maxThreads: 1 });
     const staging = path.join(root, "staging");
-    const settled = async (want: number) => {
-      for (let waited = 0; (await readdir(staging)).length !== want && waited < 5_000; waited += 10)
+    // The thread answers first and then releases the lock and stages or removes the next one.
+    const settled = async (want: number, dir = staging) => {
+      for (let waited = 0; (await readdir(dir)).length !== want && waited < 5_000; waited += 10)
         await new Promise((resolve) => setTimeout(resolve, 10));
-      return readdir(staging);
+      return readdir(dir);
     };
     const ahead = (name: string, condition: { ifAbsent: true } | { ifMatch: string }) => ({
       ...request(name, condition),
@@ -254,6 +262,6 @@ describe("file store put threads", () => {
     // A put that does not ask for it: the thread removes the lock it staged.
     expect(await threads.run(request("c", { ifAbsent: true }), bytes("3"))).toEqual({ kind: "ok" });
     expect(await settled(0)).toEqual([]);
-    expect(await readdir(path.join(root, "locks"))).toEqual([]);
+    expect(await settled(0, path.join(root, "locks"))).toEqual([]);
   });
 });
