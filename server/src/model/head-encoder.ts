@@ -17,12 +17,13 @@
  * Most of a busy head is lists that change little between two commits: the
  * tail's messages (an enqueue adds a few at the end, a seal takes many from
  * the front), the head's dedup ids (likewise), the segment index (a claim
- * or ack changes one entry), each subscription's deliveries (a commit claims
- * a few, settles a few, heartbeats some, of up to a thousand). Each encode copies their bytes from the last
- * encode's output but for the entries that changed (`spliced-list.ts`), and
- * writes every part straight into one buffer of the head's size
- * (`byte-pieces.ts`): a commit makes one head-sized allocation, not several
- * head-sized strings and buffers of garbage.
+ * or ack changes one entry), each subscription's deliveries (a commit
+ * claims, settles or heartbeats a few of up to a thousand). Each encode
+ * copies their bytes from the last encode's output but for the entries that
+ * changed (`spliced-list.ts`), and writes every part straight into one
+ * buffer of the head's size (`byte-pieces.ts`): a commit makes one
+ * head-sized allocation, not several head-sized strings and buffers of
+ * garbage.
  */
 import { BytePieces } from "./byte-pieces.ts";
 import { SHARD_FORMAT } from "./document-formats.ts";
