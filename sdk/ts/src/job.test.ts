@@ -2,7 +2,7 @@
 import { create } from "@bufbuild/protobuf";
 import { ClaimedMessageSchema } from "@casq/api/casq/v1/message_pb.ts";
 import { describe, expect, it } from "vitest";
-import { jobFromClaim } from "./job.ts";
+import { type Job, jobFromClaim } from "./job.ts";
 
 const claimed = create(ClaimedMessageSchema, {
   message: {
@@ -70,6 +70,17 @@ describe("jobFromClaim", () => {
     expect(job.text()).toBe('{"to":"ann@example.com"}');
     expect(job.json<{ to: string }>().to).toBe("ann@example.com");
     expect(job.headers).not.toBe(claimed.message?.headers); // the handler's copy
+  });
+
+  it("can be taken apart in a handler's parameters, methods and signal included", () => {
+    const controller = new AbortController();
+    const handler = ({ text, json, signal, id }: Job) => [text(), json<{ to: string }>().to, signal, id];
+    expect(handler(jobFromClaim(claimed, () => controller.signal))).toEqual([
+      '{"to":"ann@example.com"}',
+      "ann@example.com",
+      controller.signal,
+      "01JXAMPLE",
+    ]);
   });
 
   it("asks for the signal each time it is read", () => {
