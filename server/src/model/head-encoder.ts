@@ -60,14 +60,15 @@ const json = JSON.stringify;
 /**
  * Writes a subscription's entry. Its deliveries (as many as its workers hold
  * leases: a worker's credit window keeps up to a thousand live) are copied
- * from the last encode but for those that changed since.
+ * from the last encode but for those that changed since; returns their list,
+ * to be remembered once the whole head is made.
  */
 function writeSubscription(
   out: BytePieces,
   state: ShardData,
   sub: SubscriptionState,
   lists: HeadLists,
-): void {
+): SplicedList<number> {
   compactAckState(state, sub);
   const acked = [...sub.settled].sort((a, b) => a - b);
   out.text(
@@ -75,7 +76,6 @@ function writeSubscription(
   );
   const deliveries = deliveryListOf(lists, sub);
   deliveries.write(out, deliveryOffsets(sub));
-  lists.written.push(deliveries);
   let sealed = "";
   if (sub.deadSegments.size > 0) {
     const refs: string[] = [];
@@ -85,6 +85,7 @@ function writeSubscription(
   out.text(
     `],"dead_letters":${deadLettersJson(sub.headDead.values())}${sealed},"counters":{${subscriptionCountersJson(sub.counters)}}}`,
   );
+  return deliveries;
 }
 
 /** The spliced deliveries list of `sub` (one per subscription object: a re-created subscription starts afresh). */
@@ -132,8 +133,6 @@ interface HeadLists {
   readonly tail: SplicedList<RetainedMessage>;
   /** Each subscription's deliveries. */
   readonly deliveries: WeakMap<SubscriptionState, SplicedList<number>>;
-  /** The deliveries lists the encode under way wrote, to remember once it is done. */
-  readonly written: SplicedList<number>[];
 }
 
 const headLists = new WeakMap<ShardData, HeadLists>();
@@ -170,7 +169,6 @@ function listsOf(state: ShardData): HeadLists {
         jsonOf: (m) => messageJson(requireBody(m.msg), m.targets), // the tail holds whole records
       }),
       deliveries: new WeakMap(),
-      written: [],
     };
     headLists.set(state, lists);
   }
@@ -192,12 +190,12 @@ export function encodeHead(state: ShardData): Uint8Array {
   out.text(`,"next_offset":${state.nextOffset},"config":${configJson(state.config)}`);
   out.text(`,"counters":{${subscriptionCountersJson(c)},"dropped":${c.dropped}}`);
   out.text(`,"subscriptions":[`);
-  lists.written.length = 0;
+  const deliveryLists: SplicedList<number>[] = [];
   state.subscriptionNames().forEach((name, i) => {
     const sub = state.subs.get(name);
     if (sub === undefined) return;
     if (i > 0) out.text(",");
-    writeSubscription(out, state, sub, lists);
+    deliveryLists.push(writeSubscription(out, state, sub, lists));
   });
   out.text(`],"dedup":[`);
   lists.dedup.write(out, state.recentDedup.values());
@@ -222,6 +220,6 @@ export function encodeHead(state: ShardData): Uint8Array {
   lists.dedupSegments.remember(bytes);
   lists.segments.remember(bytes);
   lists.tail.remember(bytes);
-  for (const deliveries of lists.written) deliveries.remember(bytes);
+  for (const deliveries of deliveryLists) deliveries.remember(bytes);
   return bytes;
 }
