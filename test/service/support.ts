@@ -3,8 +3,11 @@
  * (memory or shared stores), and real clients over HTTP/2 (gRPC) and
  * HTTP/1.1 (Connect JSON) from @connectrpc/connect-node.
  */
+import type { MessageInitShape } from "@bufbuild/protobuf";
 import { AdminService } from "@casq/api/casq/v1/admin_service_pb.ts";
 import { QueueService } from "@casq/api/casq/v1/queue_service_pb.ts";
+import type { WorkOpenSchema, WorkRequestSchema, WorkResponse } from "@casq/api/casq/v1/work_pb.ts";
+import { AsyncQueue } from "@casq/sdk/async-queue.ts";
 import {
   type Client,
   Code,
@@ -134,4 +137,21 @@ export async function eventually(check: () => boolean | Promise<boolean>, timeou
     if (Date.now() > until) throw new Error("condition not met in time");
     await new Promise((resolve) => setTimeout(resolve, 10));
   }
+}
+
+/**
+ * Opens a Work stream with `open` (worker "worker-1" unless it says) and
+ * waits for `opened`; the responses gather in `responses`, `requests` takes
+ * what to send next, `reading` settles when the stream ends.
+ */
+export async function openWork(clients: Clients, open: MessageInitShape<typeof WorkOpenSchema>) {
+  const requests = new AsyncQueue<MessageInitShape<typeof WorkRequestSchema>>();
+  const responses: WorkResponse[] = [];
+  const stream = clients.queue.work(requests);
+  const reading = (async () => {
+    for await (const r of stream) responses.push(r);
+  })().catch(() => {});
+  requests.push({ requestId: 1n, command: { case: "open", value: { workerId: "worker-1", ...open } } });
+  await eventually(() => responses.some((r) => r.event.case === "opened"));
+  return { requests, responses, reading };
 }

@@ -3,9 +3,6 @@
  * applied: credit granted while the claim waits for the write in flight rides
  * in that same claim (one write), not in the next one.
  */
-import type { MessageInitShape } from "@bufbuild/protobuf";
-import type { WorkRequestSchema, WorkResponse } from "@casq/api/casq/v1/work_pb.ts";
-import { AsyncQueue } from "@casq/sdk/async-queue.ts";
 import { Code } from "@connectrpc/connect";
 import { describe, expect, it } from "vitest";
 import { MemoryStore } from "../../server/src/store/memory-store.ts";
@@ -16,11 +13,10 @@ import type {
   PutResult,
 } from "../../server/src/store/object-store.ts";
 import { UnavailableError } from "../../server/src/store/store-errors.ts";
-import { bytes, type Clients, eventually, grpcClients, useTestServers } from "./support.ts";
+import { bytes, eventually, grpcClients, openWork, useTestServers } from "./support.ts";
 
 const server = useTestServers();
 
-type Request = MessageInitShape<typeof WorkRequestSchema>;
 type Head = { subscriptions: { name: string; deliveries: { lease?: { worker: string } }[] }[] };
 
 /** A memory store that records the heads of one queue it writes and can hold their PUTs. */
@@ -69,22 +65,6 @@ function leasesOf(head: Head, worker: string): number {
   return sub?.deliveries.filter((d) => d.lease?.worker === worker).length ?? 0;
 }
 
-/** Opens a Work stream of `worker-1` with `credits` and waits for `opened`; the responses gather in `responses`. */
-async function openWork(clients: Clients, queue: string, credits: number) {
-  const requests = new AsyncQueue<Request>();
-  const responses: WorkResponse[] = [];
-  const stream = clients.queue.work(requests);
-  const reading = (async () => {
-    for await (const r of stream) responses.push(r);
-  })().catch(() => {});
-  requests.push({
-    requestId: 1n,
-    command: { case: "open", value: { queue, workerId: "worker-1", credits } },
-  });
-  await eventually(() => responses.some((r) => r.event.case === "opened"));
-  return { requests, responses, reading };
-}
-
 describe("Work stream credit", () => {
   it("claims credit granted while its claim waits for the write in flight in that same claim", async () => {
     const held = new HeldHeads("queues/credit/0.json");
@@ -96,7 +76,7 @@ describe("Work stream credit", () => {
       messages: Array.from({ length: 10 }, (_, i) => ({ payload: bytes(`m${i}`) })),
     });
 
-    const { requests, responses, reading } = await openWork(clients, "credit", 0);
+    const { requests, responses, reading } = await openWork(clients, { queue: "credit", credits: 0 });
 
     // A write in flight, held by the store.
     held.hold = true;
@@ -132,7 +112,7 @@ describe("Work stream credit", () => {
     const clients = grpcClients(s.address);
     await clients.admin.createQueue({ queue: "parked" });
 
-    const { requests, responses, reading } = await openWork(clients, "parked", 2);
+    const { requests, responses, reading } = await openWork(clients, { queue: "parked", credits: 2 });
 
     // The write of two jobs, which also fills the stream's standing claim (taking its credit), hangs ...
     held.hold = true;

@@ -13,7 +13,9 @@
  * 2. **Jobs.** A claim loop runs while the worker has credit: it claims up to
  *    `credit` messages from the served shards (one operation of each shard's
  *    group commit, so a job is sent only once its lease is durable), sends
- *    each as a `job` and uses one credit per job. The claim reads the credit
+ *    each as a `job` (or, to a worker that opened with `batched_jobs`, the
+ *    jobs of one claim together in `jobs` messages, see {@link jobBatches})
+ *    and uses one credit per job. The claim reads the credit
  *    when its commit is applied and takes what it claimed then, so credit
  *    granted while it waits for the write in flight rides in it. With credit and nothing
  *    runnable it stands a claim on the served shards, which the commit that
@@ -114,6 +116,39 @@ async function* workStream(
   yield* session.run(iterator);
 }
 
+/** Most jobs in one `jobs` message. */
+export const MAX_JOBS_PER_MESSAGE = 64;
+/** A `jobs` message takes no further job once its payloads reach this many bytes (a bigger job goes alone). */
+export const MAX_JOB_BATCH_PAYLOAD_BYTES = 1024 * 1024;
+
+/**
+ * `deliveries` cut into the batches of a worker that takes `jobs` messages,
+ * in order: each at most {@link MAX_JOBS_PER_MESSAGE} jobs, and a job joins
+ * a batch only while the batch's payloads stay within
+ * {@link MAX_JOB_BATCH_PAYLOAD_BYTES} (so a message stays far below the 4 MiB
+ * that gRPC clients accept by default).
+ */
+export function jobBatches(deliveries: readonly Delivery[]): Delivery[][] {
+  const batches: Delivery[][] = [];
+  let batch: Delivery[] = [];
+  let bytes = 0;
+  for (const d of deliveries) {
+    const size = d.message.payload.byteLength;
+    if (
+      batch.length > 0 &&
+      (batch.length >= MAX_JOBS_PER_MESSAGE || bytes + size > MAX_JOB_BATCH_PAYLOAD_BYTES)
+    ) {
+      batches.push(batch);
+      batch = [];
+      bytes = 0;
+    }
+    batch.push(d);
+    bytes += size;
+  }
+  if (batch.length > 0) batches.push(batch);
+  return batches;
+}
+
 function invalid(message: string): CasqError {
   return new CasqError("invalid_argument", message);
 }
@@ -161,6 +196,8 @@ class WorkSession implements WorkSessionHandle {
     private readonly shardCount: number,
     private readonly leaseTtlOverrideMs: number | undefined,
     credits: number,
+    /** The worker takes several jobs per message (`open.batched_jobs`). */
+    private readonly batchedJobs: boolean,
   ) {
     this.sessionId = sessionIdFrom(ctx.random);
     // Credit a claim took and gave back (its write failed) must wake a loop parked for want of it.
@@ -232,6 +269,7 @@ class WorkSession implements WorkSessionHandle {
       manifest.shardCount,
       leaseTtlMs,
       open.credits,
+      open.batchedJobs,
     );
     session.served = pass.served;
     session.redirects = pass.redirected;
@@ -550,9 +588,18 @@ class WorkSession implements WorkSessionHandle {
       return false;
     }
     recordDeliveries(this.call.values, this.queue, deliveries); // Telemetry: tracing
-    for (const d of deliveries) {
-      this.hold(d.shard, d.message.receipt);
-      this.outbox.push({ event: { case: "job", value: claimedToProto(this.queue, d.shard, d.message) } });
+    for (const d of deliveries) this.hold(d.shard, d.message.receipt);
+    if (this.batchedJobs && deliveries.length > 1) {
+      for (const batch of jobBatches(deliveries))
+        this.outbox.push({
+          event: {
+            case: "jobs",
+            value: { jobs: batch.map((d) => claimedToProto(this.queue, d.shard, d.message)) },
+          },
+        });
+    } else {
+      for (const d of deliveries)
+        this.outbox.push({ event: { case: "job", value: claimedToProto(this.queue, d.shard, d.message) } });
     }
     return true;
   }

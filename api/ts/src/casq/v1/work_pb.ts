@@ -67,7 +67,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file casq/v1/work.proto.
  */
 export const file_casq_v1_work: GenFile = /*@__PURE__*/
-  fileDesc("ChJjYXNxL3YxL3dvcmsucHJvdG8SB2Nhc3EudjEi5wEKC1dvcmtSZXF1ZXN0EhIKCnJlcXVlc3RfaWQYASABKAQSIQoEb3BlbhgCIAEoCzIRLmNhc3EudjEuV29ya09wZW5IABIlCgZjcmVkaXQYAyABKAsyEy5jYXNxLnYxLldvcmtDcmVkaXRIABIrCgloZWFydGJlYXQYBCABKAsyFi5jYXNxLnYxLldvcmtIZWFydGJlYXRIABIfCgNhY2sYBSABKAsyEC5jYXNxLnYxLldvcmtBY2tIABIhCgRuYWNrGAYgASgLMhEuY2FzcS52MS5Xb3JrTmFja0gAQgkKB2NvbW1hbmQigQEKCFdvcmtPcGVuEg0KBXF1ZXVlGAEgASgJEhQKDHN1YnNjcmlwdGlvbhgCIAEoCRIRCgl3b3JrZXJfaWQYAyABKAkSDwoHY3JlZGl0cxgEIAEoDRIsCglsZWFzZV90dGwYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iHQoKV29ya0NyZWRpdBIPCgdjcmVkaXRzGAEgASgNIiEKDVdvcmtIZWFydGJlYXQSEAoIcmVjZWlwdHMYASADKAkiGwoHV29ya0FjaxIQCghyZWNlaXB0cxgBIAMoCSJ8CghXb3JrTmFjaxIQCghyZWNlaXB0cxgBIAMoCRIoCgVkZWxheRgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhITCgtkZWFkX2xldHRlchgDIAEoCBIOCgZyZWFzb24YBCABKAkSDwoHcmVsZWFzZRgFIAEoCCKxAwoMV29ya1Jlc3BvbnNlEhIKCnJlcXVlc3RfaWQYASABKAQSJQoGb3BlbmVkGAIgASgLMhMuY2FzcS52MS5Xb3JrT3BlbmVkSAASJgoDam9iGAMgASgLMhcuY2FzcS52MS5DbGFpbWVkTWVzc2FnZUgAEi4KC2xlYXNlc19sb3N0GAQgASgLMhcuY2FzcS52MS5Xb3JrTGVhc2VzTG9zdEgAEi8KC2hlYXJ0YmVhdGVkGAUgASgLMhguY2FzcS52MS5Xb3JrSGVhcnRiZWF0ZWRIABIjCgVhY2tlZBgGIAEoCzISLmNhc3EudjEuV29ya0Fja2VkSAASJQoGbmFja2VkGAcgASgLMhMuY2FzcS52MS5Xb3JrTmFja2VkSAASNAoOcmVxdWVzdF9mYWlsZWQYCCABKAsyGi5jYXNxLnYxLldvcmtSZXF1ZXN0RmFpbGVkSAASJwoHcm91dGluZxgJIAEoCzIULmNhc3EudjEuV29ya1JvdXRpbmdIABIpCghkcmFpbmluZxgKIAEoCzIVLmNhc3EudjEuV29ya0RyYWluaW5nSABCBwoFZXZlbnQi+QEKCldvcmtPcGVuZWQSEgoKc2Vzc2lvbl9pZBgBIAEoCRIRCglicm9rZXJfaWQYAiABKAkSDQoFcXVldWUYAyABKAkSFAoMc3Vic2NyaXB0aW9uGAQgASgJEiwKCWxlYXNlX3R0bBgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhI1ChJoZWFydGJlYXRfaW50ZXJ2YWwYBiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SEwoLbWF4X2NyZWRpdHMYByABKA0SJQoHcm91dGluZxgIIAEoCzIULmNhc3EudjEuV29ya1JvdXRpbmciSgoLV29ya1JvdXRpbmcSFgoOc2VydmluZ19zaGFyZHMYASADKA0SIwoGc2hhcmRzGAIgAygLMhMuY2FzcS52MS5TaGFyZFJvdXRlIjIKDldvcmtMZWFzZXNMb3N0EhAKCHJlY2VpcHRzGAEgAygJEg4KBnJlYXNvbhgCIAEoCSI8Cg9Xb3JrSGVhcnRiZWF0ZWQSKQoHcmVzdWx0cxgBIAMoCzIYLmNhc3EudjEuSGVhcnRiZWF0UmVzdWx0IjAKCVdvcmtBY2tlZBIjCgdyZXN1bHRzGAEgAygLMhIuY2FzcS52MS5BY2tSZXN1bHQiMgoKV29ya05hY2tlZBIkCgdyZXN1bHRzGAEgAygLMhMuY2FzcS52MS5OYWNrUmVzdWx0IjcKEVdvcmtSZXF1ZXN0RmFpbGVkEiIKBnN0YXR1cxgBIAEoCzISLmNhc3EudjEuUnBjU3RhdHVzIjgKDFdvcmtEcmFpbmluZxIoCgVncmFjZRgBIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbkIwWi5naXRodWIuY29tL2Nhc3EvY2FzcS9zZGsvZ28vZ2VuL2Nhc3EvdjE7Y2FzcXYxYgZwcm90bzM", [file_casq_v1_errors, file_casq_v1_message, file_casq_v1_shard, file_google_protobuf_duration]);
+  fileDesc("ChJjYXNxL3YxL3dvcmsucHJvdG8SB2Nhc3EudjEi5wEKC1dvcmtSZXF1ZXN0EhIKCnJlcXVlc3RfaWQYASABKAQSIQoEb3BlbhgCIAEoCzIRLmNhc3EudjEuV29ya09wZW5IABIlCgZjcmVkaXQYAyABKAsyEy5jYXNxLnYxLldvcmtDcmVkaXRIABIrCgloZWFydGJlYXQYBCABKAsyFi5jYXNxLnYxLldvcmtIZWFydGJlYXRIABIfCgNhY2sYBSABKAsyEC5jYXNxLnYxLldvcmtBY2tIABIhCgRuYWNrGAYgASgLMhEuY2FzcS52MS5Xb3JrTmFja0gAQgkKB2NvbW1hbmQilwEKCFdvcmtPcGVuEg0KBXF1ZXVlGAEgASgJEhQKDHN1YnNjcmlwdGlvbhgCIAEoCRIRCgl3b3JrZXJfaWQYAyABKAkSDwoHY3JlZGl0cxgEIAEoDRIsCglsZWFzZV90dGwYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SFAoMYmF0Y2hlZF9qb2JzGAYgASgIIh0KCldvcmtDcmVkaXQSDwoHY3JlZGl0cxgBIAEoDSIhCg1Xb3JrSGVhcnRiZWF0EhAKCHJlY2VpcHRzGAEgAygJIhsKB1dvcmtBY2sSEAoIcmVjZWlwdHMYASADKAkifAoIV29ya05hY2sSEAoIcmVjZWlwdHMYASADKAkSKAoFZGVsYXkYAiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SEwoLZGVhZF9sZXR0ZXIYAyABKAgSDgoGcmVhc29uGAQgASgJEg8KB3JlbGVhc2UYBSABKAgi1AMKDFdvcmtSZXNwb25zZRISCgpyZXF1ZXN0X2lkGAEgASgEEiUKBm9wZW5lZBgCIAEoCzITLmNhc3EudjEuV29ya09wZW5lZEgAEiYKA2pvYhgDIAEoCzIXLmNhc3EudjEuQ2xhaW1lZE1lc3NhZ2VIABIuCgtsZWFzZXNfbG9zdBgEIAEoCzIXLmNhc3EudjEuV29ya0xlYXNlc0xvc3RIABIvCgtoZWFydGJlYXRlZBgFIAEoCzIYLmNhc3EudjEuV29ya0hlYXJ0YmVhdGVkSAASIwoFYWNrZWQYBiABKAsyEi5jYXNxLnYxLldvcmtBY2tlZEgAEiUKBm5hY2tlZBgHIAEoCzITLmNhc3EudjEuV29ya05hY2tlZEgAEjQKDnJlcXVlc3RfZmFpbGVkGAggASgLMhouY2FzcS52MS5Xb3JrUmVxdWVzdEZhaWxlZEgAEicKB3JvdXRpbmcYCSABKAsyFC5jYXNxLnYxLldvcmtSb3V0aW5nSAASKQoIZHJhaW5pbmcYCiABKAsyFS5jYXNxLnYxLldvcmtEcmFpbmluZ0gAEiEKBGpvYnMYCyABKAsyES5jYXNxLnYxLldvcmtKb2JzSABCBwoFZXZlbnQiMQoIV29ya0pvYnMSJQoEam9icxgBIAMoCzIXLmNhc3EudjEuQ2xhaW1lZE1lc3NhZ2Ui+QEKCldvcmtPcGVuZWQSEgoKc2Vzc2lvbl9pZBgBIAEoCRIRCglicm9rZXJfaWQYAiABKAkSDQoFcXVldWUYAyABKAkSFAoMc3Vic2NyaXB0aW9uGAQgASgJEiwKCWxlYXNlX3R0bBgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhI1ChJoZWFydGJlYXRfaW50ZXJ2YWwYBiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SEwoLbWF4X2NyZWRpdHMYByABKA0SJQoHcm91dGluZxgIIAEoCzIULmNhc3EudjEuV29ya1JvdXRpbmciSgoLV29ya1JvdXRpbmcSFgoOc2VydmluZ19zaGFyZHMYASADKA0SIwoGc2hhcmRzGAIgAygLMhMuY2FzcS52MS5TaGFyZFJvdXRlIjIKDldvcmtMZWFzZXNMb3N0EhAKCHJlY2VpcHRzGAEgAygJEg4KBnJlYXNvbhgCIAEoCSI8Cg9Xb3JrSGVhcnRiZWF0ZWQSKQoHcmVzdWx0cxgBIAMoCzIYLmNhc3EudjEuSGVhcnRiZWF0UmVzdWx0IjAKCVdvcmtBY2tlZBIjCgdyZXN1bHRzGAEgAygLMhIuY2FzcS52MS5BY2tSZXN1bHQiMgoKV29ya05hY2tlZBIkCgdyZXN1bHRzGAEgAygLMhMuY2FzcS52MS5OYWNrUmVzdWx0IjcKEVdvcmtSZXF1ZXN0RmFpbGVkEiIKBnN0YXR1cxgBIAEoCzISLmNhc3EudjEuUnBjU3RhdHVzIjgKDFdvcmtEcmFpbmluZxIoCgVncmFjZRgBIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbkIwWi5naXRodWIuY29tL2Nhc3EvY2FzcS9zZGsvZ28vZ2VuL2Nhc3EvdjE7Y2FzcXYxYgZwcm90bzM", [file_casq_v1_errors, file_casq_v1_message, file_casq_v1_shard, file_google_protobuf_duration]);
 
 /**
  * WorkRequest is one message from the worker to the broker on a Work stream.
@@ -171,7 +171,8 @@ export type WorkOpen = Message<"casq.v1.WorkOpen"> & {
 
   /**
    * Initial credit: how many jobs the broker may send before the worker
-   * grants more, 0..1000. 0 means nothing until the first Credit.
+   * grants more, 0..Opened.max_credits (10000). 0 means nothing until the
+   * first Credit.
    *
    * @generated from field: uint32 credits = 4;
    */
@@ -184,6 +185,16 @@ export type WorkOpen = Message<"casq.v1.WorkOpen"> & {
    * @generated from field: google.protobuf.Duration lease_ttl = 5;
    */
   leaseTtl?: Duration | undefined;
+
+  /**
+   * The worker takes several jobs in one message (WorkResponse.jobs): the
+   * broker then sends the jobs one commit leases to this stream together, up
+   * to 64 jobs or 1 MiB of payload per message. Without it (and from brokers
+   * that predate it) every job comes in a WorkResponse.job of its own.
+   *
+   * @generated from field: bool batched_jobs = 6;
+   */
+  batchedJobs: boolean;
 };
 
 /**
@@ -409,6 +420,15 @@ export type WorkResponse = Message<"casq.v1.WorkResponse"> & {
      */
     value: WorkDraining;
     case: "draining";
+  } | {
+    /**
+     * Several jobs leased to this worker, each as in `job` (one credit each);
+     * only to a worker that opened with batched_jobs.
+     *
+     * @generated from field: casq.v1.WorkJobs jobs = 11;
+     */
+    value: WorkJobs;
+    case: "jobs";
   } | { case: undefined; value?: undefined };
 };
 
@@ -418,6 +438,27 @@ export type WorkResponse = Message<"casq.v1.WorkResponse"> & {
  */
 export const WorkResponseSchema: GenMessage<WorkResponse> = /*@__PURE__*/
   messageDesc(file_casq_v1_work, 6);
+
+/**
+ * WorkJobs carries jobs leased to the worker, in the order they were claimed.
+ *
+ * @generated from message casq.v1.WorkJobs
+ */
+export type WorkJobs = Message<"casq.v1.WorkJobs"> & {
+  /**
+   * At least one; each is a delivery as in WorkResponse.job.
+   *
+   * @generated from field: repeated casq.v1.ClaimedMessage jobs = 1;
+   */
+  jobs: ClaimedMessage[];
+};
+
+/**
+ * Describes the message casq.v1.WorkJobs.
+ * Use `create(WorkJobsSchema)` to create a new message.
+ */
+export const WorkJobsSchema: GenMessage<WorkJobs> = /*@__PURE__*/
+  messageDesc(file_casq_v1_work, 7);
 
 /**
  * WorkOpened confirms a worker session and tells the worker how to behave.
@@ -470,7 +511,8 @@ export type WorkOpened = Message<"casq.v1.WorkOpened"> & {
   heartbeatInterval?: Duration | undefined;
 
   /**
-   * Most credit the worker may have outstanding (1000).
+   * Most credit the worker may have outstanding (10000; older brokers said
+   * 1000).
    *
    * @generated from field: uint32 max_credits = 7;
    */
@@ -489,7 +531,7 @@ export type WorkOpened = Message<"casq.v1.WorkOpened"> & {
  * Use `create(WorkOpenedSchema)` to create a new message.
  */
 export const WorkOpenedSchema: GenMessage<WorkOpened> = /*@__PURE__*/
-  messageDesc(file_casq_v1_work, 7);
+  messageDesc(file_casq_v1_work, 8);
 
 /**
  * WorkRouting tells the worker which shards a stream delivers jobs from and
@@ -518,7 +560,7 @@ export type WorkRouting = Message<"casq.v1.WorkRouting"> & {
  * Use `create(WorkRoutingSchema)` to create a new message.
  */
 export const WorkRoutingSchema: GenMessage<WorkRouting> = /*@__PURE__*/
-  messageDesc(file_casq_v1_work, 8);
+  messageDesc(file_casq_v1_work, 9);
 
 /**
  * WorkLeasesLost lists deliveries the worker no longer holds, found by the
@@ -549,7 +591,7 @@ export type WorkLeasesLost = Message<"casq.v1.WorkLeasesLost"> & {
  * Use `create(WorkLeasesLostSchema)` to create a new message.
  */
 export const WorkLeasesLostSchema: GenMessage<WorkLeasesLost> = /*@__PURE__*/
-  messageDesc(file_casq_v1_work, 9);
+  messageDesc(file_casq_v1_work, 10);
 
 /**
  * WorkHeartbeated answers a WorkHeartbeat.
@@ -570,7 +612,7 @@ export type WorkHeartbeated = Message<"casq.v1.WorkHeartbeated"> & {
  * Use `create(WorkHeartbeatedSchema)` to create a new message.
  */
 export const WorkHeartbeatedSchema: GenMessage<WorkHeartbeated> = /*@__PURE__*/
-  messageDesc(file_casq_v1_work, 10);
+  messageDesc(file_casq_v1_work, 11);
 
 /**
  * WorkAcked answers a WorkAck once the acks are durable.
@@ -591,7 +633,7 @@ export type WorkAcked = Message<"casq.v1.WorkAcked"> & {
  * Use `create(WorkAckedSchema)` to create a new message.
  */
 export const WorkAckedSchema: GenMessage<WorkAcked> = /*@__PURE__*/
-  messageDesc(file_casq_v1_work, 11);
+  messageDesc(file_casq_v1_work, 12);
 
 /**
  * WorkNacked answers a WorkNack once the nacks are durable.
@@ -612,7 +654,7 @@ export type WorkNacked = Message<"casq.v1.WorkNacked"> & {
  * Use `create(WorkNackedSchema)` to create a new message.
  */
 export const WorkNackedSchema: GenMessage<WorkNacked> = /*@__PURE__*/
-  messageDesc(file_casq_v1_work, 12);
+  messageDesc(file_casq_v1_work, 13);
 
 /**
  * WorkRequestFailed answers a heartbeat, ack or nack that failed as a whole,
@@ -637,7 +679,7 @@ export type WorkRequestFailed = Message<"casq.v1.WorkRequestFailed"> & {
  * Use `create(WorkRequestFailedSchema)` to create a new message.
  */
 export const WorkRequestFailedSchema: GenMessage<WorkRequestFailed> = /*@__PURE__*/
-  messageDesc(file_casq_v1_work, 13);
+  messageDesc(file_casq_v1_work, 14);
 
 /**
  * WorkDraining announces that the broker is shutting down or handing its
@@ -661,5 +703,5 @@ export type WorkDraining = Message<"casq.v1.WorkDraining"> & {
  * Use `create(WorkDrainingSchema)` to create a new message.
  */
 export const WorkDrainingSchema: GenMessage<WorkDraining> = /*@__PURE__*/
-  messageDesc(file_casq_v1_work, 14);
+  messageDesc(file_casq_v1_work, 15);
 

@@ -233,11 +233,17 @@ type WorkOpen struct {
 	// its leases and used in logs, e.g. "host-1/pid-4242".
 	WorkerId string `protobuf:"bytes,3,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
 	// Initial credit: how many jobs the broker may send before the worker
-	// grants more, 0..1000. 0 means nothing until the first Credit.
+	// grants more, 0..Opened.max_credits (10000). 0 means nothing until the
+	// first Credit.
 	Credits uint32 `protobuf:"varint,4,opt,name=credits,proto3" json:"credits,omitempty"`
 	// Lease length for every job of this session, 100 ms..24 h. Unset means the
 	// queue's config.lease_ttl (default 60 s).
-	LeaseTtl      *durationpb.Duration `protobuf:"bytes,5,opt,name=lease_ttl,json=leaseTtl,proto3" json:"lease_ttl,omitempty"`
+	LeaseTtl *durationpb.Duration `protobuf:"bytes,5,opt,name=lease_ttl,json=leaseTtl,proto3" json:"lease_ttl,omitempty"`
+	// The worker takes several jobs in one message (WorkResponse.jobs): the
+	// broker then sends the jobs one commit leases to this stream together, up
+	// to 64 jobs or 1 MiB of payload per message. Without it (and from brokers
+	// that predate it) every job comes in a WorkResponse.job of its own.
+	BatchedJobs   bool `protobuf:"varint,6,opt,name=batched_jobs,json=batchedJobs,proto3" json:"batched_jobs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -305,6 +311,13 @@ func (x *WorkOpen) GetLeaseTtl() *durationpb.Duration {
 		return x.LeaseTtl
 	}
 	return nil
+}
+
+func (x *WorkOpen) GetBatchedJobs() bool {
+	if x != nil {
+		return x.BatchedJobs
+	}
+	return false
 }
 
 // WorkCredit grants the broker permission to send more jobs.
@@ -555,6 +568,7 @@ type WorkResponse struct {
 	//	*WorkResponse_RequestFailed
 	//	*WorkResponse_Routing
 	//	*WorkResponse_Draining
+	//	*WorkResponse_Jobs
 	Event         isWorkResponse_Event `protobuf_oneof:"event"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -685,6 +699,15 @@ func (x *WorkResponse) GetDraining() *WorkDraining {
 	return nil
 }
 
+func (x *WorkResponse) GetJobs() *WorkJobs {
+	if x != nil {
+		if x, ok := x.Event.(*WorkResponse_Jobs); ok {
+			return x.Jobs
+		}
+	}
+	return nil
+}
+
 type isWorkResponse_Event interface {
 	isWorkResponse_Event()
 }
@@ -738,6 +761,12 @@ type WorkResponse_Draining struct {
 	Draining *WorkDraining `protobuf:"bytes,10,opt,name=draining,proto3,oneof"`
 }
 
+type WorkResponse_Jobs struct {
+	// Several jobs leased to this worker, each as in `job` (one credit each);
+	// only to a worker that opened with batched_jobs.
+	Jobs *WorkJobs `protobuf:"bytes,11,opt,name=jobs,proto3,oneof"`
+}
+
 func (*WorkResponse_Opened) isWorkResponse_Event() {}
 
 func (*WorkResponse_Job) isWorkResponse_Event() {}
@@ -756,6 +785,54 @@ func (*WorkResponse_Routing) isWorkResponse_Event() {}
 
 func (*WorkResponse_Draining) isWorkResponse_Event() {}
 
+func (*WorkResponse_Jobs) isWorkResponse_Event() {}
+
+// WorkJobs carries jobs leased to the worker, in the order they were claimed.
+type WorkJobs struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// At least one; each is a delivery as in WorkResponse.job.
+	Jobs          []*ClaimedMessage `protobuf:"bytes,1,rep,name=jobs,proto3" json:"jobs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkJobs) Reset() {
+	*x = WorkJobs{}
+	mi := &file_casq_v1_work_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkJobs) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkJobs) ProtoMessage() {}
+
+func (x *WorkJobs) ProtoReflect() protoreflect.Message {
+	mi := &file_casq_v1_work_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkJobs.ProtoReflect.Descriptor instead.
+func (*WorkJobs) Descriptor() ([]byte, []int) {
+	return file_casq_v1_work_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *WorkJobs) GetJobs() []*ClaimedMessage {
+	if x != nil {
+		return x.Jobs
+	}
+	return nil
+}
+
 // WorkOpened confirms a worker session and tells the worker how to behave.
 type WorkOpened struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -773,7 +850,8 @@ type WorkOpened struct {
 	// How often to heartbeat a running job: lease_ttl / 3. Heartbeats sent at
 	// least every lease_ttl / 2 keep a lease from ever expiring.
 	HeartbeatInterval *durationpb.Duration `protobuf:"bytes,6,opt,name=heartbeat_interval,json=heartbeatInterval,proto3" json:"heartbeat_interval,omitempty"`
-	// Most credit the worker may have outstanding (1000).
+	// Most credit the worker may have outstanding (10000; older brokers said
+	// 1000).
 	MaxCredits uint32 `protobuf:"varint,7,opt,name=max_credits,json=maxCredits,proto3" json:"max_credits,omitempty"`
 	// Which shards this stream serves and where the others are led.
 	Routing       *WorkRouting `protobuf:"bytes,8,opt,name=routing,proto3" json:"routing,omitempty"`
@@ -783,7 +861,7 @@ type WorkOpened struct {
 
 func (x *WorkOpened) Reset() {
 	*x = WorkOpened{}
-	mi := &file_casq_v1_work_proto_msgTypes[7]
+	mi := &file_casq_v1_work_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -795,7 +873,7 @@ func (x *WorkOpened) String() string {
 func (*WorkOpened) ProtoMessage() {}
 
 func (x *WorkOpened) ProtoReflect() protoreflect.Message {
-	mi := &file_casq_v1_work_proto_msgTypes[7]
+	mi := &file_casq_v1_work_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -808,7 +886,7 @@ func (x *WorkOpened) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkOpened.ProtoReflect.Descriptor instead.
 func (*WorkOpened) Descriptor() ([]byte, []int) {
-	return file_casq_v1_work_proto_rawDescGZIP(), []int{7}
+	return file_casq_v1_work_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *WorkOpened) GetSessionId() string {
@@ -881,7 +959,7 @@ type WorkRouting struct {
 
 func (x *WorkRouting) Reset() {
 	*x = WorkRouting{}
-	mi := &file_casq_v1_work_proto_msgTypes[8]
+	mi := &file_casq_v1_work_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -893,7 +971,7 @@ func (x *WorkRouting) String() string {
 func (*WorkRouting) ProtoMessage() {}
 
 func (x *WorkRouting) ProtoReflect() protoreflect.Message {
-	mi := &file_casq_v1_work_proto_msgTypes[8]
+	mi := &file_casq_v1_work_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -906,7 +984,7 @@ func (x *WorkRouting) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkRouting.ProtoReflect.Descriptor instead.
 func (*WorkRouting) Descriptor() ([]byte, []int) {
-	return file_casq_v1_work_proto_rawDescGZIP(), []int{8}
+	return file_casq_v1_work_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *WorkRouting) GetServingShards() []uint32 {
@@ -939,7 +1017,7 @@ type WorkLeasesLost struct {
 
 func (x *WorkLeasesLost) Reset() {
 	*x = WorkLeasesLost{}
-	mi := &file_casq_v1_work_proto_msgTypes[9]
+	mi := &file_casq_v1_work_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -951,7 +1029,7 @@ func (x *WorkLeasesLost) String() string {
 func (*WorkLeasesLost) ProtoMessage() {}
 
 func (x *WorkLeasesLost) ProtoReflect() protoreflect.Message {
-	mi := &file_casq_v1_work_proto_msgTypes[9]
+	mi := &file_casq_v1_work_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -964,7 +1042,7 @@ func (x *WorkLeasesLost) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkLeasesLost.ProtoReflect.Descriptor instead.
 func (*WorkLeasesLost) Descriptor() ([]byte, []int) {
-	return file_casq_v1_work_proto_rawDescGZIP(), []int{9}
+	return file_casq_v1_work_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *WorkLeasesLost) GetReceipts() []string {
@@ -992,7 +1070,7 @@ type WorkHeartbeated struct {
 
 func (x *WorkHeartbeated) Reset() {
 	*x = WorkHeartbeated{}
-	mi := &file_casq_v1_work_proto_msgTypes[10]
+	mi := &file_casq_v1_work_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1004,7 +1082,7 @@ func (x *WorkHeartbeated) String() string {
 func (*WorkHeartbeated) ProtoMessage() {}
 
 func (x *WorkHeartbeated) ProtoReflect() protoreflect.Message {
-	mi := &file_casq_v1_work_proto_msgTypes[10]
+	mi := &file_casq_v1_work_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1017,7 +1095,7 @@ func (x *WorkHeartbeated) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkHeartbeated.ProtoReflect.Descriptor instead.
 func (*WorkHeartbeated) Descriptor() ([]byte, []int) {
-	return file_casq_v1_work_proto_rawDescGZIP(), []int{10}
+	return file_casq_v1_work_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *WorkHeartbeated) GetResults() []*HeartbeatResult {
@@ -1038,7 +1116,7 @@ type WorkAcked struct {
 
 func (x *WorkAcked) Reset() {
 	*x = WorkAcked{}
-	mi := &file_casq_v1_work_proto_msgTypes[11]
+	mi := &file_casq_v1_work_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1050,7 +1128,7 @@ func (x *WorkAcked) String() string {
 func (*WorkAcked) ProtoMessage() {}
 
 func (x *WorkAcked) ProtoReflect() protoreflect.Message {
-	mi := &file_casq_v1_work_proto_msgTypes[11]
+	mi := &file_casq_v1_work_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1063,7 +1141,7 @@ func (x *WorkAcked) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkAcked.ProtoReflect.Descriptor instead.
 func (*WorkAcked) Descriptor() ([]byte, []int) {
-	return file_casq_v1_work_proto_rawDescGZIP(), []int{11}
+	return file_casq_v1_work_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *WorkAcked) GetResults() []*AckResult {
@@ -1084,7 +1162,7 @@ type WorkNacked struct {
 
 func (x *WorkNacked) Reset() {
 	*x = WorkNacked{}
-	mi := &file_casq_v1_work_proto_msgTypes[12]
+	mi := &file_casq_v1_work_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1096,7 +1174,7 @@ func (x *WorkNacked) String() string {
 func (*WorkNacked) ProtoMessage() {}
 
 func (x *WorkNacked) ProtoReflect() protoreflect.Message {
-	mi := &file_casq_v1_work_proto_msgTypes[12]
+	mi := &file_casq_v1_work_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1109,7 +1187,7 @@ func (x *WorkNacked) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkNacked.ProtoReflect.Descriptor instead.
 func (*WorkNacked) Descriptor() ([]byte, []int) {
-	return file_casq_v1_work_proto_rawDescGZIP(), []int{12}
+	return file_casq_v1_work_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *WorkNacked) GetResults() []*NackResult {
@@ -1134,7 +1212,7 @@ type WorkRequestFailed struct {
 
 func (x *WorkRequestFailed) Reset() {
 	*x = WorkRequestFailed{}
-	mi := &file_casq_v1_work_proto_msgTypes[13]
+	mi := &file_casq_v1_work_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1146,7 +1224,7 @@ func (x *WorkRequestFailed) String() string {
 func (*WorkRequestFailed) ProtoMessage() {}
 
 func (x *WorkRequestFailed) ProtoReflect() protoreflect.Message {
-	mi := &file_casq_v1_work_proto_msgTypes[13]
+	mi := &file_casq_v1_work_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1159,7 +1237,7 @@ func (x *WorkRequestFailed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkRequestFailed.ProtoReflect.Descriptor instead.
 func (*WorkRequestFailed) Descriptor() ([]byte, []int) {
-	return file_casq_v1_work_proto_rawDescGZIP(), []int{13}
+	return file_casq_v1_work_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *WorkRequestFailed) GetStatus() *RpcStatus {
@@ -1183,7 +1261,7 @@ type WorkDraining struct {
 
 func (x *WorkDraining) Reset() {
 	*x = WorkDraining{}
-	mi := &file_casq_v1_work_proto_msgTypes[14]
+	mi := &file_casq_v1_work_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1195,7 +1273,7 @@ func (x *WorkDraining) String() string {
 func (*WorkDraining) ProtoMessage() {}
 
 func (x *WorkDraining) ProtoReflect() protoreflect.Message {
-	mi := &file_casq_v1_work_proto_msgTypes[14]
+	mi := &file_casq_v1_work_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1208,7 +1286,7 @@ func (x *WorkDraining) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkDraining.ProtoReflect.Descriptor instead.
 func (*WorkDraining) Descriptor() ([]byte, []int) {
-	return file_casq_v1_work_proto_rawDescGZIP(), []int{14}
+	return file_casq_v1_work_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *WorkDraining) GetGrace() *durationpb.Duration {
@@ -1231,13 +1309,14 @@ const file_casq_v1_work_proto_rawDesc = "" +
 	"\theartbeat\x18\x04 \x01(\v2\x16.casq.v1.WorkHeartbeatH\x00R\theartbeat\x12$\n" +
 	"\x03ack\x18\x05 \x01(\v2\x10.casq.v1.WorkAckH\x00R\x03ack\x12'\n" +
 	"\x04nack\x18\x06 \x01(\v2\x11.casq.v1.WorkNackH\x00R\x04nackB\t\n" +
-	"\acommand\"\xb3\x01\n" +
+	"\acommand\"\xd6\x01\n" +
 	"\bWorkOpen\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\"\n" +
 	"\fsubscription\x18\x02 \x01(\tR\fsubscription\x12\x1b\n" +
 	"\tworker_id\x18\x03 \x01(\tR\bworkerId\x12\x18\n" +
 	"\acredits\x18\x04 \x01(\rR\acredits\x126\n" +
-	"\tlease_ttl\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\bleaseTtl\"&\n" +
+	"\tlease_ttl\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\bleaseTtl\x12!\n" +
+	"\fbatched_jobs\x18\x06 \x01(\bR\vbatchedJobs\"&\n" +
 	"\n" +
 	"WorkCredit\x12\x18\n" +
 	"\acredits\x18\x01 \x01(\rR\acredits\"+\n" +
@@ -1251,7 +1330,7 @@ const file_casq_v1_work_proto_rawDesc = "" +
 	"\vdead_letter\x18\x03 \x01(\bR\n" +
 	"deadLetter\x12\x16\n" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x18\n" +
-	"\arelease\x18\x05 \x01(\bR\arelease\"\x93\x04\n" +
+	"\arelease\x18\x05 \x01(\bR\arelease\"\xbc\x04\n" +
 	"\fWorkResponse\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x12-\n" +
@@ -1265,8 +1344,11 @@ const file_casq_v1_work_proto_rawDesc = "" +
 	"\x0erequest_failed\x18\b \x01(\v2\x1a.casq.v1.WorkRequestFailedH\x00R\rrequestFailed\x120\n" +
 	"\arouting\x18\t \x01(\v2\x14.casq.v1.WorkRoutingH\x00R\arouting\x123\n" +
 	"\bdraining\x18\n" +
-	" \x01(\v2\x15.casq.v1.WorkDrainingH\x00R\bdrainingB\a\n" +
-	"\x05event\"\xd5\x02\n" +
+	" \x01(\v2\x15.casq.v1.WorkDrainingH\x00R\bdraining\x12'\n" +
+	"\x04jobs\x18\v \x01(\v2\x11.casq.v1.WorkJobsH\x00R\x04jobsB\a\n" +
+	"\x05event\"7\n" +
+	"\bWorkJobs\x12+\n" +
+	"\x04jobs\x18\x01 \x03(\v2\x17.casq.v1.ClaimedMessageR\x04jobs\"\xd5\x02\n" +
 	"\n" +
 	"WorkOpened\x12\x1d\n" +
 	"\n" +
@@ -1309,7 +1391,7 @@ func file_casq_v1_work_proto_rawDescGZIP() []byte {
 	return file_casq_v1_work_proto_rawDescData
 }
 
-var file_casq_v1_work_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_casq_v1_work_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_casq_v1_work_proto_goTypes = []any{
 	(*WorkRequest)(nil),         // 0: casq.v1.WorkRequest
 	(*WorkOpen)(nil),            // 1: casq.v1.WorkOpen
@@ -1318,21 +1400,22 @@ var file_casq_v1_work_proto_goTypes = []any{
 	(*WorkAck)(nil),             // 4: casq.v1.WorkAck
 	(*WorkNack)(nil),            // 5: casq.v1.WorkNack
 	(*WorkResponse)(nil),        // 6: casq.v1.WorkResponse
-	(*WorkOpened)(nil),          // 7: casq.v1.WorkOpened
-	(*WorkRouting)(nil),         // 8: casq.v1.WorkRouting
-	(*WorkLeasesLost)(nil),      // 9: casq.v1.WorkLeasesLost
-	(*WorkHeartbeated)(nil),     // 10: casq.v1.WorkHeartbeated
-	(*WorkAcked)(nil),           // 11: casq.v1.WorkAcked
-	(*WorkNacked)(nil),          // 12: casq.v1.WorkNacked
-	(*WorkRequestFailed)(nil),   // 13: casq.v1.WorkRequestFailed
-	(*WorkDraining)(nil),        // 14: casq.v1.WorkDraining
-	(*durationpb.Duration)(nil), // 15: google.protobuf.Duration
-	(*ClaimedMessage)(nil),      // 16: casq.v1.ClaimedMessage
-	(*ShardRoute)(nil),          // 17: casq.v1.ShardRoute
-	(*HeartbeatResult)(nil),     // 18: casq.v1.HeartbeatResult
-	(*AckResult)(nil),           // 19: casq.v1.AckResult
-	(*NackResult)(nil),          // 20: casq.v1.NackResult
-	(*RpcStatus)(nil),           // 21: casq.v1.RpcStatus
+	(*WorkJobs)(nil),            // 7: casq.v1.WorkJobs
+	(*WorkOpened)(nil),          // 8: casq.v1.WorkOpened
+	(*WorkRouting)(nil),         // 9: casq.v1.WorkRouting
+	(*WorkLeasesLost)(nil),      // 10: casq.v1.WorkLeasesLost
+	(*WorkHeartbeated)(nil),     // 11: casq.v1.WorkHeartbeated
+	(*WorkAcked)(nil),           // 12: casq.v1.WorkAcked
+	(*WorkNacked)(nil),          // 13: casq.v1.WorkNacked
+	(*WorkRequestFailed)(nil),   // 14: casq.v1.WorkRequestFailed
+	(*WorkDraining)(nil),        // 15: casq.v1.WorkDraining
+	(*durationpb.Duration)(nil), // 16: google.protobuf.Duration
+	(*ClaimedMessage)(nil),      // 17: casq.v1.ClaimedMessage
+	(*ShardRoute)(nil),          // 18: casq.v1.ShardRoute
+	(*HeartbeatResult)(nil),     // 19: casq.v1.HeartbeatResult
+	(*AckResult)(nil),           // 20: casq.v1.AckResult
+	(*NackResult)(nil),          // 21: casq.v1.NackResult
+	(*RpcStatus)(nil),           // 22: casq.v1.RpcStatus
 }
 var file_casq_v1_work_proto_depIdxs = []int32{
 	1,  // 0: casq.v1.WorkRequest.open:type_name -> casq.v1.WorkOpen
@@ -1340,31 +1423,33 @@ var file_casq_v1_work_proto_depIdxs = []int32{
 	3,  // 2: casq.v1.WorkRequest.heartbeat:type_name -> casq.v1.WorkHeartbeat
 	4,  // 3: casq.v1.WorkRequest.ack:type_name -> casq.v1.WorkAck
 	5,  // 4: casq.v1.WorkRequest.nack:type_name -> casq.v1.WorkNack
-	15, // 5: casq.v1.WorkOpen.lease_ttl:type_name -> google.protobuf.Duration
-	15, // 6: casq.v1.WorkNack.delay:type_name -> google.protobuf.Duration
-	7,  // 7: casq.v1.WorkResponse.opened:type_name -> casq.v1.WorkOpened
-	16, // 8: casq.v1.WorkResponse.job:type_name -> casq.v1.ClaimedMessage
-	9,  // 9: casq.v1.WorkResponse.leases_lost:type_name -> casq.v1.WorkLeasesLost
-	10, // 10: casq.v1.WorkResponse.heartbeated:type_name -> casq.v1.WorkHeartbeated
-	11, // 11: casq.v1.WorkResponse.acked:type_name -> casq.v1.WorkAcked
-	12, // 12: casq.v1.WorkResponse.nacked:type_name -> casq.v1.WorkNacked
-	13, // 13: casq.v1.WorkResponse.request_failed:type_name -> casq.v1.WorkRequestFailed
-	8,  // 14: casq.v1.WorkResponse.routing:type_name -> casq.v1.WorkRouting
-	14, // 15: casq.v1.WorkResponse.draining:type_name -> casq.v1.WorkDraining
-	15, // 16: casq.v1.WorkOpened.lease_ttl:type_name -> google.protobuf.Duration
-	15, // 17: casq.v1.WorkOpened.heartbeat_interval:type_name -> google.protobuf.Duration
-	8,  // 18: casq.v1.WorkOpened.routing:type_name -> casq.v1.WorkRouting
-	17, // 19: casq.v1.WorkRouting.shards:type_name -> casq.v1.ShardRoute
-	18, // 20: casq.v1.WorkHeartbeated.results:type_name -> casq.v1.HeartbeatResult
-	19, // 21: casq.v1.WorkAcked.results:type_name -> casq.v1.AckResult
-	20, // 22: casq.v1.WorkNacked.results:type_name -> casq.v1.NackResult
-	21, // 23: casq.v1.WorkRequestFailed.status:type_name -> casq.v1.RpcStatus
-	15, // 24: casq.v1.WorkDraining.grace:type_name -> google.protobuf.Duration
-	25, // [25:25] is the sub-list for method output_type
-	25, // [25:25] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	16, // 5: casq.v1.WorkOpen.lease_ttl:type_name -> google.protobuf.Duration
+	16, // 6: casq.v1.WorkNack.delay:type_name -> google.protobuf.Duration
+	8,  // 7: casq.v1.WorkResponse.opened:type_name -> casq.v1.WorkOpened
+	17, // 8: casq.v1.WorkResponse.job:type_name -> casq.v1.ClaimedMessage
+	10, // 9: casq.v1.WorkResponse.leases_lost:type_name -> casq.v1.WorkLeasesLost
+	11, // 10: casq.v1.WorkResponse.heartbeated:type_name -> casq.v1.WorkHeartbeated
+	12, // 11: casq.v1.WorkResponse.acked:type_name -> casq.v1.WorkAcked
+	13, // 12: casq.v1.WorkResponse.nacked:type_name -> casq.v1.WorkNacked
+	14, // 13: casq.v1.WorkResponse.request_failed:type_name -> casq.v1.WorkRequestFailed
+	9,  // 14: casq.v1.WorkResponse.routing:type_name -> casq.v1.WorkRouting
+	15, // 15: casq.v1.WorkResponse.draining:type_name -> casq.v1.WorkDraining
+	7,  // 16: casq.v1.WorkResponse.jobs:type_name -> casq.v1.WorkJobs
+	17, // 17: casq.v1.WorkJobs.jobs:type_name -> casq.v1.ClaimedMessage
+	16, // 18: casq.v1.WorkOpened.lease_ttl:type_name -> google.protobuf.Duration
+	16, // 19: casq.v1.WorkOpened.heartbeat_interval:type_name -> google.protobuf.Duration
+	9,  // 20: casq.v1.WorkOpened.routing:type_name -> casq.v1.WorkRouting
+	18, // 21: casq.v1.WorkRouting.shards:type_name -> casq.v1.ShardRoute
+	19, // 22: casq.v1.WorkHeartbeated.results:type_name -> casq.v1.HeartbeatResult
+	20, // 23: casq.v1.WorkAcked.results:type_name -> casq.v1.AckResult
+	21, // 24: casq.v1.WorkNacked.results:type_name -> casq.v1.NackResult
+	22, // 25: casq.v1.WorkRequestFailed.status:type_name -> casq.v1.RpcStatus
+	16, // 26: casq.v1.WorkDraining.grace:type_name -> google.protobuf.Duration
+	27, // [27:27] is the sub-list for method output_type
+	27, // [27:27] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_casq_v1_work_proto_init() }
@@ -1392,6 +1477,7 @@ func file_casq_v1_work_proto_init() {
 		(*WorkResponse_RequestFailed)(nil),
 		(*WorkResponse_Routing)(nil),
 		(*WorkResponse_Draining)(nil),
+		(*WorkResponse_Jobs)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1399,7 +1485,7 @@ func file_casq_v1_work_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_casq_v1_work_proto_rawDesc), len(file_casq_v1_work_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   15,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -28,7 +28,7 @@ from casq.v1 import shard_pb2 as casq_dot_v1_dot_shard__pb2
 from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x12\x63\x61sq/v1/work.proto\x12\x07\x63\x61sq.v1\x1a\x14\x63\x61sq/v1/errors.proto\x1a\x15\x63\x61sq/v1/message.proto\x1a\x13\x63\x61sq/v1/shard.proto\x1a\x1egoogle/protobuf/duration.proto\"\xe7\x01\n\x0bWorkRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12!\n\x04open\x18\x02 \x01(\x0b\x32\x11.casq.v1.WorkOpenH\x00\x12%\n\x06\x63redit\x18\x03 \x01(\x0b\x32\x13.casq.v1.WorkCreditH\x00\x12+\n\theartbeat\x18\x04 \x01(\x0b\x32\x16.casq.v1.WorkHeartbeatH\x00\x12\x1f\n\x03\x61\x63k\x18\x05 \x01(\x0b\x32\x10.casq.v1.WorkAckH\x00\x12!\n\x04nack\x18\x06 \x01(\x0b\x32\x11.casq.v1.WorkNackH\x00\x42\t\n\x07\x63ommand\"\x81\x01\n\x08WorkOpen\x12\r\n\x05queue\x18\x01 \x01(\t\x12\x14\n\x0csubscription\x18\x02 \x01(\t\x12\x11\n\tworker_id\x18\x03 \x01(\t\x12\x0f\n\x07\x63redits\x18\x04 \x01(\r\x12,\n\tlease_ttl\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\"\x1d\n\nWorkCredit\x12\x0f\n\x07\x63redits\x18\x01 \x01(\r\"!\n\rWorkHeartbeat\x12\x10\n\x08receipts\x18\x01 \x03(\t\"\x1b\n\x07WorkAck\x12\x10\n\x08receipts\x18\x01 \x03(\t\"|\n\x08WorkNack\x12\x10\n\x08receipts\x18\x01 \x03(\t\x12(\n\x05\x64\x65lay\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x13\n\x0b\x64\x65\x61\x64_letter\x18\x03 \x01(\x08\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x0f\n\x07release\x18\x05 \x01(\x08\"\xb1\x03\n\x0cWorkResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12%\n\x06opened\x18\x02 \x01(\x0b\x32\x13.casq.v1.WorkOpenedH\x00\x12&\n\x03job\x18\x03 \x01(\x0b\x32\x17.casq.v1.ClaimedMessageH\x00\x12.\n\x0bleases_lost\x18\x04 \x01(\x0b\x32\x17.casq.v1.WorkLeasesLostH\x00\x12/\n\x0bheartbeated\x18\x05 \x01(\x0b\x32\x18.casq.v1.WorkHeartbeatedH\x00\x12#\n\x05\x61\x63ked\x18\x06 \x01(\x0b\x32\x12.casq.v1.WorkAckedH\x00\x12%\n\x06nacked\x18\x07 \x01(\x0b\x32\x13.casq.v1.WorkNackedH\x00\x12\x34\n\x0erequest_failed\x18\x08 \x01(\x0b\x32\x1a.casq.v1.WorkRequestFailedH\x00\x12\'\n\x07routing\x18\t \x01(\x0b\x32\x14.casq.v1.WorkRoutingH\x00\x12)\n\x08\x64raining\x18\n \x01(\x0b\x32\x15.casq.v1.WorkDrainingH\x00\x42\x07\n\x05\x65vent\"\xf9\x01\n\nWorkOpened\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x11\n\tbroker_id\x18\x02 \x01(\t\x12\r\n\x05queue\x18\x03 \x01(\t\x12\x14\n\x0csubscription\x18\x04 \x01(\t\x12,\n\tlease_ttl\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x35\n\x12heartbeat_interval\x18\x06 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x13\n\x0bmax_credits\x18\x07 \x01(\r\x12%\n\x07routing\x18\x08 \x01(\x0b\x32\x14.casq.v1.WorkRouting\"J\n\x0bWorkRouting\x12\x16\n\x0eserving_shards\x18\x01 \x03(\r\x12#\n\x06shards\x18\x02 \x03(\x0b\x32\x13.casq.v1.ShardRoute\"2\n\x0eWorkLeasesLost\x12\x10\n\x08receipts\x18\x01 \x03(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"<\n\x0fWorkHeartbeated\x12)\n\x07results\x18\x01 \x03(\x0b\x32\x18.casq.v1.HeartbeatResult\"0\n\tWorkAcked\x12#\n\x07results\x18\x01 \x03(\x0b\x32\x12.casq.v1.AckResult\"2\n\nWorkNacked\x12$\n\x07results\x18\x01 \x03(\x0b\x32\x13.casq.v1.NackResult\"7\n\x11WorkRequestFailed\x12\"\n\x06status\x18\x01 \x01(\x0b\x32\x12.casq.v1.RpcStatus\"8\n\x0cWorkDraining\x12(\n\x05grace\x18\x01 \x01(\x0b\x32\x19.google.protobuf.DurationB0Z.github.com/casq/casq/sdk/go/gen/casq/v1;casqv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x12\x63\x61sq/v1/work.proto\x12\x07\x63\x61sq.v1\x1a\x14\x63\x61sq/v1/errors.proto\x1a\x15\x63\x61sq/v1/message.proto\x1a\x13\x63\x61sq/v1/shard.proto\x1a\x1egoogle/protobuf/duration.proto\"\xe7\x01\n\x0bWorkRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12!\n\x04open\x18\x02 \x01(\x0b\x32\x11.casq.v1.WorkOpenH\x00\x12%\n\x06\x63redit\x18\x03 \x01(\x0b\x32\x13.casq.v1.WorkCreditH\x00\x12+\n\theartbeat\x18\x04 \x01(\x0b\x32\x16.casq.v1.WorkHeartbeatH\x00\x12\x1f\n\x03\x61\x63k\x18\x05 \x01(\x0b\x32\x10.casq.v1.WorkAckH\x00\x12!\n\x04nack\x18\x06 \x01(\x0b\x32\x11.casq.v1.WorkNackH\x00\x42\t\n\x07\x63ommand\"\x97\x01\n\x08WorkOpen\x12\r\n\x05queue\x18\x01 \x01(\t\x12\x14\n\x0csubscription\x18\x02 \x01(\t\x12\x11\n\tworker_id\x18\x03 \x01(\t\x12\x0f\n\x07\x63redits\x18\x04 \x01(\r\x12,\n\tlease_ttl\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x14\n\x0c\x62\x61tched_jobs\x18\x06 \x01(\x08\"\x1d\n\nWorkCredit\x12\x0f\n\x07\x63redits\x18\x01 \x01(\r\"!\n\rWorkHeartbeat\x12\x10\n\x08receipts\x18\x01 \x03(\t\"\x1b\n\x07WorkAck\x12\x10\n\x08receipts\x18\x01 \x03(\t\"|\n\x08WorkNack\x12\x10\n\x08receipts\x18\x01 \x03(\t\x12(\n\x05\x64\x65lay\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x13\n\x0b\x64\x65\x61\x64_letter\x18\x03 \x01(\x08\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x0f\n\x07release\x18\x05 \x01(\x08\"\xd4\x03\n\x0cWorkResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12%\n\x06opened\x18\x02 \x01(\x0b\x32\x13.casq.v1.WorkOpenedH\x00\x12&\n\x03job\x18\x03 \x01(\x0b\x32\x17.casq.v1.ClaimedMessageH\x00\x12.\n\x0bleases_lost\x18\x04 \x01(\x0b\x32\x17.casq.v1.WorkLeasesLostH\x00\x12/\n\x0bheartbeated\x18\x05 \x01(\x0b\x32\x18.casq.v1.WorkHeartbeatedH\x00\x12#\n\x05\x61\x63ked\x18\x06 \x01(\x0b\x32\x12.casq.v1.WorkAckedH\x00\x12%\n\x06nacked\x18\x07 \x01(\x0b\x32\x13.casq.v1.WorkNackedH\x00\x12\x34\n\x0erequest_failed\x18\x08 \x01(\x0b\x32\x1a.casq.v1.WorkRequestFailedH\x00\x12\'\n\x07routing\x18\t \x01(\x0b\x32\x14.casq.v1.WorkRoutingH\x00\x12)\n\x08\x64raining\x18\n \x01(\x0b\x32\x15.casq.v1.WorkDrainingH\x00\x12!\n\x04jobs\x18\x0b \x01(\x0b\x32\x11.casq.v1.WorkJobsH\x00\x42\x07\n\x05\x65vent\"1\n\x08WorkJobs\x12%\n\x04jobs\x18\x01 \x03(\x0b\x32\x17.casq.v1.ClaimedMessage\"\xf9\x01\n\nWorkOpened\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x11\n\tbroker_id\x18\x02 \x01(\t\x12\r\n\x05queue\x18\x03 \x01(\t\x12\x14\n\x0csubscription\x18\x04 \x01(\t\x12,\n\tlease_ttl\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x35\n\x12heartbeat_interval\x18\x06 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x13\n\x0bmax_credits\x18\x07 \x01(\r\x12%\n\x07routing\x18\x08 \x01(\x0b\x32\x14.casq.v1.WorkRouting\"J\n\x0bWorkRouting\x12\x16\n\x0eserving_shards\x18\x01 \x03(\r\x12#\n\x06shards\x18\x02 \x03(\x0b\x32\x13.casq.v1.ShardRoute\"2\n\x0eWorkLeasesLost\x12\x10\n\x08receipts\x18\x01 \x03(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"<\n\x0fWorkHeartbeated\x12)\n\x07results\x18\x01 \x03(\x0b\x32\x18.casq.v1.HeartbeatResult\"0\n\tWorkAcked\x12#\n\x07results\x18\x01 \x03(\x0b\x32\x12.casq.v1.AckResult\"2\n\nWorkNacked\x12$\n\x07results\x18\x01 \x03(\x0b\x32\x13.casq.v1.NackResult\"7\n\x11WorkRequestFailed\x12\"\n\x06status\x18\x01 \x01(\x0b\x32\x12.casq.v1.RpcStatus\"8\n\x0cWorkDraining\x12(\n\x05grace\x18\x01 \x01(\x0b\x32\x19.google.protobuf.DurationB0Z.github.com/casq/casq/sdk/go/gen/casq/v1;casqv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -39,31 +39,33 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_WORKREQUEST']._serialized_start=130
   _globals['_WORKREQUEST']._serialized_end=361
   _globals['_WORKOPEN']._serialized_start=364
-  _globals['_WORKOPEN']._serialized_end=493
-  _globals['_WORKCREDIT']._serialized_start=495
-  _globals['_WORKCREDIT']._serialized_end=524
-  _globals['_WORKHEARTBEAT']._serialized_start=526
-  _globals['_WORKHEARTBEAT']._serialized_end=559
-  _globals['_WORKACK']._serialized_start=561
-  _globals['_WORKACK']._serialized_end=588
-  _globals['_WORKNACK']._serialized_start=590
-  _globals['_WORKNACK']._serialized_end=714
-  _globals['_WORKRESPONSE']._serialized_start=717
-  _globals['_WORKRESPONSE']._serialized_end=1150
-  _globals['_WORKOPENED']._serialized_start=1153
-  _globals['_WORKOPENED']._serialized_end=1402
-  _globals['_WORKROUTING']._serialized_start=1404
-  _globals['_WORKROUTING']._serialized_end=1478
-  _globals['_WORKLEASESLOST']._serialized_start=1480
-  _globals['_WORKLEASESLOST']._serialized_end=1530
-  _globals['_WORKHEARTBEATED']._serialized_start=1532
-  _globals['_WORKHEARTBEATED']._serialized_end=1592
-  _globals['_WORKACKED']._serialized_start=1594
-  _globals['_WORKACKED']._serialized_end=1642
-  _globals['_WORKNACKED']._serialized_start=1644
-  _globals['_WORKNACKED']._serialized_end=1694
-  _globals['_WORKREQUESTFAILED']._serialized_start=1696
-  _globals['_WORKREQUESTFAILED']._serialized_end=1751
-  _globals['_WORKDRAINING']._serialized_start=1753
-  _globals['_WORKDRAINING']._serialized_end=1809
+  _globals['_WORKOPEN']._serialized_end=515
+  _globals['_WORKCREDIT']._serialized_start=517
+  _globals['_WORKCREDIT']._serialized_end=546
+  _globals['_WORKHEARTBEAT']._serialized_start=548
+  _globals['_WORKHEARTBEAT']._serialized_end=581
+  _globals['_WORKACK']._serialized_start=583
+  _globals['_WORKACK']._serialized_end=610
+  _globals['_WORKNACK']._serialized_start=612
+  _globals['_WORKNACK']._serialized_end=736
+  _globals['_WORKRESPONSE']._serialized_start=739
+  _globals['_WORKRESPONSE']._serialized_end=1207
+  _globals['_WORKJOBS']._serialized_start=1209
+  _globals['_WORKJOBS']._serialized_end=1258
+  _globals['_WORKOPENED']._serialized_start=1261
+  _globals['_WORKOPENED']._serialized_end=1510
+  _globals['_WORKROUTING']._serialized_start=1512
+  _globals['_WORKROUTING']._serialized_end=1586
+  _globals['_WORKLEASESLOST']._serialized_start=1588
+  _globals['_WORKLEASESLOST']._serialized_end=1638
+  _globals['_WORKHEARTBEATED']._serialized_start=1640
+  _globals['_WORKHEARTBEATED']._serialized_end=1700
+  _globals['_WORKACKED']._serialized_start=1702
+  _globals['_WORKACKED']._serialized_end=1750
+  _globals['_WORKNACKED']._serialized_start=1752
+  _globals['_WORKNACKED']._serialized_end=1802
+  _globals['_WORKREQUESTFAILED']._serialized_start=1804
+  _globals['_WORKREQUESTFAILED']._serialized_end=1859
+  _globals['_WORKDRAINING']._serialized_start=1861
+  _globals['_WORKDRAINING']._serialized_end=1917
 # @@protoc_insertion_point(module_scope)

@@ -140,6 +140,7 @@ class WorkOpen(_message.Message):
     WORKER_ID_FIELD_NUMBER: _builtins.int
     CREDITS_FIELD_NUMBER: _builtins.int
     LEASE_TTL_FIELD_NUMBER: _builtins.int
+    BATCHED_JOBS_FIELD_NUMBER: _builtins.int
     queue: _builtins.str
     """Queue to work on."""
     subscription: _builtins.str
@@ -150,7 +151,14 @@ class WorkOpen(_message.Message):
     """
     credits: _builtins.int
     """Initial credit: how many jobs the broker may send before the worker
-    grants more, 0..1000. 0 means nothing until the first Credit.
+    grants more, 0..Opened.max_credits (10000). 0 means nothing until the
+    first Credit.
+    """
+    batched_jobs: _builtins.bool
+    """The worker takes several jobs in one message (WorkResponse.jobs): the
+    broker then sends the jobs one commit leases to this stream together, up
+    to 64 jobs or 1 MiB of payload per message. Without it (and from brokers
+    that predate it) every job comes in a WorkResponse.job of its own.
     """
     @_builtins.property
     def lease_ttl(self) -> _duration_pb2.Duration:
@@ -166,10 +174,11 @@ class WorkOpen(_message.Message):
         worker_id: _builtins.str = ...,
         credits: _builtins.int = ...,
         lease_ttl: _duration_pb2.Duration | None = ...,
+        batched_jobs: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["lease_ttl", b"lease_ttl"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["credits", b"credits", "lease_ttl", b"lease_ttl", "queue", b"queue", "subscription", b"subscription", "worker_id", b"worker_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batched_jobs", b"batched_jobs", "credits", b"credits", "lease_ttl", b"lease_ttl", "queue", b"queue", "subscription", b"subscription", "worker_id", b"worker_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -317,6 +326,7 @@ class WorkResponse(_message.Message):
     REQUEST_FAILED_FIELD_NUMBER: _builtins.int
     ROUTING_FIELD_NUMBER: _builtins.int
     DRAINING_FIELD_NUMBER: _builtins.int
+    JOBS_FIELD_NUMBER: _builtins.int
     request_id: _builtins.int
     """For a reply (opened, heartbeated, acked, nacked, request_failed): the
     request_id of the request it answers. 0 for events the broker sends on
@@ -363,6 +373,12 @@ class WorkResponse(_message.Message):
     def draining(self) -> Global___WorkDraining:
         """The broker is shutting down; no more jobs will come."""
 
+    @_builtins.property
+    def jobs(self) -> Global___WorkJobs:
+        """Several jobs leased to this worker, each as in `job` (one credit each);
+        only to a worker that opened with batched_jobs.
+        """
+
     def __init__(
         self,
         *,
@@ -376,16 +392,41 @@ class WorkResponse(_message.Message):
         request_failed: Global___WorkRequestFailed | None = ...,
         routing: Global___WorkRouting | None = ...,
         draining: Global___WorkDraining | None = ...,
+        jobs: Global___WorkJobs | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["acked", b"acked", "draining", b"draining", "event", b"event", "heartbeated", b"heartbeated", "job", b"job", "leases_lost", b"leases_lost", "nacked", b"nacked", "opened", b"opened", "request_failed", b"request_failed", "routing", b"routing"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["acked", b"acked", "draining", b"draining", "event", b"event", "heartbeated", b"heartbeated", "job", b"job", "jobs", b"jobs", "leases_lost", b"leases_lost", "nacked", b"nacked", "opened", b"opened", "request_failed", b"request_failed", "routing", b"routing"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["acked", b"acked", "draining", b"draining", "event", b"event", "heartbeated", b"heartbeated", "job", b"job", "leases_lost", b"leases_lost", "nacked", b"nacked", "opened", b"opened", "request_failed", b"request_failed", "request_id", b"request_id", "routing", b"routing"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acked", b"acked", "draining", b"draining", "event", b"event", "heartbeated", b"heartbeated", "job", b"job", "jobs", b"jobs", "leases_lost", b"leases_lost", "nacked", b"nacked", "opened", b"opened", "request_failed", b"request_failed", "request_id", b"request_id", "routing", b"routing"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["opened", "job", "leases_lost", "heartbeated", "acked", "nacked", "request_failed", "routing", "draining"]  # noqa: Y015
+    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["opened", "job", "leases_lost", "heartbeated", "acked", "nacked", "request_failed", "routing", "draining", "jobs"]  # noqa: Y015
     _WhichOneofArgType_event: _TypeAlias = _typing.Literal["event", b"event"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_event) -> _WhichOneofReturnType_event | None: ...
 
 Global___WorkResponse: _TypeAlias = WorkResponse  # noqa: Y015
+
+@_typing.final
+class WorkJobs(_message.Message):
+    """WorkJobs carries jobs leased to the worker, in the order they were claimed."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOBS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def jobs(self) -> _containers.RepeatedCompositeFieldContainer[_message_pb2.ClaimedMessage]:
+        """At least one; each is a delivery as in WorkResponse.job."""
+
+    def __init__(
+        self,
+        *,
+        jobs: _abc.Iterable[_message_pb2.ClaimedMessage] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["jobs", b"jobs"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WorkJobs: _TypeAlias = WorkJobs  # noqa: Y015
 
 @_typing.final
 class WorkOpened(_message.Message):
@@ -410,7 +451,9 @@ class WorkOpened(_message.Message):
     subscription: _builtins.str
     """Subscription of the session, with the default applied."""
     max_credits: _builtins.int
-    """Most credit the worker may have outstanding (1000)."""
+    """Most credit the worker may have outstanding (10000; older brokers said
+    1000).
+    """
     @_builtins.property
     def lease_ttl(self) -> _duration_pb2.Duration:
         """Lease TTL of every job of this session (the Open override or the queue's
