@@ -380,8 +380,8 @@ func (r *run) loop() error {
 				// Sent before the session was dropped. A job still arrives
 				// leased to this worker: give it back rather than let its
 				// lease run out.
-				if job := m.ev.GetJob(); job != nil {
-					r.unarySettle(giveBack(toJob(job)))
+				if jobs := claimedJobs(m.ev); len(jobs) > 0 {
+					r.unarySettle(giveBack(jobs...))
 				}
 			case m.ev != nil:
 				r.event(s, m.ev, stopping)
@@ -529,18 +529,33 @@ func (r *run) hungSessions(now time.Time) []*session {
 	return out
 }
 
+// claimedJobs returns the jobs a job or jobs event carries (none for other events).
+func claimedJobs(ev *casqv1.WorkResponse) []*Job {
+	if job := ev.GetJob(); job != nil {
+		return []*Job{toJob(job)}
+	}
+	claimed := ev.GetJobs().GetJobs()
+	jobs := make([]*Job, len(claimed))
+	for i, c := range claimed {
+		jobs[i] = toJob(c)
+	}
+	return jobs
+}
+
 // event handles one message of session s.
 func (r *run) event(s *session, ev *casqv1.WorkResponse, stopping bool) {
 	switch e := ev.GetEvent().(type) {
-	case *casqv1.WorkResponse_Job:
-		job := toJob(e.Job)
+	case *casqv1.WorkResponse_Job, *casqv1.WorkResponse_Jobs:
+		jobs := claimedJobs(ev)
 		if stopping {
-			r.settle(s, giveBack(job))
+			r.settle(s, giveBack(jobs...))
 			return
 		}
-		s.win.arrived()
-		r.jobs[job.Receipt] = &held{job: job, from: s, owner: s}
-		r.waiting = append(r.waiting, job.Receipt)
+		for _, job := range jobs {
+			s.win.arrived()
+			r.jobs[job.Receipt] = &held{job: job, from: s, owner: s}
+			r.waiting = append(r.waiting, job.Receipt)
+		}
 		// A window that grew, or waited for the broker's max_credits, grants now.
 		r.grant(s)
 	case *casqv1.WorkResponse_LeasesLost:

@@ -64,6 +64,7 @@ func (r *run) handshake(s *session) openResult {
 	}
 	open := &casqv1.WorkOpen{
 		Queue: r.queue, Subscription: r.cfg.subscription, WorkerId: r.cfg.workerID, Credits: s.credits,
+		BatchedJobs: true,
 	}
 	if r.cfg.leaseTTL > 0 {
 		open.LeaseTtl = durationpb.New(r.cfg.leaseTTL)
@@ -310,9 +311,9 @@ func (r *run) finishAll() {
 	for live > 0 {
 		select {
 		case m := <-r.inbox:
-			if job := m.ev.GetJob(); job != nil {
-				// Not expected after a half-close: give it back.
-				r.unarySettle(giveBack(toJob(job)))
+			if jobs := claimedJobs(m.ev); len(jobs) > 0 {
+				// Not expected after a half-close: give them back.
+				r.unarySettle(giveBack(jobs...))
 			}
 			if m.s.gone || m.ev != nil {
 				continue

@@ -104,6 +104,11 @@ export class SdkWireAudit implements WireTap {
       if (event.case === "job") {
         this.onJob(event.value);
         this.claimed(event.value);
+      } else if (event.case === "jobs") {
+        for (const job of event.value.jobs) {
+          this.onJob(job);
+          this.claimed(job);
+        }
       } else if (event.case === "acked") this.acked(event.value.results);
       else if (event.case === "nacked") this.nacked(event.value.results);
       else if (event.case === "heartbeated") this.heartbeated(event.value.results);

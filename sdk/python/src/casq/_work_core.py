@@ -337,6 +337,7 @@ class WorkCore:
             subscription=self.subscription,
             worker_id=self.worker_id,
             credits=stream.credit.take_grant(),
+            batched_jobs=True,
         )
         if self.lease_ttl is not None:
             open_request.lease_ttl.CopyFrom(to_duration(self.lease_ttl))
@@ -373,14 +374,16 @@ class WorkCore:
             if not self.heartbeats_started:
                 self.heartbeats_started = reaction.start_heartbeats = True
             reaction.streams = self.route(stream, response.opened.routing, new_outbox)
-        elif event == "job":
-            stream.credit.arrived()
-            held = Held(Job(response.job), stream.lane, stream)
-            self.held[held.job.receipt] = held
-            if self.stopping:
-                reaction.release.append(held)
-            else:
-                self.waiting.append(held)
+        elif event in ("job", "jobs"):
+            for claimed in [response.job] if event == "job" else response.jobs.jobs:
+                stream.credit.arrived()
+                held = Held(Job(claimed), stream.lane, stream)
+                self.held[held.job.receipt] = held
+                if self.stopping:
+                    reaction.release.append(held)
+                else:
+                    self.waiting.append(held)
+            if not self.stopping:
                 reaction.start = self.runnable()
                 # A window that grew, or waited for the broker's max_credits, grants now.
                 self._grant(stream)

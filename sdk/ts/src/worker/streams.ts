@@ -215,6 +215,7 @@ export class Streams {
         subscription: this.subscription,
         workerId: this.workerId,
         credits,
+        batchedJobs: true,
         ...(this.leaseTtlMs === undefined ? {} : { leaseTtl: durationFromMs(this.leaseTtlMs) }),
       },
     });
@@ -369,6 +370,12 @@ export class Streams {
       case "job":
         session.credit.arrived();
         this.events.job(session, event.value);
+        return;
+      case "jobs":
+        for (const job of event.value.jobs) {
+          session.credit.arrived();
+          this.events.job(session, job);
+        }
         return;
       case "leasesLost":
         this.events.leasesLost(event.value.receipts, event.value.reason);
