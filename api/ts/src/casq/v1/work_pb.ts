@@ -189,7 +189,7 @@ export type WorkOpen = Message<"casq.v1.WorkOpen"> & {
   /**
    * The worker takes several jobs in one message (WorkResponse.jobs): the
    * broker then sends the jobs one commit leases to this stream together, up
-   * to 64 jobs or 1 MiB of payload per message. Without it (and from brokers
+   * to 1000 jobs or 1 MiB of payload per message. Without it (and from brokers
    * that predate it) every job comes in a WorkResponse.job of its own.
    *
    * @generated from field: bool batched_jobs = 6;

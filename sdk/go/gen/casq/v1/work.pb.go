@@ -241,7 +241,7 @@ type WorkOpen struct {
 	LeaseTtl *durationpb.Duration `protobuf:"bytes,5,opt,name=lease_ttl,json=leaseTtl,proto3" json:"lease_ttl,omitempty"`
 	// The worker takes several jobs in one message (WorkResponse.jobs): the
 	// broker then sends the jobs one commit leases to this stream together, up
-	// to 64 jobs or 1 MiB of payload per message. Without it (and from brokers
+	// to 1000 jobs or 1 MiB of payload per message. Without it (and from brokers
 	// that predate it) every job comes in a WorkResponse.job of its own.
 	BatchedJobs   bool `protobuf:"varint,6,opt,name=batched_jobs,json=batchedJobs,proto3" json:"batched_jobs,omitempty"`
 	unknownFields protoimpl.UnknownFields
