@@ -15,11 +15,16 @@
  * them, and refuses a head whose subscriptions index dead-letter segments as
  * corrupt (an unknown field), which its leader never writes over.
  */
+import { mkdtemp, readFile, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import path from "node:path";
 import { describe, expect, it } from "vitest";
 import { ShardLeader } from "../../server/src/broker/shard-leader.ts";
 import { isCasqError } from "../../server/src/errors.ts";
 import { ShardState } from "../../server/src/model/shard-state.ts";
+import { FileStore } from "../../server/src/store/file-store.ts";
 import { MemoryStore } from "../../server/src/store/memory-store.ts";
+import type { ObjectStore } from "../../server/src/store/object-store.ts";
 import { seededRandom } from "../../server/src/util/random.ts";
 import { ManualClock } from "../../server/testing/manual-clock.ts";
 import { V1_SHARD_FORMAT, v1DocumentGate } from "./frozen-v1-document-gate.ts";
@@ -29,7 +34,7 @@ const HEAD = "queues/jobs/0.json";
 const SEG = "queues/jobs/0/seg/";
 const body = (i: number) => new TextEncoder().encode(`job-${i}-${"x".repeat(200)}`);
 
-function leader(store: MemoryStore, name: string, clock: ManualClock, indexSegmentSize = 64): ShardLeader {
+function leader(store: ObjectStore, name: string, clock: ManualClock, indexSegmentSize = 64): ShardLeader {
   return new ShardLeader({
     store,
     queue: "jobs",
@@ -93,6 +98,26 @@ describe("mixed versions: v1 and v2 brokers on one store", () => {
     expect(segment).toBeDefined();
     const segmentBytes = (await store.get(segment?.key ?? ""))?.body ?? new Uint8Array();
     expect(() => v1DocumentGate(segmentBytes)).toThrow(/not a casq shard document/);
+  });
+
+  it("an older broker's file store reads a slotted head file whole, which its parser refuses (so it never writes over it)", async () => {
+    const root = await mkdtemp(path.join(tmpdir(), "casq-compat-slotted-"));
+    const store = new FileStore({ root });
+    try {
+      const writer = leader(store, "writer", new ManualClock());
+      for (let i = 0; i < 3; i++)
+        await writer.submit({ kind: "enqueue", messages: [{ id: `m${i}`, payload: body(i) }] });
+      // Overwritten heads live in slotted files (casq-object/2); a file store from before them
+      // finds no `casq-object/1` header and hands the whole file to its broker as the document.
+      const raw = await readFile(path.join(root, ...HEAD.split("/")));
+      expect(raw.subarray(0, 14).toString("latin1")).toBe("casq-object/2 ");
+      const refusal = gateRefusal(raw);
+      expect(isCasqError(refusal, "data_loss"), String(refusal)).toBe(true);
+      expect(() => v1DocumentGate(raw)).toThrow(/not valid UTF-8 JSON/);
+    } finally {
+      await store.close();
+      await rm(root, { recursive: true, force: true });
+    }
   });
 
   it("a broker refuses a head of a newer format with data_loss and never writes over it, not even to renew or take over", async () => {

@@ -6,7 +6,18 @@
  */
 import { createHash, randomBytes } from "node:crypto";
 import { existsSync } from "node:fs";
-import { chmod, chown, mkdir, mkdtemp, readdir, readFile, rm, utimes, writeFile } from "node:fs/promises";
+import {
+  chmod,
+  chown,
+  mkdir,
+  mkdtemp,
+  readdir,
+  readFile,
+  rm,
+  stat,
+  utimes,
+  writeFile,
+} from "node:fs/promises";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
@@ -94,6 +105,12 @@ describe("FileStore", () => {
     await rm(path.dirname(path.dirname(root)), { recursive: true, force: true });
   });
 
+  /** A key's body as text, and its etag. */
+  async function readText(key: string): Promise<{ body: string; etag: string } | undefined> {
+    const read = await store.get(key);
+    return read && { body: decoder.decode(read.body), etag: read.etag };
+  }
+
   it("creates its root directory and describes itself as file:<absolute root>", () => {
     expect(existsSync(root)).toBe(true);
     expect(store.description).toBe(`file:${root}`);
@@ -136,6 +153,83 @@ describe("FileStore", () => {
     expect(fileStoreOwnerToken().startsWith(`${process.pid}.`)).toBe(true);
   });
 
+  it("an overwritten object moves to a slotted file, then each put writes it in place (same inode)", async () => {
+    const key = "queues/q/0.json";
+    const file = path.join(root, "queues", "q", "0.json");
+    let { etag } = await store.put(key, bytes("v0"), { ifAbsent: true });
+    ({ etag } = await store.put(key, bytes("v1"), { ifMatch: etag }));
+    expect((await readFile(file, "latin1")).split("\n")[0]).toBe("casq-object/2 capacity=16384");
+    const inode = (await stat(file)).ino;
+    for (let i = 2; i <= 6; i++) {
+      const written = await store.put(key, bytes(`v${i}`), { ifMatch: etag });
+      expect(written.etag).not.toBe(etag);
+      etag = written.etag;
+      expect(await readText(key)).toEqual({ body: `v${i}`, etag });
+      expect(await store.list("queues/")).toEqual([{ key, etag, size: 2 }]);
+    }
+    expect((await stat(file)).ino).toBe(inode);
+    // An old etag never matches again, and a put-if-absent sees the key.
+    expect(await rejectionKind(() => store.put(key, bytes("x"), { ifMatch: `"${"0".repeat(32)}"` }))).toBe(
+      "precondition_failed",
+    );
+    expect(await rejectionKind(() => store.put(key, bytes("x"), { ifAbsent: true }))).toBe(
+      "precondition_failed",
+    );
+    // A body beyond the slots' capacity: the file is made again, bigger.
+    const big = new Uint8Array(40_000).fill(7);
+    etag = (await store.put(key, big, { ifMatch: etag })).etag;
+    expect((await readFile(file, "latin1")).split("\n")[0]).toBe("casq-object/2 capacity=81920");
+    expect((await stat(file)).ino).not.toBe(inode);
+    expect(Buffer.from((await store.get(key))?.body ?? []).equals(big)).toBe(true);
+    expect((await store.get(key))?.etag).toBe(etag);
+    await store.delete(key, { ifMatch: etag });
+    expect(await store.get(key)).toBeUndefined();
+  });
+
+  it("a newer slot torn by a crash is ignored: the last whole version is read, and a CAS on it writes over the torn slot", async () => {
+    const key = "queues/q/0.json";
+    const file = path.join(root, "queues", "q", "0.json");
+    const v0 = await store.put(key, bytes("v0"), { ifAbsent: true });
+    const v1 = await store.put(key, bytes("v1"), { ifMatch: v0.etag }); // the slotted file: v1 in slot 0
+    const v2 = await store.put(key, bytes("v2"), { ifMatch: v1.etag }); // v2 in slot 1
+    // As if v2's write had been cut short: a byte of slot 1's body lost.
+    const raw = await readFile(file);
+    const slot1Body = 4096 + (4096 + 16384) + 4096;
+    raw[slot1Body] = (raw[slot1Body] as number) ^ 0xff;
+    await writeFile(file, raw);
+    expect(await readText(key)).toEqual({ body: "v1", etag: v1.etag });
+    expect(await rejectionKind(() => store.put(key, bytes("x"), { ifMatch: v2.etag }))).toBe(
+      "precondition_failed",
+    );
+    const v3 = await store.put(key, bytes("v3"), { ifMatch: v1.etag });
+    expect(await readText(key)).toEqual({ body: "v3", etag: v3.etag });
+  });
+
+  it("a file whose two slots both fail their checksums is never written over", async () => {
+    const key = "queues/q/0.json";
+    const file = path.join(root, "queues", "q", "0.json");
+    let { etag } = await store.put(key, bytes("v0"), { ifAbsent: true });
+    etag = (await store.put(key, bytes("v1"), { ifMatch: etag })).etag;
+    etag = (await store.put(key, bytes("v2"), { ifMatch: etag })).etag;
+    const raw = await readFile(file);
+    for (const body of [4096 + 4096, 4096 + (4096 + 16384) + 4096]) raw[body] = (raw[body] as number) ^ 0xff;
+    await writeFile(file, raw);
+    const damaged = await store.get(key).catch((error: unknown) => error);
+    expect(isStoreError(damaged, "unavailable")).toBe(true);
+    expect(String(damaged)).toMatch(/damaged/);
+    for (const write of [
+      () => store.put(key, bytes("x"), { ifMatch: etag }),
+      () => store.put(key, bytes("x"), { ifAbsent: true }),
+      () => store.delete(key, { ifMatch: etag }),
+    ])
+      expect(await rejectionKind(write)).toBe("precondition_failed");
+    expect(await store.list("queues/")).toEqual([{ key, etag: '"damaged"', size: 0 }]);
+    expect(await readFile(file)).toEqual(raw);
+    // An operator may still delete the key outright.
+    await store.delete(key);
+    expect(await store.get(key)).toBeUndefined();
+  });
+
   it("never lists or reads internal files, and refuses keys that could name them", async () => {
     await store.put("dir/doc.json", bytes("doc"), { ifAbsent: true });
     await writeFile(path.join(root, "dir", "doc.json~tmp~not-a-real-owner"), "half written");
@@ -147,7 +241,7 @@ describe("FileStore", () => {
       expect(await rejectionKind(() => store.get(key)), key).toBe("invalid");
   });
 
-  it("reads a file copied in by hand whole, and the first CAS over it adds a header", async () => {
+  it("reads a file copied in by hand whole, and the first CAS over it gives it the store's format", async () => {
     await mkdir(path.join(root, "hand"), { recursive: true });
     await writeFile(path.join(root, "hand", "doc.json"), '{"restored":true}');
     const read = await store.get("hand/doc.json");

@@ -6,12 +6,22 @@
  *
  * ## On disk
  *
- * - Key `queues/q/0.json` is the file `<root>/queues/q/0.json`. The file starts
- *   with a one-line header `casq-object/1 <32 hex>\n` naming the version (the
- *   etag), followed by the object's bytes exactly (inspect it with
- *   `tail -n +2 <file>`). A file without that header (e.g. copied in by hand)
- *   is read whole, with an etag derived from its inode, mtime and size; the
- *   next write through the store gives it a header.
+ * - Key `queues/q/0.json` is the file `<root>/queues/q/0.json`, in one of two
+ *   formats:
+ *   - a new key (put-if-absent) gets a one-line header
+ *     `casq-object/1 <32 hex>\n` naming the version (the etag), followed by
+ *     the object's bytes exactly (inspect it with `tail -n +2 <file>`);
+ *   - a key that is overwritten (put-if-match) moves to a slotted file
+ *     (`casq-object/2`, file-store/slotted-file.ts): two slots holding the
+ *     current version and the one before, each with its etag and a CRC-32,
+ *     written in place from then on. A shard's head is such a file.
+ *
+ *   A file with neither header (e.g. copied in by hand) is read whole, with
+ *   an etag derived from its inode, mtime and size; the next write through
+ *   the store gives it one. A store directory written by this version is
+ *   refused by brokers from before slotted files: they read a slotted file
+ *   whole, and their shard parser refuses it as unreadable (never writing
+ *   over it).
  * - Everything internal has a `~` in its name, a character {@link validateKey}
  *   never accepts, so internal names can never collide with a key and are
  *   skipped by `list`: temp files `<name>~tmp~<owner>` beside their target,
@@ -21,17 +31,26 @@
  *
  * ## Crash-safe writes
  *
- * A put writes header + bytes to a fresh temp file in the target's directory
- * and fsyncs it (taking the key's lock meanwhile); then, under the key's
- * lock, it checks the condition and `rename`s the temp file over the target (the commit point: rename is atomic,
- * so readers see the old or the new file, never a mix), then fsyncs the
- * directory so the rename survives power loss. Files are never modified in
- * place, so a reader that opened one version reads its header (etag) and body
- * from that one inode: body and etag always match. The etag is 128 random bits
- * chosen per write, so rewriting identical bytes still changes it, and an old
- * etag never matches again (inode numbers and mtimes can repeat; random ids
- * practically cannot). Temp files of dead writers are deleted when a store
- * first writes into their directory, or when it breaks that key's stale lock.
+ * Every check and write of a put happens under the key's lock. A put over a
+ * slotted file whose capacity the body fits writes the slot that does not
+ * hold the current version (body, then header) and `fdatasync`s the file:
+ * the current version stays whole until then, and a slot cut short by a
+ * crash fails its CRC and is ignored (slotted-file.ts). Any other put
+ * writes the new file (a slotted one when it overwrites, sized for the body
+ * to double) to a fresh temp file in the target's directory and fsyncs it,
+ * checks the condition and `rename`s the temp file over the target (the
+ * commit point: rename is atomic, so readers see the old or the new file,
+ * never a mix), then fsyncs the directory so the rename survives power loss.
+ * A reader of a single-version file reads its header (etag) and body from
+ * one inode, which is never modified in place; a reader of a slotted file
+ * checks the slot's CRC and reads again if another process wrote over it
+ * meanwhile. The etag is 128 random bits chosen per write, so rewriting
+ * identical bytes still changes it, and an old etag never matches again
+ * (inode numbers and mtimes can repeat; random ids practically cannot).
+ * Temp files of dead writers are deleted when a store first writes into
+ * their directory, or when it breaks that key's stale lock. A slotted file
+ * none of whose slots is valid (damage on the disk) is never written over:
+ * reads fail `unavailable`, conditional writes fail their condition.
  *
  * ## Cross-process lock (per key)
  *
@@ -43,20 +62,20 @@
  *
  * ## Where the time goes
  *
- * A put makes about fifteen file-system calls. Made asynchronously, each is a
+ * A put makes up to fifteen file-system calls. Made asynchronously, each is a
  * trip to libuv's thread pool and back to the event loop (~50 µs of CPU on
  * the machines we measure, and a turn of a loop that is busy answering
  * calls). So a put of up to 4 MiB runs on one of the process's put threads
  * (file-store/put-threads.ts): the whole sequence as synchronous calls
  * (file-store/sync-put.ts), one message there and one back; the thread
- * answers once the rename is durable and only then releases the key's lock
+ * answers once the write is durable and only then releases the key's lock
  * and stages the lock of its next put (a directory holding a marker, under
  * `~casq/staging`: one per thread while the process lives, swept with the
  * other leftovers of a process once it is gone). It takes the cross-process lock only if it is free (or, briefly,
  * once a sibling thread releases it); a lock held by another process, a
  * bigger body, or a thread that cannot start send the put down the
  * asynchronous path below, which waits for live holders and breaks dead
- * ones. On that path the calls that only read (the condition check, the lock
+ * ones, and always writes a temp file and renames it. On that path the calls that only read (the condition check, the lock
  * check) and the write of a body of at most 1 MiB into the page cache run
  * synchronously (calls that change a directory can wait for the journal, so
  * they stay on the pool); the next lock's staging directory is made while
@@ -66,13 +85,14 @@
  *
  * ## Deadlines and errors
  *
- * `options.signal` aborted before the rename rejects with `unavailable` and
- * nothing was written; once the rename happened the write resolves normally.
+ * `options.signal` aborted before the commit point (the rename, or the
+ * write of a slot) rejects with `unavailable` and nothing was written; once
+ * past it the write resolves normally.
  * File-system errors are classified once (file-store/fs-errors.ts): a
  * missing file is "absent", path collisions (ENOTDIR, EISDIR, ENAMETOOLONG)
  * are `invalid`, everything else (EACCES, ENOSPC, EIO, ...) is `unavailable`;
- * a failed directory fsync after the rename is `ambiguous` (visible,
- * durability unknown). A store
+ * a failed directory fsync after the rename, or a failed `fdatasync` after a
+ * slot's header was written, is `ambiguous` (visible, durability unknown). A store
  * directory that cannot be created or written when the store opens is
  * `misconfigured`, at once (never a retry loop).
  */
@@ -92,6 +112,8 @@ import {
 import { classify, errnoCode, ignoreMissing, throwIfAborted, unusableRoot } from "./file-store/fs-errors.ts";
 import { KeyLocks, LOCK_TAKEN_OVER } from "./file-store/key-lock.ts";
 import {
+  DAMAGED_ETAG,
+  DAMAGED_MESSAGE,
   ETAG_ID_HEX,
   HEADER_BYTES,
   HEADER_MAGIC,
@@ -102,6 +124,7 @@ import {
 import { isAbandoned, newOwnerName, ORPHAN_MAX_AGE_MS } from "./file-store/owner-liveness.ts";
 import { type PutThreads, putThreads, removeLeftovers } from "./file-store/put-threads.ts";
 import { randomHex } from "./file-store/random-hex.ts";
+import { isSlotted, parseSlotted, SLOTTED_READ_ATTEMPTS } from "./file-store/slotted-file.ts";
 import type { SyncPutOutcome, SyncPutRequest } from "./file-store/sync-put.ts";
 import { validateKey, validatePrefix } from "./keys.ts";
 import type {
@@ -213,12 +236,12 @@ export class FileStore implements ObjectStore {
     });
   }
 
-  /** Reads a key; body and etag come from the same immutable file version. */
+  /** Reads a key; body and etag come from the same version (checked by its CRC in a slotted file). */
   get(key: string, options?: CallOptions): Promise<StoredObject | undefined> {
     return this.track(key, () => this.doGet(key, options?.signal));
   }
 
-  /** Conditionally writes a key: temp file, fsync, then check and rename under the key's lock. */
+  /** Conditionally writes a key under its lock: in place over a slotted file, else a temp file renamed over it (see the module comment). */
   put(key: string, body: Uint8Array, condition: PutCondition, options?: CallOptions): Promise<PutResult> {
     return this.track(key, () => this.doPut(key, body, condition, options?.signal));
   }
@@ -279,6 +302,27 @@ export class FileStore implements ObjectStore {
 
   private async doGet(key: string, signal: AbortSignal | undefined): Promise<StoredObject | undefined> {
     const file = this.pathOf(key);
+    // A slotted file met while another process writes both its slots is read again (slotted-file.ts).
+    for (let attempt = 1; ; attempt++) {
+      const read = await this.readFile(key, file, signal);
+      if (read === undefined) return undefined;
+      if (!isSlotted(read.data)) {
+        const etag = parseHeader(read.data);
+        if (etag !== undefined) return { body: read.data.subarray(HEADER_BYTES), etag };
+        return { body: read.data, etag: rawEtag(read.info) };
+      }
+      const version = parseSlotted(read.data);
+      if (version !== undefined) return version;
+      if (attempt >= SLOTTED_READ_ATTEMPTS) throw new UnavailableError(key, DAMAGED_MESSAGE);
+    }
+  }
+
+  /** The whole file of `key` and its stat; undefined when there is none (or a directory). */
+  private async readFile(
+    key: string,
+    file: string,
+    signal: AbortSignal | undefined,
+  ): Promise<{ data: Buffer; info: { ino: bigint; mtimeNs: bigint; size: bigint } } | undefined> {
     throwIfAborted(signal, key, "before the read");
     let handle: FileHandle;
     try {
@@ -301,10 +345,7 @@ export class FileStore implements ObjectStore {
         offset += bytesRead;
       }
       throwIfAborted(signal, key, "during the read");
-      const data = bytes.subarray(0, offset);
-      const etag = parseHeader(data);
-      if (etag !== undefined) return { body: data.subarray(HEADER_BYTES), etag };
-      return { body: data, etag: rawEtag(info) };
+      return { data: bytes.subarray(0, offset), info };
     } catch (error) {
       throw classify(error, key, "reading the object");
     } finally {
@@ -353,7 +394,7 @@ export class FileStore implements ObjectStore {
     const request: SyncPutRequest = {
       file,
       temp: `${file}${TEMP_INFIX}${newOwnerName()}`,
-      header: `${HEADER_MAGIC}${id}\n`,
+      id,
       ifAbsent: "ifAbsent" in condition,
       ifMatch: "ifMatch" in condition ? condition.ifMatch : undefined,
       ...this.locks.stageFor(key),
@@ -436,6 +477,7 @@ export class FileStore implements ObjectStore {
       try {
         const current = readCurrent(file);
         if (current.kind === "directory") throw new InvalidRequestError(key, PREFIX_NOT_OBJECT);
+        if (current.kind === "damaged") throw new PreconditionFailedError(key, DAMAGED_MESSAGE);
         if ("ifAbsent" in condition) {
           if (current.kind === "object") throw new PreconditionFailedError(key, "the key already exists");
         } else if (current.kind === "absent") {
@@ -478,11 +520,12 @@ export class FileStore implements ObjectStore {
       try {
         const current = readCurrent(file);
         if (ifMatch !== undefined) {
+          if (current.kind === "damaged") throw new PreconditionFailedError(key, DAMAGED_MESSAGE);
           if (current.kind !== "object") throw new PreconditionFailedError(key, "the key does not exist");
           if (current.etag !== ifMatch)
             throw new PreconditionFailedError(key, `etag is ${current.etag}, not ${ifMatch}`);
         }
-        if (current.kind !== "object") return;
+        if (current.kind !== "object" && current.kind !== "damaged") return;
         throwIfAborted(signal, key, "before the delete committed (nothing was deleted)");
         lock.assertHeld(key);
         await ignoreMissing(unlinkPath(file));
@@ -537,6 +580,7 @@ export class FileStore implements ObjectStore {
           try {
             const current = readCurrent(path.join(dir, entry.name));
             if (current.kind === "object") found.push({ key, etag: current.etag, size: current.size });
+            else if (current.kind === "damaged") found.push({ key, etag: DAMAGED_ETAG, size: 0 });
           } catch (error) {
             if (errnoCode(error) !== "ENOENT") throw error;
           }

@@ -1,11 +1,13 @@
 /**
  * One object's file: a one-line version header `casq-object/1 <32 hex>\n`
- * (the etag) followed by the object's bytes; a file without the header is
- * read whole, with an etag derived from its inode, mtime and size (see the
- * module comment of file-store.ts).
+ * (the etag) followed by the object's bytes; or a slotted file
+ * (`casq-object/2`, slotted-file.ts) for an object that is overwritten in
+ * place; a file with neither header is read whole, with an etag derived from
+ * its inode, mtime and size (see the module comment of file-store.ts).
  */
 import { closeSync, fstatSync, openSync, readSync } from "node:fs";
 import { errnoCode } from "./fs-errors.ts";
+import { isSlotted, readSlottedFd, SLOTTED_READ_ATTEMPTS, type SlotVersion } from "./slotted-file.ts";
 
 /** The header's first bytes, before the version id. */
 export const HEADER_MAGIC = "casq-object/1 ";
@@ -26,11 +28,29 @@ export function parseHeader(bytes: Uint8Array): string | undefined {
 export type Current =
   | { readonly kind: "absent" }
   | { readonly kind: "directory" }
-  | { readonly kind: "object"; readonly etag: string; readonly size: number };
+  | {
+      readonly kind: "object";
+      readonly etag: string;
+      readonly size: number;
+      /** Set for a slotted file: its capacity and which slot holds this version. */
+      readonly slotted?: { readonly capacity: number; readonly current: SlotVersion };
+    }
+  /** A slotted file none of whose slots is valid: never written over (see slotted-file.ts). */
+  | { readonly kind: "damaged" };
+
+/** The etag a damaged file reports (in listings): it never matches a condition. */
+export const DAMAGED_ETAG = '"damaged"';
+
+/** Why a damaged object file is refused, for error messages. */
+export const DAMAGED_MESSAGE =
+  "its file is damaged (neither of its two versions passes its checksum); it is never written over: restore the file from a backup or delete the key";
 
 /**
  * Reads what `file` holds now (synchronously: an open, an fstat and a read of
- * at most the header, microseconds on a local disk).
+ * at most the header, microseconds on a local disk; a slotted file's current
+ * body is read too, to check its CRC). A slotted file found mid-write (by
+ * another process: callers under the key's lock never meet one) is read
+ * again a few times before it counts as damaged.
  */
 export function readCurrent(file: string): Current {
   let fd: number;
@@ -47,6 +67,14 @@ export function readCurrent(file: string): Current {
     const size = Number(info.size);
     const head = Buffer.alloc(Math.min(size, HEADER_BYTES));
     const bytesRead = readSync(fd, head, 0, head.byteLength, 0);
+    if (isSlotted(head.subarray(0, bytesRead))) {
+      for (let attempt = 1; ; attempt++) {
+        const state = readSlottedFd(fd);
+        if (state.kind === "slotted")
+          return { kind: "object", etag: state.current.etag, size: state.current.length, slotted: state };
+        if (attempt >= SLOTTED_READ_ATTEMPTS) return { kind: "damaged" };
+      }
+    }
     const etag = parseHeader(head.subarray(0, bytesRead));
     if (etag !== undefined) return { kind: "object", etag, size: size - HEADER_BYTES };
     return { kind: "object", etag: rawEtag(info), size };

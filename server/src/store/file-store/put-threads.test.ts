@@ -13,6 +13,7 @@ import { FILE_STORE_INTERNAL_DIR, FileStore } from "../file-store.ts";
 import { isStoreError } from "../store-errors.ts";
 import { fileStoreOwnerToken } from "./owner-liveness.ts";
 import { PutThreads, putThreads } from "./put-threads.ts";
+import { parseSlotted } from "./slotted-file.ts";
 import type { SyncPutRequest } from "./sync-put.ts";
 
 const bytes = (text: string) => new TextEncoder().encode(text);
@@ -37,10 +38,10 @@ describe("file store put threads", () => {
     return {
       file: path.join(root, name),
       temp: path.join(root, `${name}~tmp~${owner}`),
-      header: `casq-object/1 ${"ab".repeat(16)}\n`,
+      id: "ab".repeat(16),
       ifAbsent: "ifAbsent" in condition,
       ifMatch: "ifMatch" in condition ? condition.ifMatch : undefined,
-      lockDir: path.join(root, "locks", name),
+      lockDir: path.join(root, "locks", name.replaceAll("/", "_")),
       stagedDir: path.join(root, "staging", owner),
       marker: owner,
       markerText: "{}\n",
@@ -94,7 +95,10 @@ describe("file store put threads", () => {
       code: "ENOENT",
     });
 
-    expect((await readFile(path.join(root, "doc"), "utf8")).endsWith("\ntwo")).toBe(true);
+    // Overwritten: the file is a slotted one now (slotted-file.ts), holding "two".
+    const doc = parseSlotted(await readFile(path.join(root, "doc")));
+    expect(new TextDecoder().decode(doc?.body)).toBe("two");
+    expect(doc?.etag).toBe(etag);
     expect(await readdir(path.join(root, "locks"))).toEqual([]);
     expect(await readdir(path.join(root, "staging"))).toEqual([]);
     expect((await readdir(root)).filter((name) => name.includes("~tmp~"))).toEqual([]);
@@ -189,7 +193,7 @@ describe("file store put threads", () => {
           fs.mkdirSync(request.stagedDir);
           fs.writeFileSync(path.join(request.stagedDir, request.marker), "{}");
           fs.renameSync(request.stagedDir, request.lockDir);
-          fs.writeFileSync(request.file, request.header + "v1");
+          fs.writeFileSync(request.file, "casq-object/1 " + request.id + "\\n" + "v1");
           parentPort.postMessage({ id, outcome: { kind: "ok" } });
           setTimeout(() => process.exit(1), 20);
         });

@@ -12,17 +12,20 @@
  *
  * The sequence, stopping at the first failure:
  *
- * 1. create the temp file (`O_EXCL`), write the version header and the body,
- *    fsync it;
- * 2. take the key's cross-process lock: make the staging directory holding
+ * 1. take the key's cross-process lock: make the staging directory holding
  *    this writer's marker and rename it onto the lock path. A lock held by
  *    anyone else ends the run with `lock-busy` (nothing written): the store
  *    then takes its asynchronous path, which waits for live holders and
  *    breaks dead ones (key-lock.ts);
- * 3. under the lock: check the condition against the current file, check
- *    that the marker is still ours, rename the temp file over the target (the
- *    commit point), fsync the directory;
- * 4. remove the temp file if it was not committed, whatever happened; and
+ * 2. under the lock: check the condition against the current file and that
+ *    the marker is still ours; then
+ *    - a slotted file (slotted-file.ts) whose capacity the body fits: write
+ *      the version over its other slot and `fdatasync` (the commit point);
+ *    - otherwise: create the temp file (`O_EXCL`), write the new file (a
+ *      slotted one when the put overwrites, since the key will likely be
+ *      overwritten again; else the version header and the body), fsync it,
+ *      rename it over the target (the commit point), fsync the directory;
+ * 3. remove the temp file if it was not committed, whatever happened; and
  *    release the lock (marker, then directory) in {@link SyncPutRun.finish},
  *    which the thread runs after it has sent the outcome, so that a commit
  *    is answered without waiting for its lock's release.
@@ -50,8 +53,9 @@ import {
 } from "node:fs";
 import path from "node:path";
 import { errnoCode } from "./fs-errors.ts";
-import { readCurrent } from "./object-file.ts";
+import { DAMAGED_MESSAGE, HEADER_MAGIC, readCurrent } from "./object-file.ts";
 import { fileStoreOwnerToken } from "./owner-liveness.ts";
+import { newSlottedFile, slottedCapacity, writeSlot } from "./slotted-file.ts";
 
 /** Everything one put needs besides its body; paths are absolute. */
 export interface SyncPutRequest {
@@ -59,8 +63,8 @@ export interface SyncPutRequest {
   readonly file: string;
   /** The temp file to write first (in the object's directory, which must exist). */
   readonly temp: string;
-  /** The version header line (`casq-object/1 <id>\n`). */
-  readonly header: string;
+  /** The new version's id: 32 hex digits (the etag, unquoted). */
+  readonly id: string;
   /** Put-if-absent, or put-if-match `ifMatch`. */
   readonly ifAbsent: boolean;
   readonly ifMatch?: string;
@@ -99,10 +103,10 @@ export type SyncPutOutcome =
   | { readonly kind: "lock-lost" }
   /** A file call failed before the commit point (`step` names it; `code` is the errno code). */
   | { readonly kind: "failed"; readonly step: SyncPutStep; readonly code: string; readonly message: string }
-  /** The rename landed but the directory's fsync failed: visible, durability unknown. */
+  /** The rename landed but the directory's fsync failed, or a slot was written but its fdatasync failed: visible, durability unknown. */
   | { readonly kind: "ambiguous"; readonly code: string };
 
-/** Where a failed run stopped: writing the temp file, taking the lock, or checking and renaming under it. */
+/** Where a failed run stopped: writing the temp file, taking the lock, or checking and writing or renaming under it. */
 export type SyncPutStep = "temp" | "lock" | "commit";
 
 function failure(step: SyncPutStep, error: unknown): SyncPutOutcome {
@@ -156,30 +160,15 @@ export function syncPut(
     quietly(() => rmdirSync(request.lockDir));
   };
   const run = (): SyncPutOutcome => {
-    let fd: number;
+    if (aborted()) return { kind: "aborted" };
+    const busy = takeLock(request, stagedAt);
+    if (busy !== undefined) return busy;
+    locked = true;
+    let step: SyncPutStep = "commit";
     try {
-      fd = openSync(request.temp, "wx");
-    } catch (error) {
-      return failure("temp", error);
-    }
-    tempMade = true;
-    let step: SyncPutStep = "temp";
-    try {
-      try {
-        const header = Buffer.from(request.header, "latin1");
-        writeAll(fd, header, 0);
-        writeAll(fd, body, header.byteLength);
-        fsyncSync(fd);
-      } finally {
-        closeSync(fd);
-      }
-      if (aborted()) return { kind: "aborted" };
-      const busy = takeLock(request, stagedAt);
-      if (busy !== undefined) return busy;
-      locked = true;
-      step = "commit";
       const current = readCurrent(request.file);
       if (current.kind === "directory") return { kind: "prefix" };
+      if (current.kind === "damaged") return { kind: "precondition", message: DAMAGED_MESSAGE };
       if (request.ifAbsent) {
         if (current.kind === "object") return { kind: "precondition", message: "the key already exists" };
       } else if (current.kind === "absent") {
@@ -188,12 +177,42 @@ export function syncPut(
         return { kind: "precondition", message: `etag is ${current.etag}, not ${request.ifMatch}` };
       }
       if (aborted()) return { kind: "aborted" };
-      try {
-        statSync(path.join(request.lockDir, request.marker));
-      } catch (error) {
-        if (errnoCode(error) === "ENOENT") return { kind: "lock-lost" };
-        throw error;
+      if (!markerStillOurs(request)) return { kind: "lock-lost" };
+      const id = Buffer.from(request.id, "hex");
+      if (
+        current.kind === "object" &&
+        current.slotted !== undefined &&
+        body.byteLength <= current.slotted.capacity
+      ) {
+        const failed = writeSlot(request.file, current.slotted, id, body);
+        if (failed === undefined) return { kind: "ok" };
+        if (failed.visible)
+          return { kind: "ambiguous", code: errnoCode(failed.error) ?? String(failed.error) };
+        return failure("commit", failed.error);
       }
+      step = "temp";
+      let fd: number;
+      try {
+        fd = openSync(request.temp, "wx");
+      } catch (error) {
+        return failure("temp", error);
+      }
+      tempMade = true;
+      try {
+        if (request.ifAbsent) {
+          const header = Buffer.from(`${HEADER_MAGIC}${request.id}\n`, "latin1");
+          writeAll(fd, header, 0);
+          writeAll(fd, body, header.byteLength);
+        } else {
+          writeAll(fd, newSlottedFile(slottedCapacity(body.byteLength), id, body), 0);
+        }
+        fsyncSync(fd);
+      } finally {
+        closeSync(fd);
+      }
+      step = "commit";
+      if (aborted()) return { kind: "aborted" };
+      if (!markerStillOurs(request)) return { kind: "lock-lost" };
       renameSync(request.temp, request.file);
       committed = true;
       try {
@@ -279,6 +298,17 @@ function takeLock(request: SyncPutRequest, stagedAt: number | undefined): SyncPu
       if (busy || code === "ENOENT") return { kind: "lock-busy" };
       return failure("lock", error);
     }
+  }
+}
+
+/** False when our marker left the lock directory (the lock was broken as stale and may be someone else's now). */
+function markerStillOurs(request: SyncPutRequest): boolean {
+  try {
+    statSync(path.join(request.lockDir, request.marker));
+    return true;
+  } catch (error) {
+    if (errnoCode(error) === "ENOENT") return false;
+    throw error;
   }
 }
 
