@@ -10,11 +10,10 @@
  * Also: `casq work` (the CLI worker) stops cleanly when its broker goes away
  * under it and it is then told to stop.
  */
-import { readFileSync } from "node:fs";
-import { join } from "node:path";
 import * as grpc from "@grpc/grpc-js";
 import * as protoLoader from "@grpc/proto-loader";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { FileStore } from "../../server/src/store/file-store.ts";
 import {
   type CasqServerProcess,
   casq,
@@ -64,11 +63,16 @@ async function start(): Promise<CasqServerProcess> {
   return server;
 }
 
-/** The broker record of shard 0 of `queue` as the file store holds it (a header line, then the JSON document). */
-function storedBroker(queue: string): Json {
-  const raw = readFileSync(join(store.path, "queues", queue, "0.json"), "utf8");
-  const document = JSON.parse(raw.slice(raw.indexOf("\n") + 1)) as { broker: Json };
-  return document.broker;
+/** The broker record of shard 0 of `queue` as the store holds it (read through a file store of its own). */
+async function storedBroker(queue: string): Promise<Json> {
+  const reader = new FileStore({ root: store.path });
+  try {
+    const head = await reader.get(`queues/${queue}/0.json`);
+    const document = JSON.parse(new TextDecoder().decode(head?.body)) as { broker: Json };
+    return document.broker;
+  } finally {
+    await reader.close();
+  }
 }
 
 function unary(
@@ -113,7 +117,7 @@ describe("graceful shutdown of casq serve", () => {
     expect(events.some((e) => e.event === "draining")).toBe(true);
     client.close();
     // The lease was handed back in the store: lease_until 0, so nobody has to wait for it to run out.
-    expect(storedBroker("handover")).toMatchObject({ lease_until: 0 });
+    expect(await storedBroker("handover")).toMatchObject({ lease_until: 0 });
 
     // A second broker on the same store: no redirect to the dead broker, no waiting for its lease to expire.
     const second = await start();
@@ -123,7 +127,7 @@ describe("graceful shutdown of casq serve", () => {
       messages: [{ payload: Buffer.from("after takeover") }],
     });
     expect((response.messages as Json[]).length).toBe(1);
-    expect(storedBroker("handover")).toMatchObject({ epoch: 2 });
+    expect(await storedBroker("handover")).toMatchObject({ epoch: 2 });
 
     // The job held across the shutdown is still leased to its worker: the new broker accepts its ack.
     const acked = await unary(secondClient.Ack.bind(secondClient), {
