@@ -182,6 +182,10 @@ describe("FileStore", () => {
     expect((await stat(file)).ino).not.toBe(inode);
     expect(Buffer.from((await store.get(key))?.body ?? []).equals(big)).toBe(true);
     expect((await store.get(key))?.etag).toBe(etag);
+    // A body that needs a quarter of the capacity no more: made again, smaller.
+    etag = (await store.put(key, bytes("small"), { ifMatch: etag })).etag;
+    expect((await readFile(file, "latin1")).split("\n")[0]).toBe("casq-object/2 capacity=16384");
+    expect(await readText(key)).toEqual({ body: "small", etag });
     await store.delete(key, { ifMatch: etag });
     expect(await store.get(key)).toBeUndefined();
   });

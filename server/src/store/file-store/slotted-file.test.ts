@@ -11,6 +11,7 @@ import path from "node:path";
 import fc from "fast-check";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import {
+  fitsInPlace,
   isSlotted,
   newSlottedFile,
   parseSlotted,
@@ -64,6 +65,10 @@ describe("slotted object file", () => {
     );
     expect(isSlotted(bytes)).toBe(true);
     expect(isSlotted(new TextEncoder().encode("casq-object/1 "))).toBe(false);
+    expect(fitsInPlace(capacity, capacity)).toBe(true);
+    expect(fitsInPlace(capacity, capacity + 1)).toBe(false);
+    expect(fitsInPlace(slottedCapacity(100_000), 1)).toBe(false); // four times a new file's size: made again
+    expect(fitsInPlace(slottedCapacity(100_000), 30_000)).toBe(true);
     writeFileSync(file, bytes);
     expect(current()).toEqual({
       kind: "slotted",

@@ -38,8 +38,9 @@
  * reads fail `unavailable` and puts fail their condition.
  *
  * The file is made (with its first version in slot 0) by the store's usual
- * temp file and rename, and made again, bigger, the same way when a body
- * outgrows the capacity ({@link slottedCapacity}).
+ * temp file and rename, and made again the same way when a body outgrows the
+ * capacity or needs a quarter of it no more ({@link slottedCapacity},
+ * {@link fitsInPlace}).
  */
 import { closeSync, fdatasyncSync, openSync, readSync, writeSync } from "node:fs";
 import { crc32 } from "node:zlib";
@@ -85,6 +86,16 @@ export function isSlotted(firstBytes: Uint8Array): boolean {
 /** The slot capacity for a file made to hold `bodyBytes` now: room to double, in whole pages. */
 export function slottedCapacity(bodyBytes: number): number {
   return Math.max(MIN_CAPACITY, Math.ceil((bodyBytes * 2) / PAGE) * PAGE);
+}
+
+/**
+ * True when a put of `bodyBytes` goes into slots of `capacity` in place: the
+ * body fits, and the file is at most four times the size a new one would be
+ * (else the put makes the file again, smaller: a head that shrank for good
+ * does not keep its biggest size on disk).
+ */
+export function fitsInPlace(capacity: number, bodyBytes: number): boolean {
+  return bodyBytes <= capacity && capacity <= 4 * slottedCapacity(bodyBytes);
 }
 
 /** Where slot `slot`'s header starts in a file of `capacity`. */

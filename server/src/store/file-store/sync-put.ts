@@ -19,7 +19,7 @@
  *    breaks dead ones (key-lock.ts);
  * 2. under the lock: check the condition against the current file and that
  *    the marker is still ours; then
- *    - a slotted file (slotted-file.ts) whose capacity the body fits: write
+ *    - a slotted file (slotted-file.ts) the body fits ({@link fitsInPlace}): write
  *      the version over its other slot and `fdatasync` (the commit point);
  *    - otherwise: create the temp file (`O_EXCL`), write the new file (a
  *      slotted one when the put overwrites, since the key will likely be
@@ -55,7 +55,7 @@ import path from "node:path";
 import { errnoCode } from "./fs-errors.ts";
 import { DAMAGED_MESSAGE, HEADER_MAGIC, readCurrent } from "./object-file.ts";
 import { fileStoreOwnerToken } from "./owner-liveness.ts";
-import { newSlottedFile, slottedCapacity, writeSlot } from "./slotted-file.ts";
+import { fitsInPlace, newSlottedFile, slottedCapacity, writeSlot } from "./slotted-file.ts";
 
 /** Everything one put needs besides its body; paths are absolute. */
 export interface SyncPutRequest {
@@ -182,7 +182,7 @@ export function syncPut(
       if (
         current.kind === "object" &&
         current.slotted !== undefined &&
-        body.byteLength <= current.slotted.capacity
+        fitsInPlace(current.slotted.capacity, body.byteLength)
       ) {
         const failed = writeSlot(request.file, current.slotted, id, body);
         if (failed === undefined) return { kind: "ok" };
