@@ -116,10 +116,11 @@ import {
   DAMAGED_MESSAGE,
   ETAG_ID_HEX,
   HEADER_BYTES,
-  HEADER_MAGIC,
   parseHeader,
   rawEtag,
   readCurrent,
+  unmetCondition,
+  versionHeader,
 } from "./file-store/object-file.ts";
 import { isAbandoned, newOwnerName, ORPHAN_MAX_AGE_MS } from "./file-store/owner-liveness.ts";
 import { type PutThreads, putThreads, removeLeftovers } from "./file-store/put-threads.ts";
@@ -477,14 +478,8 @@ export class FileStore implements ObjectStore {
       try {
         const current = readCurrent(file);
         if (current.kind === "directory") throw new InvalidRequestError(key, PREFIX_NOT_OBJECT);
-        if (current.kind === "damaged") throw new PreconditionFailedError(key, DAMAGED_MESSAGE);
-        if ("ifAbsent" in condition) {
-          if (current.kind === "object") throw new PreconditionFailedError(key, "the key already exists");
-        } else if (current.kind === "absent") {
-          throw new PreconditionFailedError(key, "the key does not exist");
-        } else if (current.etag !== condition.ifMatch) {
-          throw new PreconditionFailedError(key, `etag is ${current.etag}, not ${condition.ifMatch}`);
-        }
+        const unmet = unmetCondition(current, condition);
+        if (unmet !== undefined) throw new PreconditionFailedError(key, unmet);
         throwIfAborted(signal, key, "before the write committed (nothing was written)");
         lock.assertHeld(key);
         await renamePath(temp, file);
@@ -520,10 +515,10 @@ export class FileStore implements ObjectStore {
       try {
         const current = readCurrent(file);
         if (ifMatch !== undefined) {
-          if (current.kind === "damaged") throw new PreconditionFailedError(key, DAMAGED_MESSAGE);
-          if (current.kind !== "object") throw new PreconditionFailedError(key, "the key does not exist");
-          if (current.etag !== ifMatch)
-            throw new PreconditionFailedError(key, `etag is ${current.etag}, not ${ifMatch}`);
+          const unmet = unmetCondition(current.kind === "directory" ? { kind: "absent" } : current, {
+            ifMatch,
+          });
+          if (unmet !== undefined) throw new PreconditionFailedError(key, unmet);
         }
         if (current.kind !== "object" && current.kind !== "damaged") return;
         throwIfAborted(signal, key, "before the delete committed (nothing was deleted)");
@@ -605,7 +600,7 @@ export class FileStore implements ObjectStore {
   ): Promise<void> {
     const fd = await openFd(temp, "wx");
     try {
-      writeAllSync(fd, Buffer.from(`${HEADER_MAGIC}${id}\n`, "latin1"), 0);
+      writeAllSync(fd, Buffer.from(versionHeader(id), "latin1"), 0);
       if (body.byteLength <= SYNC_WRITE_MAX_BYTES) writeAllSync(fd, body, HEADER_BYTES);
       else
         for (let offset = 0; offset < body.byteLength; offset += IO_CHUNK) {

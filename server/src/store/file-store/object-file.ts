@@ -6,6 +6,7 @@
  * its inode, mtime and size (see the module comment of file-store.ts).
  */
 import { closeSync, fstatSync, openSync, readSync } from "node:fs";
+import type { PutCondition } from "../object-store.ts";
 import { errnoCode } from "./fs-errors.ts";
 import { isSlotted, readSlottedFd, SLOTTED_READ_ATTEMPTS, type SlotVersion } from "./slotted-file.ts";
 
@@ -16,6 +17,11 @@ export const ETAG_ID_HEX = 32;
 /** Bytes of the version header: magic, 32 hex digits, newline. */
 export const HEADER_BYTES = HEADER_MAGIC.length + ETAG_ID_HEX + 1;
 const HEADER_RE = /^casq-object\/1 ([0-9a-f]{32})\n$/;
+
+/** The version header line of a single-version file holding version `id` (32 hex digits). */
+export function versionHeader(id: string): string {
+  return `${HEADER_MAGIC}${id}\n`;
+}
 
 /** The etag named by a file's version header, or `undefined` if `bytes` does not start with one. */
 export function parseHeader(bytes: Uint8Array): string | undefined {
@@ -44,6 +50,21 @@ export const DAMAGED_ETAG = '"damaged"';
 /** Why a damaged object file is refused, for error messages. */
 export const DAMAGED_MESSAGE =
   "its file is damaged (neither of its two versions passes its checksum); it is never written over: restore the file from a backup or delete the key";
+
+/**
+ * Why what a key's path holds fails `condition` (the message of the
+ * precondition failure), or undefined when it holds. A directory is the
+ * caller's to refuse first.
+ */
+export function unmetCondition(
+  current: Exclude<Current, { kind: "directory" }>,
+  condition: PutCondition,
+): string | undefined {
+  if (current.kind === "damaged") return DAMAGED_MESSAGE;
+  if ("ifAbsent" in condition) return current.kind === "object" ? "the key already exists" : undefined;
+  if (current.kind === "absent") return "the key does not exist";
+  return current.etag === condition.ifMatch ? undefined : `etag is ${current.etag}, not ${condition.ifMatch}`;
+}
 
 /**
  * Reads what `file` holds now (synchronously: an open, an fstat and a read of

@@ -190,10 +190,11 @@ export function readSlottedFd(fd: number): SlottedState {
   });
 }
 
-/** Where an in-place write stopped: before its header was written (nothing visible) or after. */
-export type SlotWriteFailure =
-  | { readonly visible: false; readonly error: unknown }
-  | { readonly visible: true; readonly error: unknown };
+/** Where an in-place write failed: before its header was written (nothing visible) or after. */
+export interface SlotWriteFailure {
+  readonly visible: boolean;
+  readonly error: unknown;
+}
 
 /**
  * Writes the next version over the slot that is not `current`'s and syncs

@@ -53,7 +53,7 @@ import {
 } from "node:fs";
 import path from "node:path";
 import { errnoCode } from "./fs-errors.ts";
-import { DAMAGED_MESSAGE, HEADER_MAGIC, readCurrent } from "./object-file.ts";
+import { readCurrent, unmetCondition, versionHeader } from "./object-file.ts";
 import { fileStoreOwnerToken } from "./owner-liveness.ts";
 import { fitsInPlace, newSlottedFile, slottedCapacity, writeSlot } from "./slotted-file.ts";
 
@@ -168,14 +168,11 @@ export function syncPut(
     try {
       const current = readCurrent(request.file);
       if (current.kind === "directory") return { kind: "prefix" };
-      if (current.kind === "damaged") return { kind: "precondition", message: DAMAGED_MESSAGE };
-      if (request.ifAbsent) {
-        if (current.kind === "object") return { kind: "precondition", message: "the key already exists" };
-      } else if (current.kind === "absent") {
-        return { kind: "precondition", message: "the key does not exist" };
-      } else if (current.etag !== request.ifMatch) {
-        return { kind: "precondition", message: `etag is ${current.etag}, not ${request.ifMatch}` };
-      }
+      const unmet = unmetCondition(
+        current,
+        request.ifAbsent ? { ifAbsent: true } : { ifMatch: request.ifMatch ?? "" },
+      );
+      if (unmet !== undefined) return { kind: "precondition", message: unmet };
       if (aborted()) return { kind: "aborted" };
       if (!markerStillOurs(request)) return { kind: "lock-lost" };
       const id = Buffer.from(request.id, "hex");
@@ -200,7 +197,7 @@ export function syncPut(
       tempMade = true;
       try {
         if (request.ifAbsent) {
-          const header = Buffer.from(`${HEADER_MAGIC}${request.id}\n`, "latin1");
+          const header = Buffer.from(versionHeader(request.id), "latin1");
           writeAll(fd, header, 0);
           writeAll(fd, body, header.byteLength);
         } else {
