@@ -1,8 +1,8 @@
 /**
  * Seeded fuzz test of the whole API (issue 10): every RPC of QueueService and
- * AdminService, and Work streams, get a few thousand random mixes of valid
- * and invalid fields over real gRPC to an in-process server on the memory
- * store. The requests are built from the protobuf descriptors, so a new RPC
+ * AdminService, Work streams and EnqueueStreams, get a few thousand random
+ * mixes of valid and invalid fields over real gRPC to an in-process server on
+ * the memory store. The requests are built from the protobuf descriptors, so a new RPC
  * or field is fuzzed without changing this file; string fields named like
  * a queue, subscription or receipt draw from pools of valid names, names of
  * existing queues and receipts the server issued, besides junk (long,
@@ -24,7 +24,11 @@ import {
   type DescService,
 } from "@bufbuild/protobuf";
 import { AdminService } from "@casq/api/casq/v1/admin_service_pb.ts";
-import { QueueService } from "@casq/api/casq/v1/queue_service_pb.ts";
+import {
+  EnqueueStreamRequestSchema,
+  type EnqueueStreamResponse,
+  QueueService,
+} from "@casq/api/casq/v1/queue_service_pb.ts";
 import { WorkRequestSchema } from "@casq/api/casq/v1/work_pb.ts";
 import { Code, ConnectError, createClient, type Transport } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
@@ -229,7 +233,7 @@ const NOT_A_REFUSAL = new Set([Code.DeadlineExceeded, Code.Canceled]);
 interface Outcome {
   readonly code: Code | undefined; // undefined: OK
   readonly message: string;
-  /** A Work stream: the codes of its request_failed replies. */
+  /** A Work stream or EnqueueStream: the codes of its failed requests. */
   readonly requestFailures?: number[];
   /** A Work stream that was opened (it may have claimed jobs: state may change even if it then failed). */
   readonly opened?: boolean;
@@ -305,6 +309,56 @@ async function callWork(g: fc.GeneratorValue, transport: Transport, method: Desc
   }
 }
 
+/**
+ * An EnqueueStream with a few random requests (usually with distinct
+ * request ids). `opened`: some request was stored, or left unanswered when
+ * the stream ended (it may have been), so state may have changed. A stream
+ * that ended OK with every request refused is reported as that refusal.
+ */
+async function callEnqueueStream(
+  g: fc.GeneratorValue,
+  transport: Transport,
+  method: DescMethod,
+): Promise<Outcome> {
+  const count = 1 + g(() => fc.nat(3));
+  const distinctIds = g(() => fc.nat(4)) > 0;
+  const requests = Array.from({ length: count }, (_, i) => {
+    const init = messageInit(g, EnqueueStreamRequestSchema);
+    return distinctIds ? { ...init, requestId: BigInt(i + 1) } : init;
+  });
+  async function* send() {
+    for (const r of requests) yield create(EnqueueStreamRequestSchema, r as never);
+  }
+  const failures: number[] = [];
+  let answered = 0;
+  let stored = false;
+  let code: Code | undefined;
+  let message = "";
+  try {
+    const response = await transport.stream(
+      method as never,
+      undefined,
+      5_000,
+      undefined,
+      send() as never,
+      undefined,
+    );
+    for await (const answer of response.message as AsyncIterable<EnqueueStreamResponse>) {
+      answered += 1;
+      if (answer.result.case === "enqueued") stored = true;
+      else failures.push(answer.result.value?.code ?? -1);
+    }
+  } catch (error) {
+    const e = ConnectError.from(error);
+    code = e.code;
+    message = e.rawMessage;
+  }
+  const opened = stored || answered < requests.length;
+  if (code === undefined && !opened && failures.length > 0)
+    return { code: failures[0] as Code, message: "every request refused", requestFailures: failures, opened };
+  return { code, message, requestFailures: failures, opened };
+}
+
 describe("fuzz", () => {
   it(`keeps serving, never answers INTERNAL or UNKNOWN, and refuses without side effects (seed ${SEED}, ${RUNS} calls)`, async () => {
     const s = await server({ commit: { leaseMs: 600_000 } });
@@ -333,7 +387,10 @@ describe("fuzz", () => {
         let outcome: Outcome;
         let input: unknown;
         if (method.methodKind === "bidi_streaming") {
-          outcome = await callWork(g, transport, method);
+          outcome =
+            method.name === "EnqueueStream"
+              ? await callEnqueueStream(g, transport, method)
+              : await callWork(g, transport, method);
         } else {
           input = messageInit(g, method.input);
           try {
@@ -352,7 +409,7 @@ describe("fuzz", () => {
           problems.push(`${where}: ${Code[outcome.code]} ${outcome.message.slice(0, 300)}`);
         for (const code of outcome.requestFailures ?? [])
           if (code === Code.Internal || code === Code.Unknown)
-            problems.push(`${where}: a Work request failed with ${Code[code]}`);
+            problems.push(`${where}: a stream request failed with ${Code[code]}`);
         const refused = outcome.code !== undefined && !NOT_A_REFUSAL.has(outcome.code) && !outcome.opened;
         if (refused) {
           const after = await snapshot(s.store);

@@ -96,6 +96,8 @@ describe("server lifecycle", () => {
     );
     expect(refused?.code).toBe(Code.Unavailable);
     expect(refused?.rawMessage).toMatch(/broker shutting down/);
+    // Nothing of a refused call was applied, and the broker says so.
+    expect(refused?.metadata.get("casq-not-applied")).toBe("true");
     // The long poll in flight still completes normally.
     expect((await longPoll).messages).toEqual([]);
     await closing;

@@ -42,6 +42,43 @@ export function sharedStore(inner: ObjectStore = new MemoryStore()): ObjectStore
   };
 }
 
+/**
+ * A memory store whose writes of shard heads wait while the gate is shut (a
+ * write that is slow or stuck); `waiting` counts the writes held.
+ */
+export function gatedStore(): { store: ObjectStore; shut(): void; open(): void; readonly waiting: number } {
+  const inner = new MemoryStore();
+  let gate: Promise<void> | undefined;
+  let release = () => {};
+  let waiting = 0;
+  const base = sharedStore(inner);
+  return {
+    get waiting() {
+      return waiting;
+    },
+    shut: () => {
+      gate = new Promise((resolve) => {
+        release = resolve;
+      });
+    },
+    open: () => {
+      gate = undefined;
+      release();
+    },
+    store: {
+      ...base,
+      async put(key, body, condition, options) {
+        if (gate !== undefined && /^queues\/[^/]+\/\d+\.json$/.test(key)) {
+          waiting += 1;
+          await gate;
+          waiting -= 1;
+        }
+        return inner.put(key, body, condition, options);
+      },
+    },
+  };
+}
+
 /** Starts a server on 127.0.0.1:0 with a fresh memory store unless told otherwise. */
 export function startTestServer(options: Partial<CasqServerOptions> = {}): Promise<RunningCasqServer> {
   return startCasqServer({

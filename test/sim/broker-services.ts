@@ -27,6 +27,7 @@ import { createRouterTransport, type Interceptor, type Transport } from "@connec
 import { pino } from "pino";
 import type { Broker } from "../../server/src/broker/broker.ts";
 import { QueueCatalog } from "../../server/src/broker/queue-catalog.ts";
+import { EnqueueStreamRegistry } from "../../server/src/service/enqueue-stream-registry.ts";
 import { createErrorInterceptor } from "../../server/src/service/grpc-errors.ts";
 import { createQueueService } from "../../server/src/service/queue-service.ts";
 import type { ServiceContext } from "../../server/src/service/service-context.ts";
@@ -58,6 +59,7 @@ export class BrokerServices {
       logger,
       autoCreateQueues: false,
       work: this.work,
+      enqueueStreams: new EnqueueStreamRegistry(),
     };
     this.transport = createRouterTransport(
       (router) => {

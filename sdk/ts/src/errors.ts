@@ -22,6 +22,15 @@ export { Code } from "@connectrpc/connect";
  */
 export const LEADER_ADDRESS_TRAILER = "casq-leader-address";
 
+/**
+ * The trailer (value `true`) with which a broker says that nothing of a
+ * failed call was applied: on a call refused while the broker shuts down,
+ * and on an EnqueueStream it ends after answering every request it read (the
+ * requests still unanswered never reached it). A client may resend those
+ * requests even when they are not safe to repeat.
+ */
+export const NOT_APPLIED_TRAILER = "casq-not-applied";
+
 /** Any error of a casq call. `code` is the gRPC status code (`Code` from @connectrpc/connect). */
 export class CasqError extends Error {
   /** The gRPC status code of the failure. */
@@ -103,6 +112,19 @@ export class UnavailableError extends CasqError {
   constructor(message: string, options?: { cause?: unknown }) {
     super(Code.Unavailable, message, options);
     this.name = "UnavailableError";
+  }
+}
+
+/**
+ * A request was sent on a stream that broke (or ended) before it was
+ * answered: the broker may or may not have applied it, as when a unary
+ * call's answer is lost. The SDK resends it only when that is safe (its
+ * messages carry dedup ids); otherwise the caller gets this error.
+ */
+export class OutcomeUnknownError extends UnavailableError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = "OutcomeUnknownError";
   }
 }
 

@@ -218,10 +218,11 @@ describe("generated casq.v1 service descriptors", () => {
     service.methods.map((m) => [m.name, m.methodKind, m.input.typeName, m.output.typeName]);
   const unary = (name: string) => [name, "unary", `casq.v1.${name}Request`, `casq.v1.${name}Response`];
 
-  it("list every QueueService RPC, with Work as a bidirectional stream", () => {
+  it("list every QueueService RPC, with EnqueueStream and Work as bidirectional streams", () => {
     expect(QueueService.typeName).toBe("casq.v1.QueueService");
     expect(shape(QueueService)).toEqual([
       unary("Enqueue"),
+      ["EnqueueStream", "bidi_streaming", "casq.v1.EnqueueStreamRequest", "casq.v1.EnqueueStreamResponse"],
       unary("Claim"),
       unary("Heartbeat"),
       unary("Ack"),

@@ -27,6 +27,7 @@ describe("token files", () => {
 
   it("knows what each RPC needs", () => {
     expect(requiredPermissions("casq.v1.QueueService", "Enqueue")).toEqual(["produce", "admin"]);
+    expect(requiredPermissions("casq.v1.QueueService", "EnqueueStream")).toEqual(["produce", "admin"]);
     expect(requiredPermissions("casq.v1.QueueService", "Work")).toEqual(["consume", "admin"]);
     expect(requiredPermissions("casq.v1.QueueService", "LookupShards")).toContain("produce");
     expect(requiredPermissions("casq.v1.AdminService", "GetQueue")).toEqual(["admin"]);

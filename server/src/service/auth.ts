@@ -7,7 +7,7 @@
  *
  * | permission | RPCs                                                            |
  * |------------|-----------------------------------------------------------------|
- * | `produce`  | QueueService.Enqueue, LookupShards                              |
+ * | `produce`  | QueueService.Enqueue, EnqueueStream, LookupShards               |
  * | `consume`  | QueueService.Claim, Heartbeat, Ack, Nack, Work, LookupShards    |
  * | `admin`    | every AdminService RPC, and everything `produce` and `consume` allow |
  *
@@ -101,7 +101,7 @@ export async function loadTokenFile(path: string): Promise<TokenTable> {
 export function requiredPermissions(service: string, method: string): readonly Permission[] | undefined {
   if (service === "casq.v1.AdminService") return ["admin"];
   if (service === "casq.v1.QueueService") {
-    if (method === "Enqueue") return ["produce", "admin"];
+    if (method === "Enqueue" || method === "EnqueueStream") return ["produce", "admin"];
     if (method === "LookupShards") return ["produce", "consume", "admin"];
     return ["consume", "admin"];
   }

@@ -4,11 +4,12 @@
  *
  * Every casq.v1 call is counted from the moment it arrives until its
  * response (or its response stream) is finished. Once draining, new casq.v1
- * calls are refused with UNAVAILABLE "broker shutting down" so clients go to
- * another broker, while the calls already running finish. Health checks and
+ * calls are refused with UNAVAILABLE "broker shutting down" (and the
+ * `casq-not-applied` trailer) so clients go to another broker, while the calls already running finish. Health checks and
  * reflection are neither counted nor refused: a health check during shutdown
  * should answer NOT_SERVING, not fail.
  */
+import { NOT_APPLIED_TRAILER } from "@casq/sdk/errors.ts";
 import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 
 /** Counts calls in flight and refuses new ones while draining. */
@@ -43,7 +44,9 @@ export class CallTracker {
     return (next) => async (req) => {
       if (!isTracked(req.service.typeName)) return next(req);
       if (this.isDraining)
-        throw new ConnectError("broker shutting down: retry at another broker", Code.Unavailable);
+        throw new ConnectError("broker shutting down: retry at another broker", Code.Unavailable, {
+          [NOT_APPLIED_TRAILER]: "true",
+        });
       this.count += 1;
       let res: Awaited<ReturnType<typeof next>>;
       try {

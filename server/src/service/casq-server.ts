@@ -19,6 +19,8 @@
  *    acks/nacks/heartbeats still answered for a grace period, then the stream
  *    ends with UNAVAILABLE "broker shutting down" (a stream whose worker does
  *    not read is reset, and the jobs it holds are released: work-stream.ts);
+ *    at the same time EnqueueStreams answer what they hold, refuse new
+ *    requests (UNAVAILABLE, not applied) and end with UNAVAILABLE;
  * 3. calls in flight finish (their commits land);
  * 4. the broker stops with `release`: buffered operations are committed and
  *    every shard lease is handed back, so another broker takes over at once;
@@ -74,6 +76,7 @@ import { type Random, systemRandom } from "../util/random.ts";
 import { createAdminService } from "./admin-service.ts";
 import { createAuthInterceptor, loadTokenFile } from "./auth.ts";
 import { CallTracker } from "./call-tracker.ts";
+import { EnqueueStreamRegistry } from "./enqueue-stream-registry.ts";
 import { createErrorInterceptor } from "./grpc-errors.ts";
 import { registerConnectService } from "./grpc-js-adapter.ts";
 import { createHealthService, HealthMonitor } from "./health-service.ts";
@@ -184,6 +187,8 @@ export interface RunningCasqServer {
   readonly store: ObjectStore;
   /** Open Work streams and active workers. */
   readonly work: WorkRegistry;
+  /** Open EnqueueStreams. */
+  readonly enqueueStreams: EnqueueStreamRegistry;
   /** Calls in flight. */
   readonly calls: CallTracker;
   /** Health status of the server. */
@@ -244,6 +249,7 @@ export async function startCasqServer(options: CasqServerOptions): Promise<Runni
 
   const calls = new CallTracker();
   const work = new WorkRegistry();
+  const enqueueStreams = new EnqueueStreamRegistry();
   const health = new HealthMonitor(store, clock, logger, options.healthProbeIntervalMs);
   const shutdown = new AbortController();
   // Every call's context listens on this signal: many at once is normal, not a leak.
@@ -352,6 +358,7 @@ export async function startCasqServer(options: CasqServerOptions): Promise<Runni
     logger,
     autoCreateQueues: options.autoCreateQueues ?? true,
     work,
+    enqueueStreams,
   };
   const index = new DescriptorIndex(
     [
@@ -460,11 +467,19 @@ export async function startCasqServer(options: CasqServerOptions): Promise<Runni
     calls.drain();
     const stopAccepting = listener.stopAccepting();
     if (graceful) {
-      await withDeadline(work.drainAll(Math.min(5_000, Math.floor(timeoutMs / 2)), clock.now()), left());
+      await withDeadline(
+        Promise.all([
+          work.drainAll(Math.min(5_000, Math.floor(timeoutMs / 2)), clock.now()),
+          enqueueStreams.drainAll(),
+        ]),
+        left(),
+      );
       work.abortAll("broker shutting down: reconnect to another broker");
+      enqueueStreams.abortAll("broker shutting down: reconnect to another broker");
       await withDeadline(calls.idle(), left());
     } else {
       work.abortAll("broker shutting down: reconnect to another broker");
+      enqueueStreams.abortAll("broker shutting down: reconnect to another broker");
     }
     shutdown.abort(new ConnectError("broker shutting down: retry at another broker", Code.Unavailable));
     await health.stop();
@@ -493,6 +508,7 @@ export async function startCasqServer(options: CasqServerOptions): Promise<Runni
     catalog,
     store,
     work,
+    enqueueStreams,
     calls,
     health,
     metricsAddress: metricsServer?.address,

@@ -128,24 +128,32 @@ export function toConnectError(error: unknown, signal?: AbortSignal): ConnectErr
 }
 
 /**
- * Maps an error to the RpcStatus of a Work stream `request_failed` reply:
- * the status the unary RPC would have returned, with the LeaderRedirect
- * packed as an Any detail for redirects.
+ * Maps an error to the RpcStatus of a failed request on a stream (a Work
+ * stream's `request_failed`, an EnqueueStream's `error`): the status the
+ * unary RPC would have returned, with its LeaderRedirect or BatchRedirect
+ * packed as an Any detail.
  */
 export function toRpcStatus(error: unknown, signal?: AbortSignal): RpcStatus {
   if (error instanceof ConnectError) {
     const redirect = error.findDetails(LeaderRedirectSchema)[0];
+    const batch = error.findDetails(BatchRedirectSchema)[0];
     return create(RpcStatusSchema, {
       code: error.code,
       message: capStatusMessage(error.rawMessage),
-      details: redirect ? [anyPack(LeaderRedirectSchema, redirect)] : [],
+      details: [
+        ...(redirect ? [anyPack(LeaderRedirectSchema, redirect)] : []),
+        ...(batch ? [anyPack(BatchRedirectSchema, batch)] : []),
+      ],
     });
   }
   const mapped = mapError(error, signal);
   return create(RpcStatusSchema, {
     code: mapped.code,
     message: capStatusMessage(mapped.message),
-    details: mapped.redirect ? [anyPack(LeaderRedirectSchema, mapped.redirect)] : [],
+    details: [
+      ...(mapped.redirect ? [anyPack(LeaderRedirectSchema, mapped.redirect)] : []),
+      ...(mapped.batchRedirect ? [anyPack(BatchRedirectSchema, mapped.batchRedirect)] : []),
+    ],
   });
 }
 

@@ -5,7 +5,9 @@
  * applied), makes sure the queue exists (the catalog; Enqueue may create it),
  * calls the broker, and converts the answer to its wire form. Errors are
  * thrown as they come and turned into gRPC statuses by the error interceptor
- * (`grpc-errors.ts`). The Work stream lives in `work-stream.ts`.
+ * (`grpc-errors.ts`). An Enqueue is handled in `enqueue-request.ts`, for the
+ * unary call and for each request of an EnqueueStream (`enqueue-stream.ts`);
+ * the Work stream lives in `work-stream.ts`.
  */
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { ClaimedMessageSchema } from "@casq/api/casq/v1/message_pb.ts";
@@ -13,6 +15,8 @@ import type { QueueService } from "@casq/api/casq/v1/queue_service_pb.ts";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import { callTraceContext, recordDeliveries } from "../telemetry/tracing.ts";
 import { claimedToProto, leaderToProto } from "./conversions.ts";
+import { handleEnqueue } from "./enqueue-request.ts";
+import { createEnqueueStreamHandler } from "./enqueue-stream.ts";
 import { ackReceipts, heartbeatReceipts, nackReceipts } from "./lease-requests.ts";
 import { parseReceipts } from "./receipts.ts";
 import type { ServiceContext } from "./service-context.ts";
@@ -21,7 +25,6 @@ import {
   checkLeaseTtl,
   checkMaxMessages,
   checkNackDelay,
-  checkNewMessages,
   checkQueueName,
   checkSubscriptionName,
   checkWorkerId,
@@ -36,35 +39,17 @@ const DEADLINE_MARGIN_MS = 100;
 /** The QueueService implementation. */
 export function createQueueService(ctx: ServiceContext): ServiceImpl<typeof QueueService> {
   return {
-    async enqueue(req, call) {
-      const queue = checkQueueName(req.queue);
-      const inputs = checkNewMessages(
-        req.messages,
-        ctx.clock.now(),
+    enqueue: (req, call) =>
+      handleEnqueue(
+        ctx,
+        req,
+        call.signal,
         // Telemetry: tracing — a message without its own trace context gets the RPC span's
         // (a child of the caller's traceparent), else the caller's traceparent header.
         callTraceContext(call.values) ?? traceContextFromHeaders(call.requestHeader),
-      );
-      let queueCreated = false;
-      await ctx.catalog.ensure(queue, ctx.autoCreateQueues, (manifest) => {
-        queueCreated = true;
-        ctx.logger.info({ queue, shards: manifest.shardCount, autoCreated: true }, "queue created");
-      });
-      // A batch over shards led by several brokers is refused whole, with the split to make.
-      const outcomes = await ctx.broker.enqueue(queue, inputs, call.signal, async (shard) => {
-        const route = await ctx.directory.route(queue, shard, call.signal);
-        return route.live && !route.local ? route.record?.address : undefined;
-      });
-      return {
-        messages: outcomes.map((o) => ({
-          id: o.id,
-          shard: o.shard,
-          offset: BigInt(o.offset),
-          duplicate: o.duplicate,
-        })),
-        queueCreated,
-      };
-    },
+      ),
+
+    enqueueStream: createEnqueueStreamHandler(ctx),
 
     async claim(req, call) {
       const queue = checkQueueName(req.queue);

@@ -10,6 +10,7 @@ import type { ShardClaimer } from "../broker/shard-claims.ts";
 import type { ObjectStore } from "../store/object-store.ts";
 import type { Clock } from "../util/clock.ts";
 import type { Random } from "../util/random.ts";
+import type { EnqueueStreamRegistry } from "./enqueue-stream-registry.ts";
 import type { ShardDirectory } from "./shard-directory.ts";
 import type { WorkRegistry } from "./work-registry.ts";
 
@@ -28,4 +29,6 @@ export interface ServiceContext {
   readonly autoCreateQueues: boolean;
   /** Open Work streams. */
   readonly work: WorkRegistry;
+  /** Open EnqueueStreams. */
+  readonly enqueueStreams: EnqueueStreamRegistry;
 }

@@ -93,6 +93,14 @@ export function checkNackDelay(value: Duration | undefined, field = "delay"): nu
   return value === undefined ? undefined : durationToMs(value, field, 0, MAX_DELAY_MS);
 }
 
+/** Longest `timeout` of an EnqueueStream request. */
+export const MAX_REQUEST_TIMEOUT_MS = 24 * 60 * 60 * 1000;
+
+/** The `timeout` of an EnqueueStream request (0..24 h), or undefined when unset (no bound). */
+export function checkRequestTimeout(value: Duration | undefined): number | undefined {
+  return value === undefined ? undefined : durationToMs(value, "timeout", 0, MAX_REQUEST_TIMEOUT_MS);
+}
+
 /** A nack reason, cut to 2048 characters; undefined when empty. */
 export function nackReason(value: string): string | undefined {
   if (value === "") return undefined;

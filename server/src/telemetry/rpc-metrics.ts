@@ -6,18 +6,31 @@
  * Because the broker answers Enqueue, Ack and Nack only after the CAS write
  * containing them landed, the duration of those methods IS the time from
  * request to durable commit, buffer wait included: the request latency an
- * operator cares about. Streaming calls (Work) are not timed: their duration
- * is the life of a worker connection, not a latency. Health and reflection
+ * operator cares about. Streaming calls (Work, EnqueueStream) are not timed:
+ * their duration is the life of a connection, not a latency; the requests
+ * on an EnqueueStream are, each under `method="EnqueueStream"`
+ * ({@link startStreamRequest}). Health and reflection
  * calls are not counted. Labels are the method name and the status code
  * only, both bounded sets.
  */
-import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
+import {
+  Code,
+  ConnectError,
+  type ContextValues,
+  createContextKey,
+  type Interceptor,
+} from "@connectrpc/connect";
 import type { CasqMetrics } from "./metrics.ts";
 
 /** The interceptor that records unary casq.v1 RPCs into `metrics`. */
 export function rpcMetricsInterceptor(metrics: CasqMetrics, now: () => number = performanceNow): Interceptor {
+  const requests: StreamRequestMetrics = { metrics, now };
   return (next) => async (req) => {
-    if (req.stream || !req.service.typeName.startsWith("casq.v1.")) return next(req);
+    if (!req.service.typeName.startsWith("casq.v1.")) return next(req);
+    if (req.stream) {
+      req.contextValues.set(streamRequestMetricsKey, requests);
+      return next(req);
+    }
     const method = req.method.name;
     const started = now();
     let code = "ok";
@@ -30,6 +43,40 @@ export function rpcMetricsInterceptor(metrics: CasqMetrics, now: () => number = 
       metrics.rpcRequests.inc({ method, code });
       metrics.rpcDuration.observe({ method }, Math.max(0, now() - started) / 1000);
     }
+  };
+}
+
+/** What the interceptor leaves in a streaming call's context values for its requests. */
+interface StreamRequestMetrics {
+  readonly metrics: CasqMetrics;
+  readonly now: () => number;
+}
+
+const streamRequestMetricsKey = createContextKey<StreamRequestMetrics | undefined>(undefined, {
+  description: "casq RPC metrics of stream requests",
+});
+
+const NOT_RECORDED = (): void => {};
+
+/**
+ * Starts timing one request of the request stream whose context values are
+ * `values`, recorded as a call of `method`; returns the function that
+ * records its outcome (the gRPC code it failed with, undefined when it
+ * succeeded). Records nothing without metrics.
+ */
+export function startStreamRequest(
+  values: ContextValues,
+  method: string,
+): (failedWith: Code | undefined) => void {
+  const requests = values.get(streamRequestMetricsKey);
+  if (requests === undefined) return NOT_RECORDED;
+  const started = requests.now();
+  return (failedWith) => {
+    requests.metrics.rpcRequests.inc({
+      method,
+      code: failedWith === undefined ? "ok" : codeName(failedWith),
+    });
+    requests.metrics.rpcDuration.observe({ method }, Math.max(0, requests.now() - started) / 1000);
   };
 }
 

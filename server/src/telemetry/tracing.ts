@@ -12,7 +12,9 @@
  *   `rpc.system=grpc`, `rpc.service`, `rpc.method`, `rpc.grpc.status_code`),
  *   continuing a W3C `traceparent`/`tracestate` found in the request headers.
  *   The span is put in the call's context values ({@link callTracingKey}) for
- *   handlers, and made the current scope while the handler runs.
+ *   handlers, and made the current scope while the handler runs. Each request
+ *   of an EnqueueStream gets a span of its own the same way
+ *   ({@link traceStreamRequest}), from the request's own trace context.
  * - {@link CasqTracing.commitTracing} + {@link CasqTracing.shardObserver}: the
  *   shard leader's hook. At `submit` it captures the calling RPC's span; per
  *   batch it starts a root span `casq.commit` linked to every RPC span whose
@@ -169,6 +171,39 @@ export class CasqTracing {
       // (which runs as the stream is read) runs in the span's scope.
       return { ...res, message: this.tracedStream(res.message, ctx, span) } as typeof res;
     };
+  }
+
+  /**
+   * Runs one request of a request stream (an EnqueueStream's) as a SERVER
+   * span of its own, `${rpc} request`, a child of `carrier` (the request's
+   * W3C trace context) and active while `fn` runs, as a unary call's span
+   * is. `fn` gets that span's context as a W3C carrier.
+   */
+  async traceRequest<T>(
+    rpc: string,
+    carrier: Readonly<Record<string, string>> | undefined,
+    fn: (spanContext: Record<string, string>) => Promise<T>,
+  ): Promise<T> {
+    const parent =
+      carrier === undefined ? ROOT_CONTEXT : propagator.extract(ROOT_CONTEXT, carrier, recordGetter);
+    const [service, method] = rpc.split("/") as [string, string];
+    const span = this.tracer.startSpan(
+      `${rpc} request`,
+      {
+        kind: SpanKind.SERVER,
+        attributes: { "rpc.system": "grpc", "rpc.service": service, "rpc.method": method },
+      },
+      parent,
+    );
+    const ctx = trace.setSpan(parent, span);
+    try {
+      const result = await this.runIn(ctx, () => fn(carrierOf(ctx)));
+      endRpcSpan(span, undefined);
+      return result;
+    } catch (error) {
+      endRpcSpan(span, error);
+      throw error;
+    }
   }
 
   private async *tracedStream<T>(messages: AsyncIterable<T>, ctx: Context, span: Span): AsyncGenerator<T> {
@@ -398,13 +433,35 @@ function messageOf(error: unknown): string {
 export function callTraceContext(values: ContextValues): Record<string, string> | undefined {
   const call = values.get(callTracingKey);
   if (call === undefined) return undefined;
+  const carrier = carrierOf(call.context);
+  return carrier.traceparent === undefined ? undefined : carrier;
+}
+
+/**
+ * Runs one request of the request stream whose context values are `values`
+ * in its own span (see {@link CasqTracing.traceRequest}); without tracing,
+ * runs `fn` with `carrier` as it came. `fn` gets the trace context for
+ * messages that bring none.
+ */
+export function traceStreamRequest<T>(
+  values: ContextValues,
+  rpc: string,
+  carrier: Readonly<Record<string, string>> | undefined,
+  fn: (traceContext: Readonly<Record<string, string>> | undefined) => Promise<T>,
+): Promise<T> {
+  const call = values.get(callTracingKey);
+  return call === undefined ? fn(carrier) : call.tracing.traceRequest(rpc, carrier, fn);
+}
+
+/** The W3C trace context of `ctx` as a carrier (empty when it holds no span). */
+function carrierOf(ctx: Context): Record<string, string> {
   const carrier: Record<string, string> = {};
-  propagator.inject(call.context, carrier, {
+  propagator.inject(ctx, carrier, {
     set: (c, key, value) => {
       c[key] = value;
     },
   });
-  return carrier.traceparent === undefined ? undefined : carrier;
+  return carrier;
 }
 
 /** A job handed to a worker. */

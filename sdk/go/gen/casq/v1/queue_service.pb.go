@@ -140,6 +140,181 @@ func (x *EnqueueResponse) GetQueueCreated() bool {
 	return false
 }
 
+// EnqueueStreamRequest is one Enqueue request on an EnqueueStream.
+type EnqueueStreamRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Chosen by the producer, non-zero and unique among its requests in flight
+	// on this stream; the answer carries it back.
+	RequestId uint64 `protobuf:"varint,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// The request, as for Enqueue.
+	Enqueue *EnqueueRequest `protobuf:"bytes,2,opt,name=enqueue,proto3" json:"enqueue,omitempty"`
+	// W3C trace context of the caller (the unary call's traceparent and
+	// tracestate headers): the broker's span for this request is its child,
+	// and messages without their own trace_context carry that span's.
+	TraceContext *TraceContext `protobuf:"bytes,3,opt,name=trace_context,json=traceContext,proto3" json:"trace_context,omitempty"`
+	// Longest time the broker works on this request (the unary call's
+	// grpc-timeout); unset: no bound but the stream's.
+	Timeout       *durationpb.Duration `protobuf:"bytes,4,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EnqueueStreamRequest) Reset() {
+	*x = EnqueueStreamRequest{}
+	mi := &file_casq_v1_queue_service_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EnqueueStreamRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EnqueueStreamRequest) ProtoMessage() {}
+
+func (x *EnqueueStreamRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_casq_v1_queue_service_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EnqueueStreamRequest.ProtoReflect.Descriptor instead.
+func (*EnqueueStreamRequest) Descriptor() ([]byte, []int) {
+	return file_casq_v1_queue_service_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *EnqueueStreamRequest) GetRequestId() uint64 {
+	if x != nil {
+		return x.RequestId
+	}
+	return 0
+}
+
+func (x *EnqueueStreamRequest) GetEnqueue() *EnqueueRequest {
+	if x != nil {
+		return x.Enqueue
+	}
+	return nil
+}
+
+func (x *EnqueueStreamRequest) GetTraceContext() *TraceContext {
+	if x != nil {
+		return x.TraceContext
+	}
+	return nil
+}
+
+func (x *EnqueueStreamRequest) GetTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.Timeout
+	}
+	return nil
+}
+
+// EnqueueStreamResponse answers one EnqueueStreamRequest.
+type EnqueueStreamResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The request_id of the request answered.
+	RequestId uint64 `protobuf:"varint,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// How the request ended: exactly one is set.
+	//
+	// Types that are valid to be assigned to Result:
+	//
+	//	*EnqueueStreamResponse_Enqueued
+	//	*EnqueueStreamResponse_Error
+	Result        isEnqueueStreamResponse_Result `protobuf_oneof:"result"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EnqueueStreamResponse) Reset() {
+	*x = EnqueueStreamResponse{}
+	mi := &file_casq_v1_queue_service_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EnqueueStreamResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EnqueueStreamResponse) ProtoMessage() {}
+
+func (x *EnqueueStreamResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_casq_v1_queue_service_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EnqueueStreamResponse.ProtoReflect.Descriptor instead.
+func (*EnqueueStreamResponse) Descriptor() ([]byte, []int) {
+	return file_casq_v1_queue_service_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *EnqueueStreamResponse) GetRequestId() uint64 {
+	if x != nil {
+		return x.RequestId
+	}
+	return 0
+}
+
+func (x *EnqueueStreamResponse) GetResult() isEnqueueStreamResponse_Result {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *EnqueueStreamResponse) GetEnqueued() *EnqueueResponse {
+	if x != nil {
+		if x, ok := x.Result.(*EnqueueStreamResponse_Enqueued); ok {
+			return x.Enqueued
+		}
+	}
+	return nil
+}
+
+func (x *EnqueueStreamResponse) GetError() *RpcStatus {
+	if x != nil {
+		if x, ok := x.Result.(*EnqueueStreamResponse_Error); ok {
+			return x.Error
+		}
+	}
+	return nil
+}
+
+type isEnqueueStreamResponse_Result interface {
+	isEnqueueStreamResponse_Result()
+}
+
+type EnqueueStreamResponse_Enqueued struct {
+	// The messages are durable: what Enqueue would have returned.
+	Enqueued *EnqueueResponse `protobuf:"bytes,2,opt,name=enqueued,proto3,oneof"`
+}
+
+type EnqueueStreamResponse_Error struct {
+	// The request failed: the status Enqueue would have failed with (code,
+	// message, details such as LeaderRedirect or BatchRedirect). The stream
+	// goes on.
+	Error *RpcStatus `protobuf:"bytes,3,opt,name=error,proto3,oneof"`
+}
+
+func (*EnqueueStreamResponse_Enqueued) isEnqueueStreamResponse_Result() {}
+
+func (*EnqueueStreamResponse_Error) isEnqueueStreamResponse_Result() {}
+
 // EnqueuedMessage identifies one message stored by an Enqueue call.
 type EnqueuedMessage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -159,7 +334,7 @@ type EnqueuedMessage struct {
 
 func (x *EnqueuedMessage) Reset() {
 	*x = EnqueuedMessage{}
-	mi := &file_casq_v1_queue_service_proto_msgTypes[2]
+	mi := &file_casq_v1_queue_service_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -171,7 +346,7 @@ func (x *EnqueuedMessage) String() string {
 func (*EnqueuedMessage) ProtoMessage() {}
 
 func (x *EnqueuedMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_casq_v1_queue_service_proto_msgTypes[2]
+	mi := &file_casq_v1_queue_service_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -184,7 +359,7 @@ func (x *EnqueuedMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueuedMessage.ProtoReflect.Descriptor instead.
 func (*EnqueuedMessage) Descriptor() ([]byte, []int) {
-	return file_casq_v1_queue_service_proto_rawDescGZIP(), []int{2}
+	return file_casq_v1_queue_service_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *EnqueuedMessage) GetId() string {
@@ -243,7 +418,7 @@ type ClaimRequest struct {
 
 func (x *ClaimRequest) Reset() {
 	*x = ClaimRequest{}
-	mi := &file_casq_v1_queue_service_proto_msgTypes[3]
+	mi := &file_casq_v1_queue_service_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -255,7 +430,7 @@ func (x *ClaimRequest) String() string {
 func (*ClaimRequest) ProtoMessage() {}
 
 func (x *ClaimRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_casq_v1_queue_service_proto_msgTypes[3]
+	mi := &file_casq_v1_queue_service_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -268,7 +443,7 @@ func (x *ClaimRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimRequest.ProtoReflect.Descriptor instead.
 func (*ClaimRequest) Descriptor() ([]byte, []int) {
-	return file_casq_v1_queue_service_proto_rawDescGZIP(), []int{3}
+	return file_casq_v1_queue_service_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ClaimRequest) GetQueue() string {
@@ -325,7 +500,7 @@ type ClaimResponse struct {
 
 func (x *ClaimResponse) Reset() {
 	*x = ClaimResponse{}
-	mi := &file_casq_v1_queue_service_proto_msgTypes[4]
+	mi := &file_casq_v1_queue_service_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -337,7 +512,7 @@ func (x *ClaimResponse) String() string {
 func (*ClaimResponse) ProtoMessage() {}
 
 func (x *ClaimResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_casq_v1_queue_service_proto_msgTypes[4]
+	mi := &file_casq_v1_queue_service_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -350,7 +525,7 @@ func (x *ClaimResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimResponse.ProtoReflect.Descriptor instead.
 func (*ClaimResponse) Descriptor() ([]byte, []int) {
-	return file_casq_v1_queue_service_proto_rawDescGZIP(), []int{4}
+	return file_casq_v1_queue_service_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ClaimResponse) GetMessages() []*ClaimedMessage {
@@ -380,7 +555,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_casq_v1_queue_service_proto_msgTypes[5]
+	mi := &file_casq_v1_queue_service_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -392,7 +567,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_casq_v1_queue_service_proto_msgTypes[5]
+	mi := &file_casq_v1_queue_service_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -405,7 +580,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_casq_v1_queue_service_proto_rawDescGZIP(), []int{5}
+	return file_casq_v1_queue_service_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *HeartbeatRequest) GetQueue() string {
@@ -447,7 +622,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_casq_v1_queue_service_proto_msgTypes[6]
+	mi := &file_casq_v1_queue_service_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -459,7 +634,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_casq_v1_queue_service_proto_msgTypes[6]
+	mi := &file_casq_v1_queue_service_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -472,7 +647,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_casq_v1_queue_service_proto_rawDescGZIP(), []int{6}
+	return file_casq_v1_queue_service_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *HeartbeatResponse) GetResults() []*HeartbeatResult {
@@ -498,7 +673,7 @@ type AckRequest struct {
 
 func (x *AckRequest) Reset() {
 	*x = AckRequest{}
-	mi := &file_casq_v1_queue_service_proto_msgTypes[7]
+	mi := &file_casq_v1_queue_service_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -510,7 +685,7 @@ func (x *AckRequest) String() string {
 func (*AckRequest) ProtoMessage() {}
 
 func (x *AckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_casq_v1_queue_service_proto_msgTypes[7]
+	mi := &file_casq_v1_queue_service_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -523,7 +698,7 @@ func (x *AckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckRequest.ProtoReflect.Descriptor instead.
 func (*AckRequest) Descriptor() ([]byte, []int) {
-	return file_casq_v1_queue_service_proto_rawDescGZIP(), []int{7}
+	return file_casq_v1_queue_service_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *AckRequest) GetQueue() string {
@@ -558,7 +733,7 @@ type AckResponse struct {
 
 func (x *AckResponse) Reset() {
 	*x = AckResponse{}
-	mi := &file_casq_v1_queue_service_proto_msgTypes[8]
+	mi := &file_casq_v1_queue_service_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -570,7 +745,7 @@ func (x *AckResponse) String() string {
 func (*AckResponse) ProtoMessage() {}
 
 func (x *AckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_casq_v1_queue_service_proto_msgTypes[8]
+	mi := &file_casq_v1_queue_service_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -583,7 +758,7 @@ func (x *AckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckResponse.ProtoReflect.Descriptor instead.
 func (*AckResponse) Descriptor() ([]byte, []int) {
-	return file_casq_v1_queue_service_proto_rawDescGZIP(), []int{8}
+	return file_casq_v1_queue_service_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *AckResponse) GetResults() []*AckResult {
@@ -624,7 +799,7 @@ type NackRequest struct {
 
 func (x *NackRequest) Reset() {
 	*x = NackRequest{}
-	mi := &file_casq_v1_queue_service_proto_msgTypes[9]
+	mi := &file_casq_v1_queue_service_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -636,7 +811,7 @@ func (x *NackRequest) String() string {
 func (*NackRequest) ProtoMessage() {}
 
 func (x *NackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_casq_v1_queue_service_proto_msgTypes[9]
+	mi := &file_casq_v1_queue_service_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -649,7 +824,7 @@ func (x *NackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NackRequest.ProtoReflect.Descriptor instead.
 func (*NackRequest) Descriptor() ([]byte, []int) {
-	return file_casq_v1_queue_service_proto_rawDescGZIP(), []int{9}
+	return file_casq_v1_queue_service_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *NackRequest) GetQueue() string {
@@ -712,7 +887,7 @@ type NackResponse struct {
 
 func (x *NackResponse) Reset() {
 	*x = NackResponse{}
-	mi := &file_casq_v1_queue_service_proto_msgTypes[10]
+	mi := &file_casq_v1_queue_service_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -724,7 +899,7 @@ func (x *NackResponse) String() string {
 func (*NackResponse) ProtoMessage() {}
 
 func (x *NackResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_casq_v1_queue_service_proto_msgTypes[10]
+	mi := &file_casq_v1_queue_service_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -737,7 +912,7 @@ func (x *NackResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NackResponse.ProtoReflect.Descriptor instead.
 func (*NackResponse) Descriptor() ([]byte, []int) {
-	return file_casq_v1_queue_service_proto_rawDescGZIP(), []int{10}
+	return file_casq_v1_queue_service_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *NackResponse) GetResults() []*NackResult {
@@ -758,7 +933,7 @@ type LookupShardsRequest struct {
 
 func (x *LookupShardsRequest) Reset() {
 	*x = LookupShardsRequest{}
-	mi := &file_casq_v1_queue_service_proto_msgTypes[11]
+	mi := &file_casq_v1_queue_service_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -770,7 +945,7 @@ func (x *LookupShardsRequest) String() string {
 func (*LookupShardsRequest) ProtoMessage() {}
 
 func (x *LookupShardsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_casq_v1_queue_service_proto_msgTypes[11]
+	mi := &file_casq_v1_queue_service_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -783,7 +958,7 @@ func (x *LookupShardsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupShardsRequest.ProtoReflect.Descriptor instead.
 func (*LookupShardsRequest) Descriptor() ([]byte, []int) {
-	return file_casq_v1_queue_service_proto_rawDescGZIP(), []int{11}
+	return file_casq_v1_queue_service_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *LookupShardsRequest) GetQueue() string {
@@ -806,7 +981,7 @@ type LookupShardsResponse struct {
 
 func (x *LookupShardsResponse) Reset() {
 	*x = LookupShardsResponse{}
-	mi := &file_casq_v1_queue_service_proto_msgTypes[12]
+	mi := &file_casq_v1_queue_service_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -818,7 +993,7 @@ func (x *LookupShardsResponse) String() string {
 func (*LookupShardsResponse) ProtoMessage() {}
 
 func (x *LookupShardsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_casq_v1_queue_service_proto_msgTypes[12]
+	mi := &file_casq_v1_queue_service_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -831,7 +1006,7 @@ func (x *LookupShardsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupShardsResponse.ProtoReflect.Descriptor instead.
 func (*LookupShardsResponse) Descriptor() ([]byte, []int) {
-	return file_casq_v1_queue_service_proto_rawDescGZIP(), []int{12}
+	return file_casq_v1_queue_service_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *LookupShardsResponse) GetShards() []*ShardRoute {
@@ -845,13 +1020,25 @@ var File_casq_v1_queue_service_proto protoreflect.FileDescriptor
 
 const file_casq_v1_queue_service_proto_rawDesc = "" +
 	"\n" +
-	"\x1bcasq/v1/queue_service.proto\x12\acasq.v1\x1a\x15casq/v1/message.proto\x1a\x13casq/v1/shard.proto\x1a\x12casq/v1/work.proto\x1a\x1egoogle/protobuf/duration.proto\"W\n" +
+	"\x1bcasq/v1/queue_service.proto\x12\acasq.v1\x1a\x14casq/v1/errors.proto\x1a\x15casq/v1/message.proto\x1a\x13casq/v1/shard.proto\x1a\x12casq/v1/work.proto\x1a\x1egoogle/protobuf/duration.proto\"W\n" +
 	"\x0eEnqueueRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12/\n" +
 	"\bmessages\x18\x02 \x03(\v2\x13.casq.v1.NewMessageR\bmessages\"l\n" +
 	"\x0fEnqueueResponse\x124\n" +
 	"\bmessages\x18\x01 \x03(\v2\x18.casq.v1.EnqueuedMessageR\bmessages\x12#\n" +
-	"\rqueue_created\x18\x02 \x01(\bR\fqueueCreated\"m\n" +
+	"\rqueue_created\x18\x02 \x01(\bR\fqueueCreated\"\xd9\x01\n" +
+	"\x14EnqueueStreamRequest\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\x04R\trequestId\x121\n" +
+	"\aenqueue\x18\x02 \x01(\v2\x17.casq.v1.EnqueueRequestR\aenqueue\x12:\n" +
+	"\rtrace_context\x18\x03 \x01(\v2\x15.casq.v1.TraceContextR\ftraceContext\x123\n" +
+	"\atimeout\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\atimeout\"\xa4\x01\n" +
+	"\x15EnqueueStreamResponse\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\x04R\trequestId\x126\n" +
+	"\benqueued\x18\x02 \x01(\v2\x18.casq.v1.EnqueueResponseH\x00R\benqueued\x12*\n" +
+	"\x05error\x18\x03 \x01(\v2\x12.casq.v1.RpcStatusH\x00R\x05errorB\b\n" +
+	"\x06result\"m\n" +
 	"\x0fEnqueuedMessage\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05shard\x18\x02 \x01(\rR\x05shard\x12\x16\n" +
@@ -894,9 +1081,10 @@ const file_casq_v1_queue_service_proto_rawDesc = "" +
 	"\x13LookupShardsRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\"C\n" +
 	"\x14LookupShardsResponse\x12+\n" +
-	"\x06shards\x18\x01 \x03(\v2\x13.casq.v1.ShardRouteR\x06shards2\xb5\x03\n" +
+	"\x06shards\x18\x01 \x03(\v2\x13.casq.v1.ShardRouteR\x06shards2\x89\x04\n" +
 	"\fQueueService\x12<\n" +
-	"\aEnqueue\x12\x17.casq.v1.EnqueueRequest\x1a\x18.casq.v1.EnqueueResponse\x126\n" +
+	"\aEnqueue\x12\x17.casq.v1.EnqueueRequest\x1a\x18.casq.v1.EnqueueResponse\x12R\n" +
+	"\rEnqueueStream\x12\x1d.casq.v1.EnqueueStreamRequest\x1a\x1e.casq.v1.EnqueueStreamResponse(\x010\x01\x126\n" +
 	"\x05Claim\x12\x15.casq.v1.ClaimRequest\x1a\x16.casq.v1.ClaimResponse\x12B\n" +
 	"\tHeartbeat\x12\x19.casq.v1.HeartbeatRequest\x1a\x1a.casq.v1.HeartbeatResponse\x120\n" +
 	"\x03Ack\x12\x13.casq.v1.AckRequest\x1a\x14.casq.v1.AckResponse\x123\n" +
@@ -916,61 +1104,72 @@ func file_casq_v1_queue_service_proto_rawDescGZIP() []byte {
 	return file_casq_v1_queue_service_proto_rawDescData
 }
 
-var file_casq_v1_queue_service_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_casq_v1_queue_service_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_casq_v1_queue_service_proto_goTypes = []any{
-	(*EnqueueRequest)(nil),       // 0: casq.v1.EnqueueRequest
-	(*EnqueueResponse)(nil),      // 1: casq.v1.EnqueueResponse
-	(*EnqueuedMessage)(nil),      // 2: casq.v1.EnqueuedMessage
-	(*ClaimRequest)(nil),         // 3: casq.v1.ClaimRequest
-	(*ClaimResponse)(nil),        // 4: casq.v1.ClaimResponse
-	(*HeartbeatRequest)(nil),     // 5: casq.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),    // 6: casq.v1.HeartbeatResponse
-	(*AckRequest)(nil),           // 7: casq.v1.AckRequest
-	(*AckResponse)(nil),          // 8: casq.v1.AckResponse
-	(*NackRequest)(nil),          // 9: casq.v1.NackRequest
-	(*NackResponse)(nil),         // 10: casq.v1.NackResponse
-	(*LookupShardsRequest)(nil),  // 11: casq.v1.LookupShardsRequest
-	(*LookupShardsResponse)(nil), // 12: casq.v1.LookupShardsResponse
-	(*NewMessage)(nil),           // 13: casq.v1.NewMessage
-	(*durationpb.Duration)(nil),  // 14: google.protobuf.Duration
-	(*ClaimedMessage)(nil),       // 15: casq.v1.ClaimedMessage
-	(*HeartbeatResult)(nil),      // 16: casq.v1.HeartbeatResult
-	(*AckResult)(nil),            // 17: casq.v1.AckResult
-	(*NackResult)(nil),           // 18: casq.v1.NackResult
-	(*ShardRoute)(nil),           // 19: casq.v1.ShardRoute
-	(*WorkRequest)(nil),          // 20: casq.v1.WorkRequest
-	(*WorkResponse)(nil),         // 21: casq.v1.WorkResponse
+	(*EnqueueRequest)(nil),        // 0: casq.v1.EnqueueRequest
+	(*EnqueueResponse)(nil),       // 1: casq.v1.EnqueueResponse
+	(*EnqueueStreamRequest)(nil),  // 2: casq.v1.EnqueueStreamRequest
+	(*EnqueueStreamResponse)(nil), // 3: casq.v1.EnqueueStreamResponse
+	(*EnqueuedMessage)(nil),       // 4: casq.v1.EnqueuedMessage
+	(*ClaimRequest)(nil),          // 5: casq.v1.ClaimRequest
+	(*ClaimResponse)(nil),         // 6: casq.v1.ClaimResponse
+	(*HeartbeatRequest)(nil),      // 7: casq.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),     // 8: casq.v1.HeartbeatResponse
+	(*AckRequest)(nil),            // 9: casq.v1.AckRequest
+	(*AckResponse)(nil),           // 10: casq.v1.AckResponse
+	(*NackRequest)(nil),           // 11: casq.v1.NackRequest
+	(*NackResponse)(nil),          // 12: casq.v1.NackResponse
+	(*LookupShardsRequest)(nil),   // 13: casq.v1.LookupShardsRequest
+	(*LookupShardsResponse)(nil),  // 14: casq.v1.LookupShardsResponse
+	(*NewMessage)(nil),            // 15: casq.v1.NewMessage
+	(*TraceContext)(nil),          // 16: casq.v1.TraceContext
+	(*durationpb.Duration)(nil),   // 17: google.protobuf.Duration
+	(*RpcStatus)(nil),             // 18: casq.v1.RpcStatus
+	(*ClaimedMessage)(nil),        // 19: casq.v1.ClaimedMessage
+	(*HeartbeatResult)(nil),       // 20: casq.v1.HeartbeatResult
+	(*AckResult)(nil),             // 21: casq.v1.AckResult
+	(*NackResult)(nil),            // 22: casq.v1.NackResult
+	(*ShardRoute)(nil),            // 23: casq.v1.ShardRoute
+	(*WorkRequest)(nil),           // 24: casq.v1.WorkRequest
+	(*WorkResponse)(nil),          // 25: casq.v1.WorkResponse
 }
 var file_casq_v1_queue_service_proto_depIdxs = []int32{
-	13, // 0: casq.v1.EnqueueRequest.messages:type_name -> casq.v1.NewMessage
-	2,  // 1: casq.v1.EnqueueResponse.messages:type_name -> casq.v1.EnqueuedMessage
-	14, // 2: casq.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
-	14, // 3: casq.v1.ClaimRequest.lease_ttl:type_name -> google.protobuf.Duration
-	15, // 4: casq.v1.ClaimResponse.messages:type_name -> casq.v1.ClaimedMessage
-	16, // 5: casq.v1.HeartbeatResponse.results:type_name -> casq.v1.HeartbeatResult
-	17, // 6: casq.v1.AckResponse.results:type_name -> casq.v1.AckResult
-	14, // 7: casq.v1.NackRequest.delay:type_name -> google.protobuf.Duration
-	18, // 8: casq.v1.NackResponse.results:type_name -> casq.v1.NackResult
-	19, // 9: casq.v1.LookupShardsResponse.shards:type_name -> casq.v1.ShardRoute
-	0,  // 10: casq.v1.QueueService.Enqueue:input_type -> casq.v1.EnqueueRequest
-	3,  // 11: casq.v1.QueueService.Claim:input_type -> casq.v1.ClaimRequest
-	5,  // 12: casq.v1.QueueService.Heartbeat:input_type -> casq.v1.HeartbeatRequest
-	7,  // 13: casq.v1.QueueService.Ack:input_type -> casq.v1.AckRequest
-	9,  // 14: casq.v1.QueueService.Nack:input_type -> casq.v1.NackRequest
-	20, // 15: casq.v1.QueueService.Work:input_type -> casq.v1.WorkRequest
-	11, // 16: casq.v1.QueueService.LookupShards:input_type -> casq.v1.LookupShardsRequest
-	1,  // 17: casq.v1.QueueService.Enqueue:output_type -> casq.v1.EnqueueResponse
-	4,  // 18: casq.v1.QueueService.Claim:output_type -> casq.v1.ClaimResponse
-	6,  // 19: casq.v1.QueueService.Heartbeat:output_type -> casq.v1.HeartbeatResponse
-	8,  // 20: casq.v1.QueueService.Ack:output_type -> casq.v1.AckResponse
-	10, // 21: casq.v1.QueueService.Nack:output_type -> casq.v1.NackResponse
-	21, // 22: casq.v1.QueueService.Work:output_type -> casq.v1.WorkResponse
-	12, // 23: casq.v1.QueueService.LookupShards:output_type -> casq.v1.LookupShardsResponse
-	17, // [17:24] is the sub-list for method output_type
-	10, // [10:17] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	15, // 0: casq.v1.EnqueueRequest.messages:type_name -> casq.v1.NewMessage
+	4,  // 1: casq.v1.EnqueueResponse.messages:type_name -> casq.v1.EnqueuedMessage
+	0,  // 2: casq.v1.EnqueueStreamRequest.enqueue:type_name -> casq.v1.EnqueueRequest
+	16, // 3: casq.v1.EnqueueStreamRequest.trace_context:type_name -> casq.v1.TraceContext
+	17, // 4: casq.v1.EnqueueStreamRequest.timeout:type_name -> google.protobuf.Duration
+	1,  // 5: casq.v1.EnqueueStreamResponse.enqueued:type_name -> casq.v1.EnqueueResponse
+	18, // 6: casq.v1.EnqueueStreamResponse.error:type_name -> casq.v1.RpcStatus
+	17, // 7: casq.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
+	17, // 8: casq.v1.ClaimRequest.lease_ttl:type_name -> google.protobuf.Duration
+	19, // 9: casq.v1.ClaimResponse.messages:type_name -> casq.v1.ClaimedMessage
+	20, // 10: casq.v1.HeartbeatResponse.results:type_name -> casq.v1.HeartbeatResult
+	21, // 11: casq.v1.AckResponse.results:type_name -> casq.v1.AckResult
+	17, // 12: casq.v1.NackRequest.delay:type_name -> google.protobuf.Duration
+	22, // 13: casq.v1.NackResponse.results:type_name -> casq.v1.NackResult
+	23, // 14: casq.v1.LookupShardsResponse.shards:type_name -> casq.v1.ShardRoute
+	0,  // 15: casq.v1.QueueService.Enqueue:input_type -> casq.v1.EnqueueRequest
+	2,  // 16: casq.v1.QueueService.EnqueueStream:input_type -> casq.v1.EnqueueStreamRequest
+	5,  // 17: casq.v1.QueueService.Claim:input_type -> casq.v1.ClaimRequest
+	7,  // 18: casq.v1.QueueService.Heartbeat:input_type -> casq.v1.HeartbeatRequest
+	9,  // 19: casq.v1.QueueService.Ack:input_type -> casq.v1.AckRequest
+	11, // 20: casq.v1.QueueService.Nack:input_type -> casq.v1.NackRequest
+	24, // 21: casq.v1.QueueService.Work:input_type -> casq.v1.WorkRequest
+	13, // 22: casq.v1.QueueService.LookupShards:input_type -> casq.v1.LookupShardsRequest
+	1,  // 23: casq.v1.QueueService.Enqueue:output_type -> casq.v1.EnqueueResponse
+	3,  // 24: casq.v1.QueueService.EnqueueStream:output_type -> casq.v1.EnqueueStreamResponse
+	6,  // 25: casq.v1.QueueService.Claim:output_type -> casq.v1.ClaimResponse
+	8,  // 26: casq.v1.QueueService.Heartbeat:output_type -> casq.v1.HeartbeatResponse
+	10, // 27: casq.v1.QueueService.Ack:output_type -> casq.v1.AckResponse
+	12, // 28: casq.v1.QueueService.Nack:output_type -> casq.v1.NackResponse
+	25, // 29: casq.v1.QueueService.Work:output_type -> casq.v1.WorkResponse
+	14, // 30: casq.v1.QueueService.LookupShards:output_type -> casq.v1.LookupShardsResponse
+	23, // [23:31] is the sub-list for method output_type
+	15, // [15:23] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_casq_v1_queue_service_proto_init() }
@@ -978,16 +1177,21 @@ func file_casq_v1_queue_service_proto_init() {
 	if File_casq_v1_queue_service_proto != nil {
 		return
 	}
+	file_casq_v1_errors_proto_init()
 	file_casq_v1_message_proto_init()
 	file_casq_v1_shard_proto_init()
 	file_casq_v1_work_proto_init()
+	file_casq_v1_queue_service_proto_msgTypes[3].OneofWrappers = []any{
+		(*EnqueueStreamResponse_Enqueued)(nil),
+		(*EnqueueStreamResponse_Error)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_casq_v1_queue_service_proto_rawDesc), len(file_casq_v1_queue_service_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   13,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

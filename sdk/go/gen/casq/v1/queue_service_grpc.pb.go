@@ -24,13 +24,14 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	QueueService_Enqueue_FullMethodName      = "/casq.v1.QueueService/Enqueue"
-	QueueService_Claim_FullMethodName        = "/casq.v1.QueueService/Claim"
-	QueueService_Heartbeat_FullMethodName    = "/casq.v1.QueueService/Heartbeat"
-	QueueService_Ack_FullMethodName          = "/casq.v1.QueueService/Ack"
-	QueueService_Nack_FullMethodName         = "/casq.v1.QueueService/Nack"
-	QueueService_Work_FullMethodName         = "/casq.v1.QueueService/Work"
-	QueueService_LookupShards_FullMethodName = "/casq.v1.QueueService/LookupShards"
+	QueueService_Enqueue_FullMethodName       = "/casq.v1.QueueService/Enqueue"
+	QueueService_EnqueueStream_FullMethodName = "/casq.v1.QueueService/EnqueueStream"
+	QueueService_Claim_FullMethodName         = "/casq.v1.QueueService/Claim"
+	QueueService_Heartbeat_FullMethodName     = "/casq.v1.QueueService/Heartbeat"
+	QueueService_Ack_FullMethodName           = "/casq.v1.QueueService/Ack"
+	QueueService_Nack_FullMethodName          = "/casq.v1.QueueService/Nack"
+	QueueService_Work_FullMethodName          = "/casq.v1.QueueService/Work"
+	QueueService_LookupShards_FullMethodName  = "/casq.v1.QueueService/LookupShards"
 )
 
 // QueueServiceClient is the client API for QueueService service.
@@ -90,6 +91,34 @@ type QueueServiceClient interface {
 	// for that shard); NOT_FOUND (the queue does not exist, unless the broker
 	// auto-creates queues); plus the common codes.
 	Enqueue(ctx context.Context, in *EnqueueRequest, opts ...grpc.CallOption) (*EnqueueResponse, error)
+	// EnqueueStream carries Enqueue requests on one long-lived stream: a
+	// producer opens it once per broker and sends each request as a message,
+	// with a request_id of its choosing; the broker answers each one, by
+	// request_id, once its messages are durable, or with the status the unary
+	// Enqueue would have failed with (same codes, same details: LeaderRedirect,
+	// BatchRedirect). Requests are handled concurrently, so answers may come
+	// in any order; a failed request never ends the stream. It does what
+	// Enqueue does without a new HTTP/2 stream, call and trailers per request:
+	// less CPU on both sides and less time per request (docs/protocol.md).
+	//
+	// Per request: trace_context is the caller's W3C trace context (the
+	// unary call's traceparent header); timeout bounds the broker's wait for
+	// the request (the unary call's grpc-timeout): past it the request fails
+	// DEADLINE_EXCEEDED, and a request not yet applied then is not applied.
+	//
+	// End of the stream: half-close, and the broker answers what it read, then
+	// ends with OK. A broker shutting down answers new requests with
+	// UNAVAILABLE "broker shutting down" (not applied: resend elsewhere),
+	// answers the rest, then ends the stream with UNAVAILABLE. A request left
+	// unanswered when a stream breaks may or may not have been applied, as a
+	// unary call whose answer was lost: resend it only if it is safe to repeat
+	// (its messages carry dedup ids). The broker works on at most 1000
+	// requests of a stream at once and reads no further until one is answered
+	// (HTTP/2 flow control holds the rest back). Stream errors (the stream
+	// ends with this status): INVALID_ARGUMENT (a request_id that is 0 or
+	// already in flight), plus the common codes at open (auth, shutting down).
+	// A broker older than this method answers UNIMPLEMENTED: use Enqueue.
+	EnqueueStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[EnqueueStreamRequest, EnqueueStreamResponse], error)
 	// Claim leases up to max_messages runnable messages of one subscription to
 	// the calling worker, in claim order: highest priority first, then lowest
 	// offset (per shard; shards are visited round-robin). If none is runnable
@@ -176,6 +205,19 @@ func (c *queueServiceClient) Enqueue(ctx context.Context, in *EnqueueRequest, op
 	return out, nil
 }
 
+func (c *queueServiceClient) EnqueueStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[EnqueueStreamRequest, EnqueueStreamResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &QueueService_ServiceDesc.Streams[0], QueueService_EnqueueStream_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[EnqueueStreamRequest, EnqueueStreamResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type QueueService_EnqueueStreamClient = grpc.BidiStreamingClient[EnqueueStreamRequest, EnqueueStreamResponse]
+
 func (c *queueServiceClient) Claim(ctx context.Context, in *ClaimRequest, opts ...grpc.CallOption) (*ClaimResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ClaimResponse)
@@ -218,7 +260,7 @@ func (c *queueServiceClient) Nack(ctx context.Context, in *NackRequest, opts ...
 
 func (c *queueServiceClient) Work(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[WorkRequest, WorkResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &QueueService_ServiceDesc.Streams[0], QueueService_Work_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &QueueService_ServiceDesc.Streams[1], QueueService_Work_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -296,6 +338,34 @@ type QueueServiceServer interface {
 	// for that shard); NOT_FOUND (the queue does not exist, unless the broker
 	// auto-creates queues); plus the common codes.
 	Enqueue(context.Context, *EnqueueRequest) (*EnqueueResponse, error)
+	// EnqueueStream carries Enqueue requests on one long-lived stream: a
+	// producer opens it once per broker and sends each request as a message,
+	// with a request_id of its choosing; the broker answers each one, by
+	// request_id, once its messages are durable, or with the status the unary
+	// Enqueue would have failed with (same codes, same details: LeaderRedirect,
+	// BatchRedirect). Requests are handled concurrently, so answers may come
+	// in any order; a failed request never ends the stream. It does what
+	// Enqueue does without a new HTTP/2 stream, call and trailers per request:
+	// less CPU on both sides and less time per request (docs/protocol.md).
+	//
+	// Per request: trace_context is the caller's W3C trace context (the
+	// unary call's traceparent header); timeout bounds the broker's wait for
+	// the request (the unary call's grpc-timeout): past it the request fails
+	// DEADLINE_EXCEEDED, and a request not yet applied then is not applied.
+	//
+	// End of the stream: half-close, and the broker answers what it read, then
+	// ends with OK. A broker shutting down answers new requests with
+	// UNAVAILABLE "broker shutting down" (not applied: resend elsewhere),
+	// answers the rest, then ends the stream with UNAVAILABLE. A request left
+	// unanswered when a stream breaks may or may not have been applied, as a
+	// unary call whose answer was lost: resend it only if it is safe to repeat
+	// (its messages carry dedup ids). The broker works on at most 1000
+	// requests of a stream at once and reads no further until one is answered
+	// (HTTP/2 flow control holds the rest back). Stream errors (the stream
+	// ends with this status): INVALID_ARGUMENT (a request_id that is 0 or
+	// already in flight), plus the common codes at open (auth, shutting down).
+	// A broker older than this method answers UNIMPLEMENTED: use Enqueue.
+	EnqueueStream(grpc.BidiStreamingServer[EnqueueStreamRequest, EnqueueStreamResponse]) error
 	// Claim leases up to max_messages runnable messages of one subscription to
 	// the calling worker, in claim order: highest priority first, then lowest
 	// offset (per shard; shards are visited round-robin). If none is runnable
@@ -375,6 +445,9 @@ type UnimplementedQueueServiceServer struct{}
 func (UnimplementedQueueServiceServer) Enqueue(context.Context, *EnqueueRequest) (*EnqueueResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Enqueue not implemented")
 }
+func (UnimplementedQueueServiceServer) EnqueueStream(grpc.BidiStreamingServer[EnqueueStreamRequest, EnqueueStreamResponse]) error {
+	return status.Error(codes.Unimplemented, "method EnqueueStream not implemented")
+}
 func (UnimplementedQueueServiceServer) Claim(context.Context, *ClaimRequest) (*ClaimResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Claim not implemented")
 }
@@ -431,6 +504,13 @@ func _QueueService_Enqueue_Handler(srv interface{}, ctx context.Context, dec fun
 	}
 	return interceptor(ctx, in, info, handler)
 }
+
+func _QueueService_EnqueueStream_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(QueueServiceServer).EnqueueStream(&grpc.GenericServerStream[EnqueueStreamRequest, EnqueueStreamResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type QueueService_EnqueueStreamServer = grpc.BidiStreamingServer[EnqueueStreamRequest, EnqueueStreamResponse]
 
 func _QueueService_Claim_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ClaimRequest)
@@ -562,6 +642,12 @@ var QueueService_ServiceDesc = grpc.ServiceDesc{
 		},
 	},
 	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "EnqueueStream",
+			Handler:       _QueueService_EnqueueStream_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
 		{
 			StreamName:    "Work",
 			Handler:       _QueueService_Work_Handler,

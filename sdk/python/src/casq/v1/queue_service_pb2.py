@@ -22,13 +22,14 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from casq.v1 import errors_pb2 as casq_dot_v1_dot_errors__pb2
 from casq.v1 import message_pb2 as casq_dot_v1_dot_message__pb2
 from casq.v1 import shard_pb2 as casq_dot_v1_dot_shard__pb2
 from casq.v1 import work_pb2 as casq_dot_v1_dot_work__pb2
 from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x63\x61sq/v1/queue_service.proto\x12\x07\x63\x61sq.v1\x1a\x15\x63\x61sq/v1/message.proto\x1a\x13\x63\x61sq/v1/shard.proto\x1a\x12\x63\x61sq/v1/work.proto\x1a\x1egoogle/protobuf/duration.proto\"F\n\x0e\x45nqueueRequest\x12\r\n\x05queue\x18\x01 \x01(\t\x12%\n\x08messages\x18\x02 \x03(\x0b\x32\x13.casq.v1.NewMessage\"T\n\x0f\x45nqueueResponse\x12*\n\x08messages\x18\x01 \x03(\x0b\x32\x18.casq.v1.EnqueuedMessage\x12\x15\n\rqueue_created\x18\x02 \x01(\x08\"O\n\x0f\x45nqueuedMessage\x12\n\n\x02id\x18\x01 \x01(\t\x12\r\n\x05shard\x18\x02 \x01(\r\x12\x0e\n\x06offset\x18\x03 \x01(\x04\x12\x11\n\tduplicate\x18\x04 \x01(\x08\"\xb3\x01\n\x0c\x43laimRequest\x12\r\n\x05queue\x18\x01 \x01(\t\x12\x14\n\x0csubscription\x18\x02 \x01(\t\x12\x11\n\tworker_id\x18\x03 \x01(\t\x12\x14\n\x0cmax_messages\x18\x04 \x01(\r\x12\'\n\x04wait\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12,\n\tlease_ttl\x18\x06 \x01(\x0b\x32\x19.google.protobuf.Duration\":\n\rClaimResponse\x12)\n\x08messages\x18\x01 \x03(\x0b\x32\x17.casq.v1.ClaimedMessage\"\\\n\x10HeartbeatRequest\x12\r\n\x05queue\x18\x01 \x01(\t\x12\x14\n\x0csubscription\x18\x02 \x01(\t\x12\x11\n\tworker_id\x18\x03 \x01(\t\x12\x10\n\x08receipts\x18\x04 \x03(\t\">\n\x11HeartbeatResponse\x12)\n\x07results\x18\x01 \x03(\x0b\x32\x18.casq.v1.HeartbeatResult\"C\n\nAckRequest\x12\r\n\x05queue\x18\x01 \x01(\t\x12\x14\n\x0csubscription\x18\x02 \x01(\t\x12\x10\n\x08receipts\x18\x03 \x03(\t\"2\n\x0b\x41\x63kResponse\x12#\n\x07results\x18\x01 \x03(\x0b\x32\x12.casq.v1.AckResult\"\xa4\x01\n\x0bNackRequest\x12\r\n\x05queue\x18\x01 \x01(\t\x12\x14\n\x0csubscription\x18\x02 \x01(\t\x12\x10\n\x08receipts\x18\x03 \x03(\t\x12(\n\x05\x64\x65lay\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x13\n\x0b\x64\x65\x61\x64_letter\x18\x05 \x01(\x08\x12\x0e\n\x06reason\x18\x06 \x01(\t\x12\x0f\n\x07release\x18\x07 \x01(\x08\"4\n\x0cNackResponse\x12$\n\x07results\x18\x01 \x03(\x0b\x32\x13.casq.v1.NackResult\"$\n\x13LookupShardsRequest\x12\r\n\x05queue\x18\x01 \x01(\t\";\n\x14LookupShardsResponse\x12#\n\x06shards\x18\x01 \x03(\x0b\x32\x13.casq.v1.ShardRoute2\xb5\x03\n\x0cQueueService\x12<\n\x07\x45nqueue\x12\x17.casq.v1.EnqueueRequest\x1a\x18.casq.v1.EnqueueResponse\x12\x36\n\x05\x43laim\x12\x15.casq.v1.ClaimRequest\x1a\x16.casq.v1.ClaimResponse\x12\x42\n\tHeartbeat\x12\x19.casq.v1.HeartbeatRequest\x1a\x1a.casq.v1.HeartbeatResponse\x12\x30\n\x03\x41\x63k\x12\x13.casq.v1.AckRequest\x1a\x14.casq.v1.AckResponse\x12\x33\n\x04Nack\x12\x14.casq.v1.NackRequest\x1a\x15.casq.v1.NackResponse\x12\x37\n\x04Work\x12\x14.casq.v1.WorkRequest\x1a\x15.casq.v1.WorkResponse(\x01\x30\x01\x12K\n\x0cLookupShards\x12\x1c.casq.v1.LookupShardsRequest\x1a\x1d.casq.v1.LookupShardsResponseB0Z.github.com/casq/casq/sdk/go/gen/casq/v1;casqv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x63\x61sq/v1/queue_service.proto\x12\x07\x63\x61sq.v1\x1a\x14\x63\x61sq/v1/errors.proto\x1a\x15\x63\x61sq/v1/message.proto\x1a\x13\x63\x61sq/v1/shard.proto\x1a\x12\x63\x61sq/v1/work.proto\x1a\x1egoogle/protobuf/duration.proto\"F\n\x0e\x45nqueueRequest\x12\r\n\x05queue\x18\x01 \x01(\t\x12%\n\x08messages\x18\x02 \x03(\x0b\x32\x13.casq.v1.NewMessage\"T\n\x0f\x45nqueueResponse\x12*\n\x08messages\x18\x01 \x03(\x0b\x32\x18.casq.v1.EnqueuedMessage\x12\x15\n\rqueue_created\x18\x02 \x01(\x08\"\xae\x01\n\x14\x45nqueueStreamRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12(\n\x07\x65nqueue\x18\x02 \x01(\x0b\x32\x17.casq.v1.EnqueueRequest\x12,\n\rtrace_context\x18\x03 \x01(\x0b\x32\x15.casq.v1.TraceContext\x12*\n\x07timeout\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\"\x88\x01\n\x15\x45nqueueStreamResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12,\n\x08\x65nqueued\x18\x02 \x01(\x0b\x32\x18.casq.v1.EnqueueResponseH\x00\x12#\n\x05\x65rror\x18\x03 \x01(\x0b\x32\x12.casq.v1.RpcStatusH\x00\x42\x08\n\x06result\"O\n\x0f\x45nqueuedMessage\x12\n\n\x02id\x18\x01 \x01(\t\x12\r\n\x05shard\x18\x02 \x01(\r\x12\x0e\n\x06offset\x18\x03 \x01(\x04\x12\x11\n\tduplicate\x18\x04 \x01(\x08\"\xb3\x01\n\x0c\x43laimRequest\x12\r\n\x05queue\x18\x01 \x01(\t\x12\x14\n\x0csubscription\x18\x02 \x01(\t\x12\x11\n\tworker_id\x18\x03 \x01(\t\x12\x14\n\x0cmax_messages\x18\x04 \x01(\r\x12\'\n\x04wait\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12,\n\tlease_ttl\x18\x06 \x01(\x0b\x32\x19.google.protobuf.Duration\":\n\rClaimResponse\x12)\n\x08messages\x18\x01 \x03(\x0b\x32\x17.casq.v1.ClaimedMessage\"\\\n\x10HeartbeatRequest\x12\r\n\x05queue\x18\x01 \x01(\t\x12\x14\n\x0csubscription\x18\x02 \x01(\t\x12\x11\n\tworker_id\x18\x03 \x01(\t\x12\x10\n\x08receipts\x18\x04 \x03(\t\">\n\x11HeartbeatResponse\x12)\n\x07results\x18\x01 \x03(\x0b\x32\x18.casq.v1.HeartbeatResult\"C\n\nAckRequest\x12\r\n\x05queue\x18\x01 \x01(\t\x12\x14\n\x0csubscription\x18\x02 \x01(\t\x12\x10\n\x08receipts\x18\x03 \x03(\t\"2\n\x0b\x41\x63kResponse\x12#\n\x07results\x18\x01 \x03(\x0b\x32\x12.casq.v1.AckResult\"\xa4\x01\n\x0bNackRequest\x12\r\n\x05queue\x18\x01 \x01(\t\x12\x14\n\x0csubscription\x18\x02 \x01(\t\x12\x10\n\x08receipts\x18\x03 \x03(\t\x12(\n\x05\x64\x65lay\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x13\n\x0b\x64\x65\x61\x64_letter\x18\x05 \x01(\x08\x12\x0e\n\x06reason\x18\x06 \x01(\t\x12\x0f\n\x07release\x18\x07 \x01(\x08\"4\n\x0cNackResponse\x12$\n\x07results\x18\x01 \x03(\x0b\x32\x13.casq.v1.NackResult\"$\n\x13LookupShardsRequest\x12\r\n\x05queue\x18\x01 \x01(\t\";\n\x14LookupShardsResponse\x12#\n\x06shards\x18\x01 \x03(\x0b\x32\x13.casq.v1.ShardRoute2\x89\x04\n\x0cQueueService\x12<\n\x07\x45nqueue\x12\x17.casq.v1.EnqueueRequest\x1a\x18.casq.v1.EnqueueResponse\x12R\n\rEnqueueStream\x12\x1d.casq.v1.EnqueueStreamRequest\x1a\x1e.casq.v1.EnqueueStreamResponse(\x01\x30\x01\x12\x36\n\x05\x43laim\x12\x15.casq.v1.ClaimRequest\x1a\x16.casq.v1.ClaimResponse\x12\x42\n\tHeartbeat\x12\x19.casq.v1.HeartbeatRequest\x1a\x1a.casq.v1.HeartbeatResponse\x12\x30\n\x03\x41\x63k\x12\x13.casq.v1.AckRequest\x1a\x14.casq.v1.AckResponse\x12\x33\n\x04Nack\x12\x14.casq.v1.NackRequest\x1a\x15.casq.v1.NackResponse\x12\x37\n\x04Work\x12\x14.casq.v1.WorkRequest\x1a\x15.casq.v1.WorkResponse(\x01\x30\x01\x12K\n\x0cLookupShards\x12\x1c.casq.v1.LookupShardsRequest\x1a\x1d.casq.v1.LookupShardsResponseB0Z.github.com/casq/casq/sdk/go/gen/casq/v1;casqv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,32 +37,36 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'casq.v1.queue_service_pb2',
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'Z.github.com/casq/casq/sdk/go/gen/casq/v1;casqv1'
-  _globals['_ENQUEUEREQUEST']._serialized_start=136
-  _globals['_ENQUEUEREQUEST']._serialized_end=206
-  _globals['_ENQUEUERESPONSE']._serialized_start=208
-  _globals['_ENQUEUERESPONSE']._serialized_end=292
-  _globals['_ENQUEUEDMESSAGE']._serialized_start=294
-  _globals['_ENQUEUEDMESSAGE']._serialized_end=373
-  _globals['_CLAIMREQUEST']._serialized_start=376
-  _globals['_CLAIMREQUEST']._serialized_end=555
-  _globals['_CLAIMRESPONSE']._serialized_start=557
-  _globals['_CLAIMRESPONSE']._serialized_end=615
-  _globals['_HEARTBEATREQUEST']._serialized_start=617
-  _globals['_HEARTBEATREQUEST']._serialized_end=709
-  _globals['_HEARTBEATRESPONSE']._serialized_start=711
-  _globals['_HEARTBEATRESPONSE']._serialized_end=773
-  _globals['_ACKREQUEST']._serialized_start=775
-  _globals['_ACKREQUEST']._serialized_end=842
-  _globals['_ACKRESPONSE']._serialized_start=844
-  _globals['_ACKRESPONSE']._serialized_end=894
-  _globals['_NACKREQUEST']._serialized_start=897
-  _globals['_NACKREQUEST']._serialized_end=1061
-  _globals['_NACKRESPONSE']._serialized_start=1063
-  _globals['_NACKRESPONSE']._serialized_end=1115
-  _globals['_LOOKUPSHARDSREQUEST']._serialized_start=1117
-  _globals['_LOOKUPSHARDSREQUEST']._serialized_end=1153
-  _globals['_LOOKUPSHARDSRESPONSE']._serialized_start=1155
-  _globals['_LOOKUPSHARDSRESPONSE']._serialized_end=1214
-  _globals['_QUEUESERVICE']._serialized_start=1217
-  _globals['_QUEUESERVICE']._serialized_end=1654
+  _globals['_ENQUEUEREQUEST']._serialized_start=158
+  _globals['_ENQUEUEREQUEST']._serialized_end=228
+  _globals['_ENQUEUERESPONSE']._serialized_start=230
+  _globals['_ENQUEUERESPONSE']._serialized_end=314
+  _globals['_ENQUEUESTREAMREQUEST']._serialized_start=317
+  _globals['_ENQUEUESTREAMREQUEST']._serialized_end=491
+  _globals['_ENQUEUESTREAMRESPONSE']._serialized_start=494
+  _globals['_ENQUEUESTREAMRESPONSE']._serialized_end=630
+  _globals['_ENQUEUEDMESSAGE']._serialized_start=632
+  _globals['_ENQUEUEDMESSAGE']._serialized_end=711
+  _globals['_CLAIMREQUEST']._serialized_start=714
+  _globals['_CLAIMREQUEST']._serialized_end=893
+  _globals['_CLAIMRESPONSE']._serialized_start=895
+  _globals['_CLAIMRESPONSE']._serialized_end=953
+  _globals['_HEARTBEATREQUEST']._serialized_start=955
+  _globals['_HEARTBEATREQUEST']._serialized_end=1047
+  _globals['_HEARTBEATRESPONSE']._serialized_start=1049
+  _globals['_HEARTBEATRESPONSE']._serialized_end=1111
+  _globals['_ACKREQUEST']._serialized_start=1113
+  _globals['_ACKREQUEST']._serialized_end=1180
+  _globals['_ACKRESPONSE']._serialized_start=1182
+  _globals['_ACKRESPONSE']._serialized_end=1232
+  _globals['_NACKREQUEST']._serialized_start=1235
+  _globals['_NACKREQUEST']._serialized_end=1399
+  _globals['_NACKRESPONSE']._serialized_start=1401
+  _globals['_NACKRESPONSE']._serialized_end=1453
+  _globals['_LOOKUPSHARDSREQUEST']._serialized_start=1455
+  _globals['_LOOKUPSHARDSREQUEST']._serialized_end=1491
+  _globals['_LOOKUPSHARDSRESPONSE']._serialized_start=1493
+  _globals['_LOOKUPSHARDSRESPONSE']._serialized_end=1552
+  _globals['_QUEUESERVICE']._serialized_start=1555
+  _globals['_QUEUESERVICE']._serialized_end=2076
 # @@protoc_insertion_point(module_scope)

@@ -7,6 +7,7 @@ Every mutating RPC is answered only after the change is durable in object
 storage (group commit): a successful response means the write landed.
 """
 
+from casq.v1 import errors_pb2 as _errors_pb2
 from casq.v1 import message_pb2 as _message_pb2
 from casq.v1 import shard_pb2 as _shard_pb2
 from collections import abc as _abc
@@ -85,6 +86,92 @@ class EnqueueResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___EnqueueResponse: _TypeAlias = EnqueueResponse  # noqa: Y015
+
+@_typing.final
+class EnqueueStreamRequest(_message.Message):
+    """EnqueueStreamRequest is one Enqueue request on an EnqueueStream."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    ENQUEUE_FIELD_NUMBER: _builtins.int
+    TRACE_CONTEXT_FIELD_NUMBER: _builtins.int
+    TIMEOUT_FIELD_NUMBER: _builtins.int
+    request_id: _builtins.int
+    """Chosen by the producer, non-zero and unique among its requests in flight
+    on this stream; the answer carries it back.
+    """
+    @_builtins.property
+    def enqueue(self) -> Global___EnqueueRequest:
+        """The request, as for Enqueue."""
+
+    @_builtins.property
+    def trace_context(self) -> _message_pb2.TraceContext:
+        """W3C trace context of the caller (the unary call's traceparent and
+        tracestate headers): the broker's span for this request is its child,
+        and messages without their own trace_context carry that span's.
+        """
+
+    @_builtins.property
+    def timeout(self) -> _duration_pb2.Duration:
+        """Longest time the broker works on this request (the unary call's
+        grpc-timeout); unset: no bound but the stream's.
+        """
+
+    def __init__(
+        self,
+        *,
+        request_id: _builtins.int = ...,
+        enqueue: Global___EnqueueRequest | None = ...,
+        trace_context: _message_pb2.TraceContext | None = ...,
+        timeout: _duration_pb2.Duration | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["enqueue", b"enqueue", "timeout", b"timeout", "trace_context", b"trace_context"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["enqueue", b"enqueue", "request_id", b"request_id", "timeout", b"timeout", "trace_context", b"trace_context"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EnqueueStreamRequest: _TypeAlias = EnqueueStreamRequest  # noqa: Y015
+
+@_typing.final
+class EnqueueStreamResponse(_message.Message):
+    """EnqueueStreamResponse answers one EnqueueStreamRequest."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    ENQUEUED_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    request_id: _builtins.int
+    """The request_id of the request answered."""
+    @_builtins.property
+    def enqueued(self) -> Global___EnqueueResponse:
+        """The messages are durable: what Enqueue would have returned."""
+
+    @_builtins.property
+    def error(self) -> _errors_pb2.RpcStatus:
+        """The request failed: the status Enqueue would have failed with (code,
+        message, details such as LeaderRedirect or BatchRedirect). The stream
+        goes on.
+        """
+
+    def __init__(
+        self,
+        *,
+        request_id: _builtins.int = ...,
+        enqueued: Global___EnqueueResponse | None = ...,
+        error: _errors_pb2.RpcStatus | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["enqueued", b"enqueued", "error", b"error", "result", b"result"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["enqueued", b"enqueued", "error", b"error", "request_id", b"request_id", "result", b"result"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_result: _TypeAlias = _typing.Literal["enqueued", "error"]  # noqa: Y015
+    _WhichOneofArgType_result: _TypeAlias = _typing.Literal["result", b"result"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_result) -> _WhichOneofReturnType_result | None: ...
+
+Global___EnqueueStreamResponse: _TypeAlias = EnqueueStreamResponse  # noqa: Y015
 
 @_typing.final
 class EnqueuedMessage(_message.Message):

@@ -71,6 +71,11 @@ class QueueServiceStub:
                 request_serializer=casq_dot_v1_dot_queue__service__pb2.EnqueueRequest.SerializeToString,
                 response_deserializer=casq_dot_v1_dot_queue__service__pb2.EnqueueResponse.FromString,
                 _registered_method=True)
+        self.EnqueueStream = channel.stream_stream(
+                '/casq.v1.QueueService/EnqueueStream',
+                request_serializer=casq_dot_v1_dot_queue__service__pb2.EnqueueStreamRequest.SerializeToString,
+                response_deserializer=casq_dot_v1_dot_queue__service__pb2.EnqueueStreamResponse.FromString,
+                _registered_method=True)
         self.Claim = channel.unary_unary(
                 '/casq.v1.QueueService/Claim',
                 request_serializer=casq_dot_v1_dot_queue__service__pb2.ClaimRequest.SerializeToString,
@@ -158,6 +163,39 @@ class QueueServiceServicer:
         messages: create a subscription or set a retention; nothing was stored
         for that shard); NOT_FOUND (the queue does not exist, unless the broker
         auto-creates queues); plus the common codes.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def EnqueueStream(self, request_iterator, context):
+        """EnqueueStream carries Enqueue requests on one long-lived stream: a
+        producer opens it once per broker and sends each request as a message,
+        with a request_id of its choosing; the broker answers each one, by
+        request_id, once its messages are durable, or with the status the unary
+        Enqueue would have failed with (same codes, same details: LeaderRedirect,
+        BatchRedirect). Requests are handled concurrently, so answers may come
+        in any order; a failed request never ends the stream. It does what
+        Enqueue does without a new HTTP/2 stream, call and trailers per request:
+        less CPU on both sides and less time per request (docs/protocol.md).
+
+        Per request: trace_context is the caller's W3C trace context (the
+        unary call's traceparent header); timeout bounds the broker's wait for
+        the request (the unary call's grpc-timeout): past it the request fails
+        DEADLINE_EXCEEDED, and a request not yet applied then is not applied.
+
+        End of the stream: half-close, and the broker answers what it read, then
+        ends with OK. A broker shutting down answers new requests with
+        UNAVAILABLE "broker shutting down" (not applied: resend elsewhere),
+        answers the rest, then ends the stream with UNAVAILABLE. A request left
+        unanswered when a stream breaks may or may not have been applied, as a
+        unary call whose answer was lost: resend it only if it is safe to repeat
+        (its messages carry dedup ids). The broker works on at most 1000
+        requests of a stream at once and reads no further until one is answered
+        (HTTP/2 flow control holds the rest back). Stream errors (the stream
+        ends with this status): INVALID_ARGUMENT (a request_id that is 0 or
+        already in flight), plus the common codes at open (auth, shutting down).
+        A broker older than this method answers UNIMPLEMENTED: use Enqueue.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -267,6 +305,11 @@ def add_QueueServiceServicer_to_server(servicer, server):
                     request_deserializer=casq_dot_v1_dot_queue__service__pb2.EnqueueRequest.FromString,
                     response_serializer=casq_dot_v1_dot_queue__service__pb2.EnqueueResponse.SerializeToString,
             ),
+            'EnqueueStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.EnqueueStream,
+                    request_deserializer=casq_dot_v1_dot_queue__service__pb2.EnqueueStreamRequest.FromString,
+                    response_serializer=casq_dot_v1_dot_queue__service__pb2.EnqueueStreamResponse.SerializeToString,
+            ),
             'Claim': grpc.unary_unary_rpc_method_handler(
                     servicer.Claim,
                     request_deserializer=casq_dot_v1_dot_queue__service__pb2.ClaimRequest.FromString,
@@ -356,6 +399,33 @@ class QueueService:
             '/casq.v1.QueueService/Enqueue',
             casq_dot_v1_dot_queue__service__pb2.EnqueueRequest.SerializeToString,
             casq_dot_v1_dot_queue__service__pb2.EnqueueResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EnqueueStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/casq.v1.QueueService/EnqueueStream',
+            casq_dot_v1_dot_queue__service__pb2.EnqueueStreamRequest.SerializeToString,
+            casq_dot_v1_dot_queue__service__pb2.EnqueueStreamResponse.FromString,
             options,
             channel_credentials,
             insecure,

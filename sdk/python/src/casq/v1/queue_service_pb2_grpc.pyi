@@ -91,6 +91,35 @@ class QueueServiceStub:
     for that shard); NOT_FOUND (the queue does not exist, unless the broker
     auto-creates queues); plus the common codes.
     """
+    EnqueueStream: _grpc.StreamStreamMultiCallable[_queue_service_pb2.EnqueueStreamRequest, _queue_service_pb2.EnqueueStreamResponse]
+    """EnqueueStream carries Enqueue requests on one long-lived stream: a
+    producer opens it once per broker and sends each request as a message,
+    with a request_id of its choosing; the broker answers each one, by
+    request_id, once its messages are durable, or with the status the unary
+    Enqueue would have failed with (same codes, same details: LeaderRedirect,
+    BatchRedirect). Requests are handled concurrently, so answers may come
+    in any order; a failed request never ends the stream. It does what
+    Enqueue does without a new HTTP/2 stream, call and trailers per request:
+    less CPU on both sides and less time per request (docs/protocol.md).
+
+    Per request: trace_context is the caller's W3C trace context (the
+    unary call's traceparent header); timeout bounds the broker's wait for
+    the request (the unary call's grpc-timeout): past it the request fails
+    DEADLINE_EXCEEDED, and a request not yet applied then is not applied.
+
+    End of the stream: half-close, and the broker answers what it read, then
+    ends with OK. A broker shutting down answers new requests with
+    UNAVAILABLE "broker shutting down" (not applied: resend elsewhere),
+    answers the rest, then ends the stream with UNAVAILABLE. A request left
+    unanswered when a stream breaks may or may not have been applied, as a
+    unary call whose answer was lost: resend it only if it is safe to repeat
+    (its messages carry dedup ids). The broker works on at most 1000
+    requests of a stream at once and reads no further until one is answered
+    (HTTP/2 flow control holds the rest back). Stream errors (the stream
+    ends with this status): INVALID_ARGUMENT (a request_id that is 0 or
+    already in flight), plus the common codes at open (auth, shutting down).
+    A broker older than this method answers UNIMPLEMENTED: use Enqueue.
+    """
     Claim: _grpc.UnaryUnaryMultiCallable[_queue_service_pb2.ClaimRequest, _queue_service_pb2.ClaimResponse]
     """Claim leases up to max_messages runnable messages of one subscription to
     the calling worker, in claim order: highest priority first, then lowest
@@ -221,6 +250,35 @@ class QueueServiceAsyncStub(QueueServiceStub):
     messages: create a subscription or set a retention; nothing was stored
     for that shard); NOT_FOUND (the queue does not exist, unless the broker
     auto-creates queues); plus the common codes.
+    """
+    EnqueueStream: _aio.StreamStreamMultiCallable[_queue_service_pb2.EnqueueStreamRequest, _queue_service_pb2.EnqueueStreamResponse]  # type: ignore[assignment]
+    """EnqueueStream carries Enqueue requests on one long-lived stream: a
+    producer opens it once per broker and sends each request as a message,
+    with a request_id of its choosing; the broker answers each one, by
+    request_id, once its messages are durable, or with the status the unary
+    Enqueue would have failed with (same codes, same details: LeaderRedirect,
+    BatchRedirect). Requests are handled concurrently, so answers may come
+    in any order; a failed request never ends the stream. It does what
+    Enqueue does without a new HTTP/2 stream, call and trailers per request:
+    less CPU on both sides and less time per request (docs/protocol.md).
+
+    Per request: trace_context is the caller's W3C trace context (the
+    unary call's traceparent header); timeout bounds the broker's wait for
+    the request (the unary call's grpc-timeout): past it the request fails
+    DEADLINE_EXCEEDED, and a request not yet applied then is not applied.
+
+    End of the stream: half-close, and the broker answers what it read, then
+    ends with OK. A broker shutting down answers new requests with
+    UNAVAILABLE "broker shutting down" (not applied: resend elsewhere),
+    answers the rest, then ends the stream with UNAVAILABLE. A request left
+    unanswered when a stream breaks may or may not have been applied, as a
+    unary call whose answer was lost: resend it only if it is safe to repeat
+    (its messages carry dedup ids). The broker works on at most 1000
+    requests of a stream at once and reads no further until one is answered
+    (HTTP/2 flow control holds the rest back). Stream errors (the stream
+    ends with this status): INVALID_ARGUMENT (a request_id that is 0 or
+    already in flight), plus the common codes at open (auth, shutting down).
+    A broker older than this method answers UNIMPLEMENTED: use Enqueue.
     """
     Claim: _aio.UnaryUnaryMultiCallable[_queue_service_pb2.ClaimRequest, _queue_service_pb2.ClaimResponse]  # type: ignore[assignment]
     """Claim leases up to max_messages runnable messages of one subscription to
@@ -355,6 +413,41 @@ class QueueServiceServicer(metaclass=_abc_1.ABCMeta):
         messages: create a subscription or set a retention; nothing was stored
         for that shard); NOT_FOUND (the queue does not exist, unless the broker
         auto-creates queues); plus the common codes.
+        """
+
+    @_abc_1.abstractmethod
+    def EnqueueStream(
+        self,
+        request_iterator: _MaybeAsyncIterator[_queue_service_pb2.EnqueueStreamRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_queue_service_pb2.EnqueueStreamResponse], _abc.AsyncIterator[_queue_service_pb2.EnqueueStreamResponse]]:
+        """EnqueueStream carries Enqueue requests on one long-lived stream: a
+        producer opens it once per broker and sends each request as a message,
+        with a request_id of its choosing; the broker answers each one, by
+        request_id, once its messages are durable, or with the status the unary
+        Enqueue would have failed with (same codes, same details: LeaderRedirect,
+        BatchRedirect). Requests are handled concurrently, so answers may come
+        in any order; a failed request never ends the stream. It does what
+        Enqueue does without a new HTTP/2 stream, call and trailers per request:
+        less CPU on both sides and less time per request (docs/protocol.md).
+
+        Per request: trace_context is the caller's W3C trace context (the
+        unary call's traceparent header); timeout bounds the broker's wait for
+        the request (the unary call's grpc-timeout): past it the request fails
+        DEADLINE_EXCEEDED, and a request not yet applied then is not applied.
+
+        End of the stream: half-close, and the broker answers what it read, then
+        ends with OK. A broker shutting down answers new requests with
+        UNAVAILABLE "broker shutting down" (not applied: resend elsewhere),
+        answers the rest, then ends the stream with UNAVAILABLE. A request left
+        unanswered when a stream breaks may or may not have been applied, as a
+        unary call whose answer was lost: resend it only if it is safe to repeat
+        (its messages carry dedup ids). The broker works on at most 1000
+        requests of a stream at once and reads no further until one is answered
+        (HTTP/2 flow control holds the rest back). Stream errors (the stream
+        ends with this status): INVALID_ARGUMENT (a request_id that is 0 or
+        already in flight), plus the common codes at open (auth, shutting down).
+        A broker older than this method answers UNIMPLEMENTED: use Enqueue.
         """
 
     @_abc_1.abstractmethod
