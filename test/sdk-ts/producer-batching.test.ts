@@ -1,7 +1,8 @@
 /**
  * Producer.enqueue merging concurrent calls, against a real casq server (in
  * process, memory store, metrics on): the broker's own RPC counter shows how
- * many Enqueue requests 64 concurrent callers cost, and a message the broker
+ * many Enqueue requests (on the producer's EnqueueStream) 64 concurrent
+ * callers cost, and a message the broker
  * refuses fails only its own caller while the others are stored.
  */
 import { InvalidArgumentError, Producer } from "@casq/sdk";
@@ -28,13 +29,13 @@ describe("Producer.enqueue batching against casq", () => {
     const producer = new Producer({ brokers: [server.address] });
     // The queue exists first, so that its creation is no part of the count.
     await producer.enqueue("merged", "first");
-    const before = await metric(metrics, "casq_rpc_requests_total", { method: "Enqueue" });
+    const before = await metric(metrics, "casq_rpc_requests_total", { method: "EnqueueStream" });
 
     const results = await Promise.all(
       range(64).map((i) => producer.enqueue("merged", `m${i}`, { key: "k" })),
     );
 
-    expect(await metric(metrics, "casq_rpc_requests_total", { method: "Enqueue" })).toBe(before + 1);
+    expect(await metric(metrics, "casq_rpc_requests_total", { method: "EnqueueStream" })).toBe(before + 1);
     expect(new Set(results.map((r) => r.id)).size).toBe(64);
     // One key, so one shard, in call order.
     expect(results.map((r) => r.offset)).toEqual(

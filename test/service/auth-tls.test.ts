@@ -12,7 +12,8 @@ import {
   Health,
   HealthCheckResponse_ServingStatus as ServingStatus,
 } from "@casq/api/grpc/health/v1/health_pb.ts";
-import { ConnectError, createClient } from "@connectrpc/connect";
+import { CasqError, Producer } from "@casq/sdk";
+import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { bearer, bytes, codeOf, grpcClients, startTestServer, text, useTestServers } from "./support.ts";
@@ -52,6 +53,14 @@ describe("bearer tokens", () => {
     expect(await codeOf(enqueue(worker))).toBe("PermissionDenied");
     expect(await codeOf(enqueue(producer))).toBe("OK");
     expect(await codeOf(enqueue(admin))).toBe("OK");
+    // The SDK's producer sends its requests on an EnqueueStream, which needs the same permission.
+    const streamed = new Producer({ brokers: [s.address], token: "producer-token-0001" });
+    expect((await streamed.enqueue("secure", "y")).id).toMatch(/^[0-9A-Z]{26}$/);
+    streamed.close();
+    const refused = new Producer({ brokers: [s.address], token: "worker-token-0000002", maxAttempts: 1 });
+    const error = await refused.enqueue("secure", "z").catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(CasqError);
+    expect((error as CasqError).code).toBe(Code.PermissionDenied);
 
     expect(await codeOf(producer.queue.claim({ queue: "secure", workerId: "w" }))).toBe("PermissionDenied");
     const claimed = await worker.queue.claim({ queue: "secure", workerId: "w" });

@@ -6,7 +6,9 @@
  * own abort still ends the call.
  *
  * The broker is a stub (a real HTTP/2 gRPC server, connectNodeAdapter) that
- * resets the first Enqueue with RST_STREAM(CANCEL) and answers the next.
+ * resets the first Enqueue with RST_STREAM(CANCEL) and answers the next. The
+ * producers send unary calls (`enqueueStream: false`): a broken EnqueueStream
+ * is tested in test/sdk-ts/enqueue-stream.test.ts.
  */
 import { constants } from "node:http2";
 import { QueueService } from "@casq/api/casq/v1/queue_service_pb.ts";
@@ -47,7 +49,12 @@ async function stub(resetFirst: number): Promise<{ address: string; calls: () =>
 describe("a stream reset with CANCEL", () => {
   it("is retried by the producer", async () => {
     const broker = await stub(1);
-    const producer = new Producer({ brokers: [broker.address], backoffInitialMs: 1, backoffMaxMs: 5 });
+    const producer = new Producer({
+      brokers: [broker.address],
+      backoffInitialMs: 1,
+      backoffMaxMs: 5,
+      enqueueStream: false,
+    });
     const result = await producer.enqueue("q", "payload");
     expect(result.id).toBe("id-0");
     expect(broker.calls()).toBe(2);
@@ -55,7 +62,12 @@ describe("a stream reset with CANCEL", () => {
 
   it("does not outlive the caller's abort", async () => {
     const broker = await stub(1_000_000);
-    const producer = new Producer({ brokers: [broker.address], backoffInitialMs: 50, backoffMaxMs: 50 });
+    const producer = new Producer({
+      brokers: [broker.address],
+      backoffInitialMs: 50,
+      backoffMaxMs: 50,
+      enqueueStream: false,
+    });
     const abort = new AbortController();
     const call = producer.enqueue("q", "payload", { signal: abort.signal });
     setTimeout(() => abort.abort(), 200);

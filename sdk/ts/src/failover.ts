@@ -24,7 +24,7 @@ import { Code } from "@connectrpc/connect";
 import { backoffDelay, type RandomSource } from "./backoff.ts";
 import type { ResolvedClientOptions } from "./client-options.ts";
 import { type SdkClock, systemClock } from "./clock.ts";
-import { CasqError, isRetryable, RedirectError, toCasqError } from "./errors.ts";
+import { CasqError, isRetryable, OutcomeUnknownError, RedirectError, toCasqError } from "./errors.ts";
 import type { BrokerPool } from "./transport.ts";
 
 /** Options of one call through {@link callWithFailover}. */
@@ -87,6 +87,12 @@ const NOT_SENT = new Set([
   "ENETUNREACH",
 ]);
 
+/** True when `error` says the connection was never made, so the request was not sent. */
+export function neverSent(error: unknown): boolean {
+  const system = systemErrorCode(error);
+  return system !== undefined && NOT_SENT.has(system);
+}
+
 /** The Node.js error code (`ECONNRESET`, ...) somewhere in an error's cause chain. */
 function systemErrorCode(error: unknown): string | undefined {
   let current: unknown = error;
@@ -101,11 +107,13 @@ function systemErrorCode(error: unknown): string | undefined {
 /**
  * True when a failed attempt may still have been applied by the broker: it
  * ran into its own timeout (`ownTimeout`: the broker may have stored the
- * request and hung before answering), or its connection broke after the
- * request was sent. False for answers of the broker (redirects, UNAVAILABLE,
- * errors) and for connections that were never made.
+ * request and hung before answering), or its connection (or the stream it
+ * went on: {@link OutcomeUnknownError}) broke after the request was sent.
+ * False for answers of the broker (redirects, UNAVAILABLE, errors) and for
+ * connections that were never made.
  */
 export function mayHaveBeenApplied(error: CasqError, ownTimeout: boolean): boolean {
+  if (error instanceof OutcomeUnknownError) return true;
   if (error.code === Code.DeadlineExceeded) return ownTimeout;
   if (error instanceof RedirectError || !isRetryable(error)) return false;
   const system = systemErrorCode(error.cause);

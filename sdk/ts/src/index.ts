@@ -17,6 +17,7 @@ export {
   LEADER_ADDRESS_TRAILER,
   LeaseLostError,
   NotFoundError,
+  OutcomeUnknownError,
   RedirectError,
   type SettleOperation,
   toCasqError,
