@@ -43,9 +43,9 @@ describe("the producer's EnqueueStream", () => {
     );
     expect(new Set(results.map((r) => r.offset)).size).toBe(50);
     await streamed.enqueueBatch("mail", [{ payload: "b1" }, { payload: "b2" }]);
+    expect(s.enqueueStreams.openStreams).toBe(1);
     expect(await rpcRequests(metrics, "EnqueueStream")).toBeGreaterThanOrEqual(2);
     expect(await rpcRequests(metrics, "Enqueue")).toBe(0);
-    expect(s.enqueueStreams.openStreams).toBe(1);
     // Idle: the stream is closed (so a process that is done can exit), and opened again when needed.
     await eventually(() => s.enqueueStreams.openStreams === 0);
     await streamed.enqueue("mail", "again");
@@ -117,6 +117,10 @@ describe("the producer's EnqueueStream", () => {
   it("gives a stream up when a request goes unanswered for the client's timeout, and opens a new one", async () => {
     const gated = gatedStore();
     const s = await startServer({ store: gated.store });
+    const setup = producer({ brokers: [s.address] });
+    await setup.enqueue("mail", "the queue exists");
+    setup.close();
+    await eventually(() => s.enqueueStreams.openStreams === 0);
     const p = producer({ brokers: [s.address], timeoutMs: 300, maxAttempts: 1 });
     await p.enqueue("mail", "first");
     expect(s.enqueueStreams.openStreams).toBe(1);
@@ -129,5 +133,36 @@ describe("the producer's EnqueueStream", () => {
     gated.open();
     await p.enqueue("mail", "after");
     expect(s.enqueueStreams.openStreams).toBe(1);
+  });
+
+  it("keeps a stream whose broker answers other requests while one times out (a slow shard, not a hung broker)", async () => {
+    const slow = gatedStore(["slow"]);
+    const later = gatedStore(["later"], slow.store);
+    const s = await startServer({ store: later.store });
+    const setup = producer({ brokers: [s.address] });
+    for (const queue of ["slow", "later", "fast"]) await setup.enqueue(queue, "the queue exists");
+    const p = producer({ brokers: [s.address], timeoutMs: 600, maxAttempts: 1 });
+    await p.enqueue("fast", "opens the stream");
+    slow.shut();
+    later.shut();
+    const stuck = p.enqueue("slow", "stuck").catch((e: unknown) => e);
+    const started = Date.now();
+    // The broker keeps answering on the stream while "stuck" runs out its timeout (600 ms)...
+    const answerFor = async (ms: number) => {
+      while (Date.now() - started < ms) {
+        await p.enqueue("fast", "answered");
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+    };
+    await answerFor(400);
+    // ...and "held" is in flight on the same stream when it does.
+    const held = p.enqueue("later", "held").catch((e: unknown) => e);
+    await eventually(() => slow.waiting > 0 && later.waiting > 0);
+    await answerFor(700);
+    expect(((await stuck) as CasqError).code).toBe(Code.DeadlineExceeded);
+    // The stream was not given up: "held" gets its answer once its write lands.
+    later.open();
+    expect(await held).not.toBeInstanceOf(Error);
+    slow.open();
   });
 });

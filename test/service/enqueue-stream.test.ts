@@ -15,6 +15,7 @@ import type {
 import { AsyncQueue } from "@casq/sdk/async-queue.ts";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { describe, expect, it } from "vitest";
+import { MAX_REQUESTS_IN_FLIGHT } from "../../server/src/service/enqueue-stream.ts";
 import { MemoryStore } from "../../server/src/store/memory-store.ts";
 import { inMemoryTracing } from "../../server/testing/trace-testing.ts";
 import { parseExposition, sampleValue } from "../telemetry/exposition.ts";
@@ -74,6 +75,16 @@ class EnqueueClient {
 
 function enqueue(requestId: bigint, queue: string, ...payloads: string[]): Request {
   return { requestId, enqueue: { queue, messages: payloads.map((p) => ({ payload: bytes(p) })) } };
+}
+
+/** A server whose head writes are held (the gate shut), with queue "mail" and a stream to it. */
+async function stuckServer() {
+  const gated = gatedStore();
+  const s = await server({ store: gated.store });
+  const clients = grpcClients(s.address);
+  await clients.admin.createQueue({ queue: "mail" });
+  gated.shut();
+  return { gated, s, clients, stream: new EnqueueClient(clients) };
 }
 
 describe("EnqueueStream", () => {
@@ -178,12 +189,7 @@ describe("EnqueueStream", () => {
   });
 
   it("fails a request DEADLINE_EXCEEDED once its own timeout passed, and the stream goes on", async () => {
-    const gated = gatedStore();
-    const s = await server({ store: gated.store });
-    const clients = grpcClients(s.address);
-    await clients.admin.createQueue({ queue: "mail" });
-    gated.shut();
-    const stream = new EnqueueClient(clients);
+    const { gated, stream } = await stuckServer();
     stream.send({ ...enqueue(1n, "mail", "late"), timeout: durationFromMs(100) });
     const answer = await stream.answer(1n);
     expect(answer.result.case).toBe("error");
@@ -191,6 +197,17 @@ describe("EnqueueStream", () => {
     gated.open();
     stream.send({ ...enqueue(2n, "mail", "on time"), timeout: durationFromMs(5_000) });
     expect((await stream.answer(2n)).result.case).toBe("enqueued");
+  });
+
+  it("holds at most 1000 requests of a stream and reads the rest as answers go out", async () => {
+    const { gated, stream } = await stuckServer();
+    const count = MAX_REQUESTS_IN_FLIGHT + 50;
+    for (let i = 1; i <= count; i++) stream.send(enqueue(BigInt(i), "mail", `m${i}`));
+    await eventually(() => gated.waiting > 0);
+    gated.open();
+    await eventually(() => stream.answers.size === count, 20_000);
+    expect([...stream.answers.values()].every((a) => a.result.case === "enqueued")).toBe(true);
+    expect(stream.ended).toBeUndefined();
   });
 
   it("on graceful shutdown answers what it holds, refuses new requests as not applied, then ends UNAVAILABLE", async () => {

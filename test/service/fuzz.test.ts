@@ -353,7 +353,9 @@ async function callEnqueueStream(
     code = e.code;
     message = e.rawMessage;
   }
-  const opened = stored || answered < requests.length;
+  // A request answered DEADLINE_EXCEEDED or CANCELLED may still be applied after its answer.
+  const unknown = failures.some((c) => c === Code.DeadlineExceeded || c === Code.Canceled);
+  const opened = stored || unknown || answered < requests.length;
   if (code === undefined && !opened && failures.length > 0)
     return { code: failures[0] as Code, message: "every request refused", requestFailures: failures, opened };
   return { code, message, requestFailures: failures, opened };

@@ -43,11 +43,14 @@ export function sharedStore(inner: ObjectStore = new MemoryStore()): ObjectStore
 }
 
 /**
- * A memory store whose writes of shard heads wait while the gate is shut (a
- * write that is slow or stuck); `waiting` counts the writes held.
+ * A memory store whose writes of shard heads (of `queues` only, when given)
+ * wait while the gate is shut (a write that is slow or stuck); `waiting`
+ * counts the writes held. Several gates may share one `inner` store.
  */
-export function gatedStore(): { store: ObjectStore; shut(): void; open(): void; readonly waiting: number } {
-  const inner = new MemoryStore();
+export function gatedStore(
+  queues?: readonly string[],
+  inner: ObjectStore = new MemoryStore(),
+): { store: ObjectStore; shut(): void; open(): void; readonly waiting: number } {
   let gate: Promise<void> | undefined;
   let release = () => {};
   let waiting = 0;
@@ -68,7 +71,8 @@ export function gatedStore(): { store: ObjectStore; shut(): void; open(): void; 
     store: {
       ...base,
       async put(key, body, condition, options) {
-        if (gate !== undefined && /^queues\/[^/]+\/\d+\.json$/.test(key)) {
+        const head = /^queues\/([^/]+)\/\d+\.json$/.exec(key);
+        if (gate !== undefined && head && (queues === undefined || queues.includes(head[1] as string))) {
           waiting += 1;
           await gate;
           waiting -= 1;

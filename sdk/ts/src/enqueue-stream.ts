@@ -59,6 +59,15 @@ import { activeTraceHeaders, type BrokerPool } from "./transport.ts";
 /** A stream with no request in flight for this long is closed. */
 export const STREAM_LINGER_MS = 250;
 
+/** A broker that answered UNIMPLEMENTED is asked for the stream again after this long (it may have been upgraded). */
+const UNARY_ONLY_MS = 60_000;
+
+/** The longest timer Node keeps (`setTimeout` fires at once beyond it). */
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
+/** The longest `timeout` a broker takes on a request (longer ones are sent without). */
+const MAX_REQUEST_TIMEOUT_MS = 24 * 60 * 60 * 1000;
+
 type EnqueueRequestInit = MessageInitShape<typeof EnqueueRequestSchema>;
 type EnqueueStreamRequestInit = MessageInitShape<typeof EnqueueStreamRequestSchema>;
 
@@ -78,8 +87,8 @@ export interface StreamRequestOptions {
  */
 export class EnqueueStreams {
   private readonly open = new Map<string, EnqueueStream>();
-  /** Brokers that answered UNIMPLEMENTED: they get unary calls. */
-  private readonly unaryOnly = new Set<string>();
+  /** Brokers that answered UNIMPLEMENTED, and until when they get unary calls. */
+  private readonly unaryOnly = new Map<string, number>();
 
   constructor(private readonly pool: BrokerPool) {}
 
@@ -89,12 +98,12 @@ export class EnqueueStreams {
     request: EnqueueRequestInit,
     options: StreamRequestOptions,
   ): Promise<EnqueueResponse> {
-    if (!this.unaryOnly.has(address)) {
+    if ((this.unaryOnly.get(address) ?? 0) <= this.pool.options.clock.now()) {
       try {
         return await this.stream(address).send(request, options);
       } catch (error) {
         if (!(error instanceof StreamUnimplemented)) throw error;
-        this.unaryOnly.add(address);
+        this.unaryOnly.set(address, this.pool.options.clock.now() + UNARY_ONLY_MS);
       }
     }
     return this.pool.client(QueueService, address).enqueue(request, {
@@ -142,6 +151,10 @@ class EnqueueStream {
   private readonly clock: SdkClock;
   private nextId = 0n;
   private cancelLinger: (() => void) | undefined;
+  /** When the broker was last heard from on this stream (opened, or an answer). */
+  private lastHeardAt: number;
+  /** Settles when the stream has ended or broken (and its pending requests failed). */
+  private readonly ended: Promise<void>;
   /** True once no request may be sent on it any more. */
   closed = false;
 
@@ -151,16 +164,19 @@ class EnqueueStream {
     private readonly onClosed: () => void,
   ) {
     this.clock = pool.options.clock;
+    this.lastHeardAt = this.clock.now();
     // Outside any caller's trace context: each request carries its own.
-    context.with(ROOT_CONTEXT, () => {
-      const answers = pool
-        .client(QueueService, address)
-        .enqueueStream(this.requests, { signal: this.abort.signal });
-      void this.read(answers);
-    });
+    this.ended = context.with(ROOT_CONTEXT, () =>
+      this.read(
+        pool.client(QueueService, address).enqueueStream(this.requests, { signal: this.abort.signal }),
+      ),
+    );
   }
 
   send(request: EnqueueRequestInit, options: StreamRequestOptions): Promise<EnqueueResponse> {
+    const { signal, timeoutMs } = options;
+    if (signal?.aborted)
+      return Promise.reject(new CasqError(Code.Canceled, "casq: call aborted", { cause: signal.reason }));
     if (this.closed)
       return Promise.reject(
         new UnavailableError(`casq: the enqueue stream to ${this.address} is closed; resend`),
@@ -169,18 +185,16 @@ class EnqueueStream {
     const trace = options.traceHeaders ?? activeTraceHeaders();
     this.cancelLinger?.();
     this.cancelLinger = undefined;
+    // As for a unary call: 0 (or no finite value) means no timeout.
+    const bounded = Number.isFinite(timeoutMs) && timeoutMs > 0;
     return new Promise<EnqueueResponse>((resolve, reject) => {
-      const { signal, timeoutMs } = options;
-      if (signal?.aborted) {
-        reject(new CasqError(Code.Canceled, "casq: call aborted", { cause: signal.reason }));
-        return;
-      }
       const onAbort = () =>
         this.settle(requestId, new CasqError(Code.Canceled, "casq: call aborted", { cause: signal?.reason }));
       signal?.addEventListener("abort", onAbort, { once: true });
-      const cancelTimer = startTimer(this.clock, timeoutMs, () => this.timedOut(requestId, timeoutMs), {
-        unref: true,
-      });
+      const cancelTimer =
+        bounded && timeoutMs <= MAX_TIMER_MS
+          ? startTimer(this.clock, timeoutMs, () => this.timedOut(requestId, timeoutMs), { unref: true })
+          : () => {};
       this.pending.set(requestId, {
         resolve,
         reject,
@@ -198,18 +212,30 @@ class EnqueueStream {
                 tracestate: trace.tracestate ?? "",
               }),
             }),
-        timeout: durationFromMs(timeoutMs),
+        ...(bounded && timeoutMs <= MAX_REQUEST_TIMEOUT_MS ? { timeout: durationFromMs(timeoutMs) } : {}),
       });
     });
   }
 
-  /** Half-closes the stream: no more requests; those in flight are still answered. */
+  /**
+   * Half-closes the stream: no more requests; those in flight are still
+   * answered. A broker that has not ended the stream within the client's
+   * timeout then (e.g. still at a request whose caller gave up) has it
+   * cancelled, so that it does not keep the process alive.
+   */
   finish(): void {
     if (this.closed) return;
     this.closed = true;
     this.cancelLinger?.();
     this.requests.end();
     this.onClosed();
+    const cancel = startTimer(
+      this.clock,
+      Math.min(this.pool.options.timeoutMs, MAX_TIMER_MS),
+      () => this.abort.abort(),
+      { unref: true },
+    );
+    void this.ended.then(cancel);
   }
 
   private async read(answers: AsyncIterable<EnqueueStreamResponse>): Promise<void> {
@@ -223,6 +249,7 @@ class EnqueueStream {
   }
 
   private answered(answer: EnqueueStreamResponse): void {
+    this.lastHeardAt = this.clock.now();
     const { result } = answer;
     if (result.case === "enqueued") this.settle(answer.requestId, undefined, result.value);
     else this.settle(answer.requestId, fromRpcStatus(result.value));
@@ -242,16 +269,19 @@ class EnqueueStream {
   }
 
   /**
-   * A request's own timeout passed: it fails DEADLINE_EXCEEDED; when that
-   * was the client's full timeout (not a caller's shorter deadline) the
-   * broker seems hung, and the stream is given up.
+   * A request's own timeout passed: it fails DEADLINE_EXCEEDED. When that
+   * was the client's full timeout (not a caller's shorter deadline) and the
+   * broker answered nothing else on the stream all that time, the broker
+   * seems hung and the stream is given up; a broker that answers other
+   * requests is only slow at this one (a slow shard), and the stream stays.
    */
   private timedOut(requestId: bigint, timeoutMs: number): void {
     this.settle(
       requestId,
       new CasqError(Code.DeadlineExceeded, `casq: no answer from ${this.address} within ${timeoutMs} ms`),
     );
-    if (timeoutMs >= this.pool.options.timeoutMs) {
+    const silentMs = this.clock.now() - this.lastHeardAt;
+    if (timeoutMs >= this.pool.options.timeoutMs && silentMs >= timeoutMs) {
       this.abort.abort();
       this.broken(
         new CasqError(

@@ -467,11 +467,9 @@ export async function startCasqServer(options: CasqServerOptions): Promise<Runni
     calls.drain();
     const stopAccepting = listener.stopAccepting();
     if (graceful) {
+      const graceMs = Math.min(5_000, Math.floor(timeoutMs / 2));
       await withDeadline(
-        Promise.all([
-          work.drainAll(Math.min(5_000, Math.floor(timeoutMs / 2)), clock.now()),
-          enqueueStreams.drainAll(),
-        ]),
+        Promise.all([work.drainAll(graceMs, clock.now()), enqueueStreams.drainAll(graceMs)]),
         left(),
       );
       work.abortAll("broker shutting down: reconnect to another broker");

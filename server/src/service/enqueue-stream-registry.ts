@@ -8,9 +8,10 @@
 export interface EnqueueStreamHandle {
   /**
    * Refuses new requests (UNAVAILABLE: not applied), answers those in
-   * flight, then ends the stream with UNAVAILABLE. Resolves when it ended.
+   * flight, then ends the stream with UNAVAILABLE; resets it if it has not
+   * ended after `graceMs`. Resolves when it ended.
    */
-  drain(): Promise<void>;
+  drain(graceMs: number): Promise<void>;
   /** Ends the stream at once with UNAVAILABLE. */
   abort(reason: string): void;
 }
@@ -38,10 +39,10 @@ export class EnqueueStreamRegistry {
     };
   }
 
-  /** Drains every open stream; resolves when all have ended. */
-  async drainAll(): Promise<void> {
+  /** Drains every open stream (see {@link EnqueueStreamHandle.drain}); resolves when all have ended. */
+  async drainAll(graceMs: number): Promise<void> {
     this.isDraining = true;
-    await Promise.all([...this.streams].map((s) => s.drain()));
+    await Promise.all([...this.streams].map((s) => s.drain(graceMs)));
   }
 
   /** Ends every open stream at once. */

@@ -9,15 +9,18 @@
  * call: a span of its own (child of the request's trace context), the RPC
  * metrics under `method="EnqueueStream"`, and its `timeout` as its deadline.
  *
- * At most {@link MAX_REQUESTS_IN_FLIGHT} requests of a stream are worked on
- * at once; the stream is read no further until one is answered.
+ * At most {@link MAX_REQUESTS_IN_FLIGHT} requests of a stream are held at
+ * once (worked on, or answered but the answer not yet written out); the
+ * stream is read no further until an answer went out.
  *
  * End: on half-close the requests read are answered, then the stream ends
  * with OK. While the server shuts down gracefully ({@link
  * EnqueueStreamSession.drain}) new requests are answered UNAVAILABLE (not
  * applied), those in flight are answered, then the stream ends with
- * UNAVAILABLE.
+ * UNAVAILABLE; a stream that has not ended by the end of the grace is reset.
  */
+
+import { setMaxListeners } from "node:events";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { TraceContext } from "@casq/api/casq/v1/message_pb.ts";
 import type {
@@ -34,10 +37,11 @@ import { traceStreamRequest } from "../telemetry/tracing.ts";
 import { handleEnqueue } from "./enqueue-request.ts";
 import type { EnqueueStreamHandle } from "./enqueue-stream-registry.ts";
 import { toConnectError, toRpcStatus } from "./grpc-errors.ts";
+import { RESET_CALL } from "./listener.ts";
 import type { ServiceContext } from "./service-context.ts";
 import { checkRequestTimeout } from "./validation.ts";
 
-/** Most requests of one stream worked on at once. */
+/** Most requests of one stream held at once (see the module header). */
 export const MAX_REQUESTS_IN_FLIGHT = 1000;
 
 /** The RPC, as spans and logs name it. */
@@ -80,9 +84,16 @@ async function* enqueueStream(
 class EnqueueStreamSession implements EnqueueStreamHandle {
   private readonly answers = new AsyncQueue<EnqueueStreamResponseInit>();
   private readonly inFlight = new Set<bigint>();
+  /**
+   * Requests read whose answer is not yet written out (in flight, or
+   * answered and queued): the reader waits while there are
+   * {@link MAX_REQUESTS_IN_FLIGHT}, so a client that does not read its
+   * answers cannot make the broker hold more.
+   */
+  private held = 0;
   private readEnded = false;
   private draining = false;
-  /** Wakes the reader waiting for a free place among the requests in flight. */
+  /** Wakes the reader waiting for a free place among the requests held. */
   private placeFreed: (() => void) | undefined;
   private readonly ended: Promise<void>;
   private markEnded: () => void = () => {};
@@ -94,44 +105,71 @@ class EnqueueStreamSession implements EnqueueStreamHandle {
     this.ended = new Promise((resolve) => {
       this.markEnded = resolve;
     });
+    // Each request in flight listens on the call's signal (its deadline's abort): many at once is normal.
+    setMaxListeners(0, call.signal);
   }
 
   /** The answers, while the requests are read and handled. */
   async *run(requests: AsyncIterable<EnqueueStreamRequest>): AsyncIterable<EnqueueStreamResponseInit> {
     void this.read(requests);
     try {
-      yield* this.answers;
+      for await (const answer of this.answers) {
+        yield answer;
+        // The answer is written out (the adapter pulls the next one only then).
+        this.held -= 1;
+        const wake = this.placeFreed;
+        this.placeFreed = undefined;
+        wake?.();
+      }
     } finally {
       this.markEnded();
     }
   }
 
-  /** Answers the requests in flight, refuses new ones, then ends the stream with UNAVAILABLE. */
-  drain(): Promise<void> {
+  /**
+   * Answers the requests in flight, refuses new ones, then ends the stream
+   * with UNAVAILABLE; after `graceMs` (a client that does not read its
+   * answers, a write that hangs) the stream is reset instead.
+   */
+  async drain(graceMs: number): Promise<void> {
     this.draining = true;
     this.endIfDone();
+    const stop = new AbortController();
+    const graceOver = await Promise.race([
+      this.ended.then(() => false),
+      this.ctx.clock.sleep(graceMs, stop.signal).then(
+        () => true,
+        () => false,
+      ),
+    ]);
+    stop.abort();
+    if (graceOver) this.abort("broker shutting down: reconnect to another broker");
     return this.ended;
   }
 
-  /** Ends the stream at once with UNAVAILABLE (answers not sent yet are lost). */
+  /** Ends the stream at once with UNAVAILABLE, or resets it when it cannot end (answers not sent yet are lost). */
   abort(reason: string): void {
-    this.answers.fail(new CasqError("unavailable", reason));
+    this.draining = true;
+    if (this.answers.closed) this.call.values.get(RESET_CALL)?.();
+    else this.answers.fail(new CasqError("unavailable", reason));
   }
 
   private async read(requests: AsyncIterable<EnqueueStreamRequest>): Promise<void> {
     try {
       for await (const request of requests) {
+        if (this.answers.closed) return; // ended (aborted): nothing read now could be answered
         const id = request.requestId;
         if (id === 0n) throw new CasqError("invalid_argument", "request_id must not be 0");
         if (this.inFlight.has(id))
           throw new CasqError("invalid_argument", `request_id ${id} is already in flight on this stream`);
-        if (this.draining) {
+        this.held += 1;
+        if (this.draining)
           this.answers.push(failed(id, { code: Code.Unavailable, message: SHUTTING_DOWN, details: [] }));
-          continue;
+        else {
+          this.inFlight.add(id);
+          void this.handle(request);
         }
-        this.inFlight.add(id);
-        void this.handle(request);
-        if (this.inFlight.size >= MAX_REQUESTS_IN_FLIGHT)
+        if (this.held >= MAX_REQUESTS_IN_FLIGHT)
           await new Promise<void>((resolve) => {
             this.placeFreed = resolve;
           });
@@ -188,9 +226,6 @@ class EnqueueStreamSession implements EnqueueStreamHandle {
     }
     this.inFlight.delete(id);
     this.answers.push(answer);
-    const wake = this.placeFreed;
-    this.placeFreed = undefined;
-    wake?.();
     this.endIfDone();
   }
 

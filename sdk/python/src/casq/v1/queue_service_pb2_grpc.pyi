@@ -110,12 +110,14 @@ class QueueServiceStub:
     End of the stream: half-close, and the broker answers what it read, then
     ends with OK. A broker shutting down answers new requests with
     UNAVAILABLE "broker shutting down" (not applied: resend elsewhere),
-    answers the rest, then ends the stream with UNAVAILABLE. A request left
+    answers the rest, then ends the stream with UNAVAILABLE and the trailer
+    `casq-not-applied: true` (every request it read was answered). A request left
     unanswered when a stream breaks may or may not have been applied, as a
     unary call whose answer was lost: resend it only if it is safe to repeat
-    (its messages carry dedup ids). The broker works on at most 1000
-    requests of a stream at once and reads no further until one is answered
-    (HTTP/2 flow control holds the rest back). Stream errors (the stream
+    (its messages carry dedup ids). The broker holds at most 1000 requests
+    of a stream at once (worked on, or answered and not yet written out) and
+    reads no further until an answer went out (HTTP/2 flow control holds
+    the rest back). Stream errors (the stream
     ends with this status): INVALID_ARGUMENT (a request_id that is 0 or
     already in flight), plus the common codes at open (auth, shutting down).
     A broker older than this method answers UNIMPLEMENTED: use Enqueue.
@@ -270,12 +272,14 @@ class QueueServiceAsyncStub(QueueServiceStub):
     End of the stream: half-close, and the broker answers what it read, then
     ends with OK. A broker shutting down answers new requests with
     UNAVAILABLE "broker shutting down" (not applied: resend elsewhere),
-    answers the rest, then ends the stream with UNAVAILABLE. A request left
+    answers the rest, then ends the stream with UNAVAILABLE and the trailer
+    `casq-not-applied: true` (every request it read was answered). A request left
     unanswered when a stream breaks may or may not have been applied, as a
     unary call whose answer was lost: resend it only if it is safe to repeat
-    (its messages carry dedup ids). The broker works on at most 1000
-    requests of a stream at once and reads no further until one is answered
-    (HTTP/2 flow control holds the rest back). Stream errors (the stream
+    (its messages carry dedup ids). The broker holds at most 1000 requests
+    of a stream at once (worked on, or answered and not yet written out) and
+    reads no further until an answer went out (HTTP/2 flow control holds
+    the rest back). Stream errors (the stream
     ends with this status): INVALID_ARGUMENT (a request_id that is 0 or
     already in flight), plus the common codes at open (auth, shutting down).
     A broker older than this method answers UNIMPLEMENTED: use Enqueue.
@@ -439,12 +443,14 @@ class QueueServiceServicer(metaclass=_abc_1.ABCMeta):
         End of the stream: half-close, and the broker answers what it read, then
         ends with OK. A broker shutting down answers new requests with
         UNAVAILABLE "broker shutting down" (not applied: resend elsewhere),
-        answers the rest, then ends the stream with UNAVAILABLE. A request left
+        answers the rest, then ends the stream with UNAVAILABLE and the trailer
+        `casq-not-applied: true` (every request it read was answered). A request left
         unanswered when a stream breaks may or may not have been applied, as a
         unary call whose answer was lost: resend it only if it is safe to repeat
-        (its messages carry dedup ids). The broker works on at most 1000
-        requests of a stream at once and reads no further until one is answered
-        (HTTP/2 flow control holds the rest back). Stream errors (the stream
+        (its messages carry dedup ids). The broker holds at most 1000 requests
+        of a stream at once (worked on, or answered and not yet written out) and
+        reads no further until an answer went out (HTTP/2 flow control holds
+        the rest back). Stream errors (the stream
         ends with this status): INVALID_ARGUMENT (a request_id that is 0 or
         already in flight), plus the common codes at open (auth, shutting down).
         A broker older than this method answers UNIMPLEMENTED: use Enqueue.
