@@ -213,13 +213,14 @@ func unary(name string) rpcShape {
 
 func TestServiceDescriptors(t *testing.T) {
 	checkService(t, casqv1.File_casq_v1_queue_service_proto, "QueueService", map[string]rpcShape{
-		"Enqueue":      unary("Enqueue"),
-		"Claim":        unary("Claim"),
-		"Heartbeat":    unary("Heartbeat"),
-		"Ack":          unary("Ack"),
-		"Nack":         unary("Nack"),
-		"Work":         {in: "casq.v1.WorkRequest", out: "casq.v1.WorkResponse", clientStreams: true, serverStreams: true},
-		"LookupShards": unary("LookupShards"),
+		"Enqueue":       unary("Enqueue"),
+		"EnqueueStream": {in: "casq.v1.EnqueueStreamRequest", out: "casq.v1.EnqueueStreamResponse", clientStreams: true, serverStreams: true},
+		"Claim":         unary("Claim"),
+		"Heartbeat":     unary("Heartbeat"),
+		"Ack":           unary("Ack"),
+		"Nack":          unary("Nack"),
+		"Work":          {in: "casq.v1.WorkRequest", out: "casq.v1.WorkResponse", clientStreams: true, serverStreams: true},
+		"LookupShards":  unary("LookupShards"),
 	})
 	getDocument := unary("GetDocument")
 	getDocument.serverStreams = true
@@ -239,9 +240,13 @@ func TestServiceDescriptors(t *testing.T) {
 	})
 
 	q := casqv1.QueueService_ServiceDesc
-	if q.ServiceName != "casq.v1.QueueService" || len(q.Methods) != 6 || len(q.Streams) != 1 ||
-		q.Streams[0].StreamName != "Work" || !q.Streams[0].ClientStreams || !q.Streams[0].ServerStreams {
+	if q.ServiceName != "casq.v1.QueueService" || len(q.Methods) != 6 || len(q.Streams) != 2 {
 		t.Fatalf("QueueService grpc ServiceDesc = %+v", q)
+	}
+	for i, name := range []string{"EnqueueStream", "Work"} {
+		if s := q.Streams[i]; s.StreamName != name || !s.ClientStreams || !s.ServerStreams {
+			t.Fatalf("QueueService grpc ServiceDesc stream %d = %+v, want bidirectional %s", i, s, name)
+		}
 	}
 	a := casqv1.AdminService_ServiceDesc
 	if a.ServiceName != "casq.v1.AdminService" || len(a.Methods) != 11 || len(a.Streams) != 1 ||

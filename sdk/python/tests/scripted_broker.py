@@ -137,6 +137,13 @@ class ScriptedBroker(queue_service_pb2_grpc.QueueServiceServicer):
     ) -> queue_service_pb2.EnqueueResponse:
         context.abort(grpc.StatusCode.UNIMPLEMENTED, "the scripted broker only delivers its jobs")
 
+    def EnqueueStream(
+        self,
+        request_iterator: Iterator[queue_service_pb2.EnqueueStreamRequest],
+        context: grpc.ServicerContext,
+    ) -> Iterator[queue_service_pb2.EnqueueStreamResponse]:
+        context.abort(grpc.StatusCode.UNIMPLEMENTED, "the scripted broker only delivers its jobs")
+
     def Claim(
         self, request: queue_service_pb2.ClaimRequest, context: grpc.ServicerContext
     ) -> queue_service_pb2.ClaimResponse:

@@ -148,6 +148,7 @@ def test_service_descriptors() -> None:
         for m in queue.methods
     } == {
         "Enqueue": unary("Enqueue"),
+        "EnqueueStream": ("casq.v1.EnqueueStreamRequest", "casq.v1.EnqueueStreamResponse", True, True),
         "Claim": unary("Claim"),
         "Heartbeat": unary("Heartbeat"),
         "Ack": unary("Ack"),
@@ -214,6 +215,13 @@ class FakeQueue(queue_service_pb2_grpc.QueueServiceServicer):
         self, request: queue_service_pb2.NackRequest, context: grpc.ServicerContext
     ) -> queue_service_pb2.NackResponse:
         context.abort(grpc.StatusCode.UNIMPLEMENTED, "nack is not implemented by this fake")
+
+    def EnqueueStream(
+        self,
+        request_iterator: Iterator[queue_service_pb2.EnqueueStreamRequest],
+        context: grpc.ServicerContext,
+    ) -> Iterator[queue_service_pb2.EnqueueStreamResponse]:
+        context.abort(grpc.StatusCode.UNIMPLEMENTED, "the stream is not implemented by this fake")
 
     def LookupShards(
         self, request: queue_service_pb2.LookupShardsRequest, context: grpc.ServicerContext
