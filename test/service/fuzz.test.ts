@@ -253,20 +253,29 @@ async function callUnary(transport: Transport, method: DescMethod, input: unknow
   for (const m of message.messages ?? []) if (m.receipt) issuedReceipts.push(m.receipt);
 }
 
-async function callServerStream(transport: Transport, method: DescMethod, input: unknown) {
-  const request = create(method.input, input as never);
-  async function* one() {
-    yield request;
-  }
+/** A streaming call of `method` with `requests`, a 5 s deadline; its answers. */
+async function openStream(
+  transport: Transport,
+  method: DescMethod,
+  requests: AsyncIterable<unknown>,
+): Promise<AsyncIterable<unknown>> {
   const response = await transport.stream(
     method as never,
     undefined,
     5_000,
     undefined,
-    one() as never,
+    requests as never,
     undefined,
   );
-  for await (const _ of response.message);
+  return response.message;
+}
+
+async function callServerStream(transport: Transport, method: DescMethod, input: unknown) {
+  const request = create(method.input, input as never);
+  async function* one() {
+    yield request;
+  }
+  for await (const _ of await openStream(transport, method, one()));
 }
 
 async function callWork(g: fc.GeneratorValue, transport: Transport, method: DescMethod): Promise<Outcome> {
@@ -286,15 +295,8 @@ async function callWork(g: fc.GeneratorValue, transport: Transport, method: Desc
   const failures: number[] = [];
   let opened = false;
   try {
-    const response = await transport.stream(
-      method as never,
-      undefined,
-      5_000,
-      undefined,
-      send() as never,
-      undefined,
-    );
-    for await (const reply of response.message as AsyncIterable<{
+    const replies = await openStream(transport, method, send());
+    for await (const reply of replies as AsyncIterable<{
       event: { case: string; value: { status?: { code: number }; receipt?: string } };
     }>) {
       if (reply.event.case === "opened") opened = true;
@@ -335,15 +337,8 @@ async function callEnqueueStream(
   let code: Code | undefined;
   let message = "";
   try {
-    const response = await transport.stream(
-      method as never,
-      undefined,
-      5_000,
-      undefined,
-      send() as never,
-      undefined,
-    );
-    for await (const answer of response.message as AsyncIterable<EnqueueStreamResponse>) {
+    const answers = await openStream(transport, method, send());
+    for await (const answer of answers as AsyncIterable<EnqueueStreamResponse>) {
       answered += 1;
       if (answer.result.case === "enqueued") stored = true;
       else failures.push(answer.result.value?.code ?? -1);

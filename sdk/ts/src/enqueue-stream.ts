@@ -53,7 +53,7 @@ import {
   toCasqError,
   UnavailableError,
 } from "./errors.ts";
-import { neverSent } from "./failover.ts";
+import { callAborted, neverSent } from "./failover.ts";
 import { activeTraceHeaders, type BrokerPool } from "./transport.ts";
 
 /** A stream with no request in flight for this long is closed. */
@@ -82,15 +82,19 @@ export interface StreamRequestOptions {
 }
 
 /**
- * The producer's EnqueueStreams, one per broker address at a time (see the
- * module header).
+ * How the producer sends its Enqueue requests: on EnqueueStreams, one per
+ * broker address at a time (see the module header), or as unary calls.
  */
 export class EnqueueStreams {
   private readonly open = new Map<string, EnqueueStream>();
   /** Brokers that answered UNIMPLEMENTED, and until when they get unary calls. */
   private readonly unaryOnly = new Map<string, number>();
 
-  constructor(private readonly pool: BrokerPool) {}
+  /** `useStreams` false: every request is a unary call (the producer's `enqueueStream: false`). */
+  constructor(
+    private readonly pool: BrokerPool,
+    private readonly useStreams = true,
+  ) {}
 
   /** Sends `request` to the broker at `address` and resolves with its answer. */
   async enqueue(
@@ -98,7 +102,7 @@ export class EnqueueStreams {
     request: EnqueueRequestInit,
     options: StreamRequestOptions,
   ): Promise<EnqueueResponse> {
-    if ((this.unaryOnly.get(address) ?? 0) <= this.pool.options.clock.now()) {
+    if (this.useStreams && (this.unaryOnly.get(address) ?? 0) <= this.pool.options.clock.now()) {
       try {
         return await this.stream(address).send(request, options);
       } catch (error) {
@@ -175,8 +179,7 @@ class EnqueueStream {
 
   send(request: EnqueueRequestInit, options: StreamRequestOptions): Promise<EnqueueResponse> {
     const { signal, timeoutMs } = options;
-    if (signal?.aborted)
-      return Promise.reject(new CasqError(Code.Canceled, "casq: call aborted", { cause: signal.reason }));
+    if (signal?.aborted) return Promise.reject(callAborted(signal));
     if (this.closed)
       return Promise.reject(
         new UnavailableError(`casq: the enqueue stream to ${this.address} is closed; resend`),
@@ -188,8 +191,7 @@ class EnqueueStream {
     // As for a unary call: 0 (or no finite value) means no timeout.
     const bounded = Number.isFinite(timeoutMs) && timeoutMs > 0;
     return new Promise<EnqueueResponse>((resolve, reject) => {
-      const onAbort = () =>
-        this.settle(requestId, new CasqError(Code.Canceled, "casq: call aborted", { cause: signal?.reason }));
+      const onAbort = () => this.settle(requestId, callAborted(signal));
       signal?.addEventListener("abort", onAbort, { once: true });
       const cancelTimer =
         bounded && timeoutMs <= MAX_TIMER_MS

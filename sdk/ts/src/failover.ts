@@ -144,16 +144,21 @@ export function retryDelayMs(
   return Math.round(backoffDelay(attempt, backoff, random));
 }
 
+/** The error of a call its caller aborted through `signal`. */
+export function callAborted(signal: AbortSignal | undefined): CasqError {
+  return new CasqError(Code.Canceled, "casq: call aborted", { cause: signal?.reason });
+}
+
 /**
  * Resolves after `ms` on `clock` (default: the system clock), or rejects with
  * a CANCELLED CasqError when `signal` aborts.
  */
 export async function sleep(ms: number, signal?: AbortSignal, clock: SdkClock = systemClock): Promise<void> {
-  if (signal?.aborted) throw new CasqError(Code.Canceled, "casq: call aborted", { cause: signal.reason });
+  if (signal?.aborted) throw callAborted(signal);
   try {
     await clock.sleep(ms, signal);
   } catch {
-    throw new CasqError(Code.Canceled, "casq: call aborted", { cause: signal?.reason });
+    throw callAborted(signal);
   }
 }
 
@@ -195,8 +200,7 @@ export async function callWithFailover<T>(
   // Brokers this call reached by following a redirect, and the broker that redirected there.
   const redirectedFrom = new Map<string, string>();
   for (let n = 1; ; n++) {
-    if (options.signal?.aborted)
-      throw new CasqError(Code.Canceled, "casq: call aborted", { cause: options.signal.reason });
+    if (options.signal?.aborted) throw callAborted(options.signal);
     const left = options.deadline === undefined ? Number.POSITIVE_INFINITY : options.deadline - clock.now();
     if (left <= 0) throw new CasqError(Code.DeadlineExceeded, "casq: deadline exceeded");
     // When the caller's deadline is the nearer one, a timeout of this attempt is the caller's.
@@ -211,9 +215,7 @@ export async function callWithFailover<T>(
       });
     } catch (thrown) {
       const error = toCasqError(thrown);
-      if (options.signal?.aborted) {
-        throw new CasqError(Code.Canceled, "casq: call aborted", { cause: options.signal.reason });
-      }
+      if (options.signal?.aborted) throw callAborted(options.signal);
       if (n >= maxAttempts) throw error;
       if (error instanceof RedirectError) {
         if (failed.has(error.leaderAddress)) {

@@ -6,7 +6,7 @@ import { randomUUID } from "node:crypto";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { durationFromMs, timestampFromMs } from "@bufbuild/protobuf/wkt";
 import type { NewMessageSchema } from "@casq/api/casq/v1/message_pb.ts";
-import { type EnqueueResponse, QueueService } from "@casq/api/casq/v1/queue_service_pb.ts";
+import type { EnqueueResponse } from "@casq/api/casq/v1/queue_service_pb.ts";
 import { Code } from "@connectrpc/connect";
 import { type ClientOptions, resolveClientOptions } from "./client-options.ts";
 import { type BatchingOptions, EnqueueBatcher, mergeable } from "./enqueue-batcher.ts";
@@ -251,12 +251,12 @@ export class Producer {
   private readonly defaultDedupIds: boolean;
   /** Undefined when batching is off. */
   private readonly batcher: EnqueueBatcher | undefined;
-  /** Undefined when requests go as unary calls. */
-  private readonly streams: EnqueueStreams | undefined;
+  /** Sends each request, on a stream or as a unary call. */
+  private readonly streams: EnqueueStreams;
 
   constructor(options: ProducerOptions) {
     this.pool = new BrokerPool(resolveClientOptions(options));
-    this.streams = options.enqueueStream === false ? undefined : new EnqueueStreams(this.pool);
+    this.streams = new EnqueueStreams(this.pool, options.enqueueStream ?? true);
     this.defaultDedupIds = options.defaultDedupIds ?? true;
     const batching = options.batching ?? true;
     this.batcher =
@@ -276,7 +276,7 @@ export class Producer {
    * usable: a later call opens a stream again.
    */
   close(): void {
-    this.streams?.close();
+    this.streams.close();
   }
 
   /**
@@ -352,17 +352,11 @@ export class Producer {
       response = await callWithFailover(
         this.pool,
         (attempt) =>
-          this.streams
-            ? this.streams.enqueue(attempt.address, request, {
-                timeoutMs: attempt.timeoutMs,
-                signal: attempt.signal,
-                traceHeaders: ctx.traceHeaders,
-              })
-            : this.pool.client(QueueService, attempt.address).enqueue(request, {
-                timeoutMs: attempt.timeoutMs,
-                ...(attempt.signal ? { signal: attempt.signal } : {}),
-                ...(ctx.traceHeaders ? { headers: ctx.traceHeaders } : {}),
-              }),
+          this.streams.enqueue(attempt.address, request, {
+            timeoutMs: attempt.timeoutMs,
+            signal: attempt.signal,
+            traceHeaders: ctx.traceHeaders,
+          }),
         {
           ...(ctx.signal ? { signal: ctx.signal } : {}),
           ...(ctx.deadline === undefined ? {} : { deadline: ctx.deadline }),

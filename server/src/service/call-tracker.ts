@@ -5,9 +5,10 @@
  * Every casq.v1 call is counted from the moment it arrives until its
  * response (or its response stream) is finished. Once draining, new casq.v1
  * calls are refused with UNAVAILABLE "broker shutting down" (and the
- * `casq-not-applied` trailer) so clients go to another broker, while the calls already running finish. Health checks and
- * reflection are neither counted nor refused: a health check during shutdown
- * should answer NOT_SERVING, not fail.
+ * `casq-not-applied` trailer) so clients go to another broker, while the
+ * calls already running finish. Health checks and reflection are neither
+ * counted nor refused: a health check during shutdown should answer
+ * NOT_SERVING, not fail.
  */
 import { NOT_APPLIED_TRAILER } from "@casq/sdk/errors.ts";
 import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";

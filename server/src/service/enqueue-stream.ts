@@ -22,6 +22,7 @@
 
 import { setMaxListeners } from "node:events";
 import type { MessageInitShape } from "@bufbuild/protobuf";
+import type { RpcStatusSchema } from "@casq/api/casq/v1/errors_pb.ts";
 import type { TraceContext } from "@casq/api/casq/v1/message_pb.ts";
 import type {
   EnqueueStreamRequest,
@@ -36,7 +37,7 @@ import { startStreamRequest } from "../telemetry/rpc-metrics.ts";
 import { traceStreamRequest } from "../telemetry/tracing.ts";
 import { handleEnqueue } from "./enqueue-request.ts";
 import type { EnqueueStreamHandle } from "./enqueue-stream-registry.ts";
-import { toConnectError, toRpcStatus } from "./grpc-errors.ts";
+import { reportedConnectError, toConnectError, toRpcStatus } from "./grpc-errors.ts";
 import { RESET_CALL } from "./listener.ts";
 import type { ServiceContext } from "./service-context.ts";
 import { checkRequestTimeout } from "./validation.ts";
@@ -163,8 +164,7 @@ class EnqueueStreamSession implements EnqueueStreamHandle {
         if (this.inFlight.has(id))
           throw new CasqError("invalid_argument", `request_id ${id} is already in flight on this stream`);
         this.held += 1;
-        if (this.draining)
-          this.answers.push(failed(id, { code: Code.Unavailable, message: SHUTTING_DOWN, details: [] }));
+        if (this.draining) this.answers.push(failed(id, { code: Code.Unavailable, message: SHUTTING_DOWN }));
         else {
           this.inFlight.add(id);
           void this.handle(request);
@@ -206,7 +206,7 @@ class EnqueueStreamSession implements EnqueueStreamHandle {
               until.passed,
             ]);
           } catch (error) {
-            throw toConnectError(error, until.signal);
+            throw reportedConnectError(this.ctx.logger, error, RPC, until.signal);
           }
         },
       );
@@ -214,11 +214,6 @@ class EnqueueStreamSession implements EnqueueStreamHandle {
       finish(undefined);
     } catch (error) {
       const status = toRpcStatus(error);
-      if (status.code === Code.Internal || status.code === Code.Unknown)
-        this.ctx.logger.error(
-          { err: (error as Error).cause ?? error, rpc: RPC },
-          "internal error while serving a call",
-        );
       answer = failed(id, status);
       finish(status.code);
     } finally {
@@ -248,7 +243,7 @@ function shuttingDown(what: string): ConnectError {
 /** An answer with a failed status. */
 function failed(
   requestId: bigint,
-  status: { code: Code; message: string; details: [] } | ReturnType<typeof toRpcStatus>,
+  status: MessageInitShape<typeof RpcStatusSchema>,
 ): EnqueueStreamResponseInit {
   return { requestId, result: { case: "error", value: status } };
 }

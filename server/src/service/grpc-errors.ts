@@ -240,17 +240,29 @@ function redirectOf(
 }
 
 /**
+ * `error` mapped by {@link toConnectError}; an error that indicates a bug
+ * (INTERNAL, UNKNOWN) is logged with the call it broke (`rpc`).
+ */
+export function reportedConnectError(
+  logger: Logger,
+  error: unknown,
+  rpc: string,
+  signal?: AbortSignal,
+): ConnectError {
+  const mapped = toConnectError(error, signal);
+  if (mapped.code === Code.Internal || mapped.code === Code.Unknown)
+    logger.error({ err: error, rpc }, "internal error while serving a call");
+  return mapped;
+}
+
+/**
  * The interceptor that passes every handler error through
  * {@link toConnectError}, for unary calls and for errors raised while a
  * response stream is produced. Errors that indicate a bug are logged.
  */
 export function createErrorInterceptor(logger: Logger): Interceptor {
-  const report = (error: unknown, rpc: string, signal: AbortSignal): ConnectError => {
-    const mapped = toConnectError(error, signal);
-    if (mapped.code === Code.Internal || mapped.code === Code.Unknown)
-      logger.error({ err: error, rpc }, "internal error while serving a call");
-    return mapped;
-  };
+  const report = (error: unknown, rpc: string, signal: AbortSignal) =>
+    reportedConnectError(logger, error, rpc, signal);
   return (next) => async (req) => {
     const rpc = `${req.service.typeName}/${req.method.name}`;
     let res: Awaited<ReturnType<typeof next>>;

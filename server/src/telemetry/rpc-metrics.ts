@@ -31,22 +31,19 @@ export function rpcMetricsInterceptor(metrics: CasqMetrics, now: () => number = 
       req.contextValues.set(streamRequestMetricsKey, requests);
       return next(req);
     }
-    const method = req.method.name;
-    const started = now();
-    let code = "ok";
+    const finish = startCall(requests, req.method.name);
     try {
-      return await next(req);
+      const res = await next(req);
+      finish(undefined);
+      return res;
     } catch (error) {
-      code = codeName(ConnectError.from(error).code);
+      finish(ConnectError.from(error).code);
       throw error;
-    } finally {
-      metrics.rpcRequests.inc({ method, code });
-      metrics.rpcDuration.observe({ method }, Math.max(0, now() - started) / 1000);
     }
   };
 }
 
-/** What the interceptor leaves in a streaming call's context values for its requests. */
+/** Where calls are recorded, and the clock they are timed on (left in a streaming call's context values for its requests). */
 interface StreamRequestMetrics {
   readonly metrics: CasqMetrics;
   readonly now: () => number;
@@ -69,14 +66,18 @@ export function startStreamRequest(
   method: string,
 ): (failedWith: Code | undefined) => void {
   const requests = values.get(streamRequestMetricsKey);
-  if (requests === undefined) return NOT_RECORDED;
-  const started = requests.now();
+  return requests === undefined ? NOT_RECORDED : startCall(requests, method);
+}
+
+/** Starts timing one call (or stream request) of `method`; the function returned counts and times it. */
+function startCall(
+  { metrics, now }: StreamRequestMetrics,
+  method: string,
+): (failedWith: Code | undefined) => void {
+  const started = now();
   return (failedWith) => {
-    requests.metrics.rpcRequests.inc({
-      method,
-      code: failedWith === undefined ? "ok" : codeName(failedWith),
-    });
-    requests.metrics.rpcDuration.observe({ method }, Math.max(0, requests.now() - started) / 1000);
+    metrics.rpcRequests.inc({ method, code: failedWith === undefined ? "ok" : codeName(failedWith) });
+    metrics.rpcDuration.observe({ method }, Math.max(0, now() - started) / 1000);
   };
 }
 
