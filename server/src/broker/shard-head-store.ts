@@ -42,6 +42,7 @@ import { coolable, coolableRefs, coolSegment, warmSegment } from "../model/cold-
 import { deadLetterSealCandidates, sealDeadLetterSegment } from "../model/dead-letter-segments.ts";
 import type { DedupChunk } from "../model/dedup-chunk.ts";
 import { dedupSealCandidates, sealDedupSegment } from "../model/dedup-segments.ts";
+import { encodedDedupEntry, encodedTailMessage } from "../model/head-encoder.ts";
 import { sealedSegmentRefs, segmentRefOf } from "../model/index-segment-refs.ts";
 import {
   INDEX_SEGMENT_SIZE,
@@ -882,7 +883,7 @@ export class ShardHeadStore {
       if (candidates.length === 0) break;
       const records = candidates.map((m) => requireBody(m.msg)); // the tail holds whole records
       const name = segmentName(records[0]?.offset ?? 0, epoch, this.uniquePart());
-      const bytes = encodeSegment(this.queue, this.shard, records);
+      const bytes = encodeSegment(this.queue, this.shard, records, (r) => encodedTailMessage(working, r));
       try {
         await this.store.put(segmentPrefix(this.queue, this.shard) + name, bytes, { ifAbsent: true });
       } catch {
@@ -920,7 +921,7 @@ export class ShardHeadStore {
     const records = candidates.map((m) => requireBody(m.msg)); // the tail holds whole records
     const epoch = state.broker?.epoch ?? 0;
     const name = segmentName(records[0]?.offset ?? 0, epoch, this.uniquePart());
-    const bytes = encodeSegment(this.queue, this.shard, records);
+    const bytes = encodeSegment(this.queue, this.shard, records, (r) => encodedTailMessage(state, r));
     this.prepared = this.startWriteAhead(name, epoch, bytes, records, now);
   }
 
@@ -1011,7 +1012,7 @@ export class ShardHeadStore {
     const entries = dedupSealCandidates(working, 2 * budget);
     if (entries.length === 0) return;
     const name = dedupSegmentName(entries[0]?.offset ?? 0, epoch, this.uniquePart());
-    const bytes = encodeDedupSegment(this.queue, this.shard, entries);
+    const bytes = encodeDedupSegment(this.queue, this.shard, entries, (e) => encodedDedupEntry(working, e));
     try {
       await this.store.put(segmentPrefix(this.queue, this.shard) + name, bytes, { ifAbsent: true });
     } catch {
@@ -1039,7 +1040,7 @@ export class ShardHeadStore {
     if (entries.length === 0) return;
     const epoch = state.broker?.epoch ?? 0;
     const name = dedupSegmentName(entries[0]?.offset ?? 0, epoch, this.uniquePart());
-    const bytes = encodeDedupSegment(this.queue, this.shard, entries);
+    const bytes = encodeDedupSegment(this.queue, this.shard, entries, (e) => encodedDedupEntry(state, e));
     this.preparedDedup = this.startWriteAhead(name, epoch, bytes, entries, now);
   }
 

@@ -4,9 +4,11 @@ import { referenceEncodeHead } from "../../testing/reference-head-encoder.ts";
 import { applyOperation } from "./apply-operation.ts";
 import { coolable, coolSegment } from "./cold-segments.ts";
 import { dedupSealCandidates, forgetDedup, sealDedupSegment } from "./dedup-segments.ts";
+import { encodedDedupEntry, encodedTailMessage } from "./head-encoder.ts";
 import { indexCandidates, sealIndexSegment } from "./index-segments.ts";
+import { encodeDedupSegment, encodeSegment } from "./segment-codec.ts";
 import { sealCandidates, sealSegment, sealWrittenSegment } from "./segment-mechanics.ts";
-import type { MessageRecord } from "./shard-records.ts";
+import type { DedupEntry, MessageRecord } from "./shard-records.ts";
 import { ShardState } from "./shard-state.ts";
 
 /** The head's dedup list as the state holds it, in the document's shape. */
@@ -76,6 +78,63 @@ describe("head encoder: the head's dedup ids", () => {
   });
 });
 
+/**
+ * Segments of the tail's messages (those without `targets`, as the broker
+ * seals them) and of the head's dedup ids, made with the bytes copied from
+ * the last head encode: byte for byte what encoding each record again writes.
+ * Returns how many records were copied.
+ */
+function expectSegmentsCopiedAlike(s: ShardState, what = ""): { messages: number; dedup: number } {
+  const copied = { messages: 0, dedup: 0 };
+  const records = s
+    .sortedTail()
+    .filter((m) => m.targets === undefined)
+    .map((m) => m.msg as MessageRecord);
+  const copyMessage = (r: MessageRecord) => {
+    const bytes = encodedTailMessage(s, r);
+    if (bytes !== undefined) copied.messages += 1;
+    return bytes;
+  };
+  expect(text(encodeSegment("q", 0, records, copyMessage)), what).toBe(text(encodeSegment("q", 0, records)));
+  const entries = [...s.recentDedup.values()];
+  const copyEntry = (e: DedupEntry) => {
+    const bytes = encodedDedupEntry(s, e);
+    if (bytes !== undefined) copied.dedup += 1;
+    return bytes;
+  };
+  expect(text(encodeDedupSegment("q", 0, entries, copyEntry)), what).toBe(
+    text(encodeDedupSegment("q", 0, entries)),
+  );
+  return copied;
+}
+
+const text = (bytes: Uint8Array) => new TextDecoder().decode(bytes);
+
+describe("head encoder: segments copy the last head's bytes", () => {
+  it("copies each record the last encode wrote unchanged, encodes the others, and writes the same bytes either way", () => {
+    const s = newShard();
+    applyOperation(s, { kind: "createSubscription", name: "other" }, T0);
+    enqueue(
+      s,
+      T0,
+      ...["d1", "d2-é", "d3-日本", "d4-🙂", "d5"].map((id, i) => msg(`m${i + 1}`, { dedupId: id })),
+    );
+    expect(expectSegmentsCopiedAlike(s)).toEqual({ messages: 0, dedup: 0 }); // nothing encoded yet
+    s.encode();
+    enqueue(s, T0 + 1, msg("m6", { dedupId: "d6" }), msg("m7", { dedupId: "d7" }));
+    // The two new ones were not in the last head: encoded afresh, the five others copied.
+    expect(expectSegmentsCopiedAlike(s)).toEqual({ messages: 5, dedup: 5 });
+    s.encode();
+    expect(expectSegmentsCopiedAlike(s)).toEqual({ messages: 7, dedup: 7 });
+    // Another shard's head holds none of these records.
+    const other = newShard();
+    enqueue(other, T0, msg("x1", { dedupId: "dx" }));
+    other.encode();
+    const [first] = s.sortedTail();
+    expect(encodedTailMessage(other, first?.msg as MessageRecord)).toBeUndefined();
+  });
+});
+
 describe("head encoder: copying from the last encode", () => {
   it("writes byte for byte what a from-scratch encode writes, through enqueues, claims, acks, seals, redrives and cooling", () => {
     const s = newShard({ maxAttempts: 1 });
@@ -103,6 +162,7 @@ describe("head encoder: copying from the last encode", () => {
       expect(s.encode(), "an unchanged state encodes to the same bytes again").toEqual(bytes);
       // Decoded again (its index segments' entries looked up): the same bytes.
       if (s.indexSegments.size > 0) expect(s.clone().encode(), steps.join(" > ")).toEqual(bytes);
+      expectSegmentsCopiedAlike(s, steps.join(" > "));
     };
     const add = (count: number) => {
       const batch = Array.from({ length: count }, () => {

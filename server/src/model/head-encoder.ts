@@ -39,6 +39,7 @@ import {
   rangesJson,
   segmentJson,
   subscriptionCountersJson,
+  writeMessageJson,
 } from "./record-encoder.ts";
 import { requireBody } from "./segment-mechanics.ts";
 import type { ShardData } from "./shard-data.ts";
@@ -49,6 +50,7 @@ import type {
   DedupSegmentState,
   Delivery,
   IndexSegmentState,
+  MessageRecord,
   RetainedMessage,
   SegmentState,
   SubscriptionState,
@@ -167,12 +169,28 @@ function listsOf(state: ShardData): HeadLists {
         secondKeyOf: (m) => m.targets,
         offsetOf: (m) => m.msg.offset,
         jsonOf: (m) => messageJson(requireBody(m.msg), m.targets), // the tail holds whole records
+        writeJson: (out, m) => writeMessageJson(out, requireBody(m.msg), m.targets),
       }),
       deliveries: new WeakMap(),
     };
     headLists.set(state, lists);
   }
   return lists;
+}
+
+/**
+ * The JSON bytes of tail message `m` (without `targets`) in the last head
+ * encoded for `state`, or undefined when that head did not hold it so: a
+ * segment sealing the tail copies them rather than encoding every message
+ * (most of it, the payload's base64) a second time.
+ */
+export function encodedTailMessage(state: ShardData, m: MessageRecord): Uint8Array | undefined {
+  return headLists.get(state)?.tail.remembered(m, undefined, m.offset);
+}
+
+/** The JSON bytes of dedup entry `e` in the last head encoded for `state` (see {@link encodedTailMessage}). */
+export function encodedDedupEntry(state: ShardData, e: DedupEntry): Uint8Array | undefined {
+  return headLists.get(state)?.dedup.remembered(e, undefined, e.offset);
 }
 
 /**

@@ -71,9 +71,14 @@ export function messageJson(m: MessageRecord, targets: readonly string[] | undef
   return targets === undefined ? head + tail : `${head},"targets":${json(targets)}${tail}`;
 }
 
-/** Appends the canonical JSON of `m` without `targets` (as a segment holds it) to `out`, without joining its parts. */
-export function writeMessageJson(out: BytePieces, m: MessageRecord): void {
+/**
+ * Appends {@link messageJson} of `m` to `out` (without `targets`, as a
+ * segment holds it, unless given), its parts one by one: joined, the string
+ * would be copied flat once more before it is written.
+ */
+export function writeMessageJson(out: BytePieces, m: MessageRecord, targets?: readonly string[]): void {
   out.text(messageHead(m));
+  if (targets !== undefined) out.text(`,"targets":${json(targets)}`);
   out.text(',"payload":"');
   out.text(payloadBase64(m));
   out.text('"}');

@@ -32,26 +32,48 @@ import type { DeadLetterRecord, DedupEntry, MessageRecord } from "./shard-record
 // Each encoder writes its pieces straight into one buffer of the object's size (`byte-pieces.ts`):
 // no segment-sized string of garbage (a segment is about as large as the head).
 
-/** The segment object bytes for `records` (ascending offsets). */
-export function encodeSegment(queue: string, shard: number, records: readonly MessageRecord[]): Uint8Array {
+/**
+ * A record's canonical JSON bytes already made (by the last head encode,
+ * `head-encoder.ts`), or undefined: an encoder copies them instead of
+ * encoding the record again.
+ */
+export type EncodedRecord<R> = (record: R) => Uint8Array | undefined;
+
+/** The segment object bytes for `records` (ascending offsets); `encoded` gives those already made. */
+export function encodeSegment(
+  queue: string,
+  shard: number,
+  records: readonly MessageRecord[],
+  encoded?: EncodedRecord<MessageRecord>,
+): Uint8Array {
   const out = new BytePieces();
   out.text(`{"format":"${SEGMENT_FORMAT}","queue":${JSON.stringify(queue)},"shard":${shard},"messages":[`);
   records.forEach((r, i) => {
     if (i > 0) out.text(",");
-    writeMessageJson(out, r);
+    const made = encoded?.(r);
+    if (made !== undefined) out.bytes(made);
+    else writeMessageJson(out, r);
   });
   out.text("]}");
   return out.toBytes();
 }
 
-/** The dedup segment object bytes for `entries` (ascending offsets). */
-export function encodeDedupSegment(queue: string, shard: number, entries: readonly DedupEntry[]): Uint8Array {
+/** The dedup segment object bytes for `entries` (ascending offsets); `encoded` gives those already made. */
+export function encodeDedupSegment(
+  queue: string,
+  shard: number,
+  entries: readonly DedupEntry[],
+  encoded?: EncodedRecord<DedupEntry>,
+): Uint8Array {
   const out = new BytePieces();
   out.text(
     `{"format":"${DEDUP_SEGMENT_FORMAT}","queue":${JSON.stringify(queue)},"shard":${shard},"entries":[`,
   );
   entries.forEach((e, i) => {
-    out.text((i > 0 ? "," : "") + dedupEntryJson(e));
+    if (i > 0) out.text(",");
+    const made = encoded?.(e);
+    if (made !== undefined) out.bytes(made);
+    else out.text(dedupEntryJson(e));
   });
   out.text("]}");
   return out.toBytes();

@@ -29,20 +29,42 @@ export interface ListEntries<E> {
   offsetOf(entry: E): number;
   /** The entry's canonical JSON. */
   jsonOf(entry: E): string;
+  /** Appends {@link jsonOf} of the entry to `out` in parts (for large entries), when given. */
+  writeJson?(out: BytePieces, entry: E): void;
 }
 
-/** One encode's entries: their keys, offsets, and where each one's JSON ends (bytes from the list's start). */
+/**
+ * One encode's entries: their keys, offsets, and where each one's JSON ends
+ * (bytes from the list's start). The arrays keep their length between
+ * encodes (only `size` is reset): emptied and grown again, they would be
+ * reallocated on every commit.
+ */
 class Columns {
   readonly keys: unknown[] = [];
   readonly secondKeys: unknown[] = [];
   readonly offsets: number[] = [];
   readonly ends: number[] = [];
+  /** Entries held: the first `size` of each array. */
+  size = 0;
+  #endsSize = 0;
+
+  add(key: unknown, secondKey: unknown, offset: number): void {
+    const at = this.size++;
+    this.keys[at] = key;
+    this.secondKeys[at] = secondKey;
+    this.offsets[at] = offset;
+  }
+
+  addEnd(end: number): void {
+    this.ends[this.#endsSize++] = end;
+  }
 
   clear(): void {
-    this.keys.length = 0;
-    this.secondKeys.length = 0;
-    this.offsets.length = 0;
-    this.ends.length = 0;
+    // The keys are the entries themselves: not kept alive past their list.
+    this.keys.fill(undefined, 0, this.size);
+    this.secondKeys.fill(undefined, 0, this.size);
+    this.size = 0;
+    this.#endsSize = 0;
   }
 }
 
@@ -70,7 +92,7 @@ export class SplicedList<E> {
     const next = this.#next;
     next.clear();
     this.#nextStart = out.length;
-    const lastCount = last.keys.length;
+    const lastCount = last.size;
     let written = 0; // entries whose bytes are in `out`
     let at = 0; // bytes of the list in `out`
     let runFrom = -1; // a run of remembered entries [runFrom, runTo) to copy, pending
@@ -82,7 +104,7 @@ export class SplicedList<E> {
       const to = last.ends[runTo - 1] as number;
       out.bytes(this.#bytes.subarray(this.#start + from, this.#start + to));
       const shift = at - from;
-      for (let i = runFrom; i < runTo; i++) next.ends.push(shift + (last.ends[i] as number));
+      for (let i = runFrom; i < runTo; i++) next.addEnd(shift + (last.ends[i] as number));
       at += to - from;
       written += runTo - runFrom;
       runFrom = -1;
@@ -93,9 +115,7 @@ export class SplicedList<E> {
       const second = how.secondKeyOf(entry);
       const offset = how.offsetOf(entry);
       while (j < lastCount && (last.offsets[j] as number) < offset) j += 1;
-      next.keys.push(key);
-      next.secondKeys.push(second);
-      next.offsets.push(offset);
+      next.add(key, second, offset);
       if (j < lastCount && last.keys[j] === key && last.secondKeys[j] === second) {
         if (runTo !== j) flush();
         if (runFrom < 0) runFrom = j;
@@ -104,11 +124,40 @@ export class SplicedList<E> {
         continue;
       }
       flush();
-      at += out.text((written > 0 ? "," : "") + how.jsonOf(entry));
-      next.ends.push(at);
+      if (written > 0) at += out.text(",");
+      if (how.writeJson === undefined) at += out.text(how.jsonOf(entry));
+      else {
+        const before = out.length;
+        how.writeJson(out, entry);
+        at += out.length - before;
+      }
+      next.addEnd(at);
       written += 1;
     }
     flush();
+  }
+
+  /**
+   * The JSON bytes the remembered encode wrote for the entry with these
+   * keys at `offset`, or undefined when that encode did not hold it
+   * unchanged. A view of that encode's output (never written to): other
+   * objects made of the same entries copy it instead of encoding them again.
+   */
+  remembered(key: unknown, secondKey: unknown, offset: number): Uint8Array | undefined {
+    const last = this.#last;
+    const offsets = last.offsets;
+    let lo = 0;
+    let hi = last.size;
+    while (lo < hi) {
+      const mid = (lo + hi) >>> 1;
+      if ((offsets[mid] as number) < offset) lo = mid + 1;
+      else hi = mid;
+    }
+    if (lo >= last.size || offsets[lo] !== offset) return undefined;
+    if (last.keys[lo] !== key || last.secondKeys[lo] !== secondKey) return undefined;
+    const from = lo === 0 ? 0 : (last.ends[lo - 1] as number) + 1; // past the comma
+    const to = last.ends[lo] as number;
+    return this.#bytes.subarray(this.#start + from, this.#start + to);
   }
 
   /**
