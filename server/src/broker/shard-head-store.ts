@@ -221,6 +221,8 @@ export class ShardHeadStore {
   private readonly documentExpected: (() => Promise<boolean>) | undefined;
 
   private headMode: HeadMode = "unloaded";
+  /** A commit landed whose write-ahead work ({@link writeAhead}) has not run yet. */
+  private aheadDue = false;
   /** The refusal message last reported to observers while refused (so a refusal is reported once per reason). */
   private refusedFor: string | undefined;
   /** A refusal for a missing head and when it was decided: repeated without store reads for
@@ -312,6 +314,25 @@ export class ShardHeadStore {
   }
 
   /**
+   * Starts the background writes the last commit made due: a segment of the
+   * tail past its budget, a dedup segment, an index segment (see
+   * {@link prepareSegment}, {@link prepareDedup}, {@link prepareIndex}). Run by
+   * the leader once that commit's answers are out, as encoding and hashing a
+   * segment of a few hundred KiB would delay them; run by the next commit
+   * at the latest. Only between commits: it reads the committed state.
+   */
+  writeAhead(): void {
+    if (!this.aheadDue) return;
+    this.aheadDue = false;
+    const state = this.committed;
+    if (state === undefined || this.headMode !== "leading") return;
+    const now = this.now();
+    this.prepareSegment(state, now);
+    this.prepareDedup(state, now);
+    this.prepareIndex(state, now);
+  }
+
+  /**
    * Applies `apply` to the current head and writes the result by CAS,
    * resolving lost races and ambiguous writes (module header, steps 2–5).
    * `apply` may run several times (once per attempt: the first on the
@@ -327,6 +348,10 @@ export class ShardHeadStore {
     apply: (working: ShardState, now: number) => AppliedChange<T>,
     options: { release: boolean; prepare?: (state: ShardState, now: number) => Promise<void> },
   ): Promise<HeadCommitResult<T>> {
+    // The last commit's writes ahead, if its leader has not started them yet; none for a
+    // release (the next leader seals: they would be orphans).
+    if (options.release) this.aheadDue = false;
+    else this.writeAhead();
     const attempts = new Map<string, WriteAttempt<T>>();
     let conflicts = 0;
     let justReloaded = false;
@@ -392,11 +417,7 @@ export class ShardHeadStore {
         }
         // A released shard is the next leader's to seal: a segment written ahead now would be
         // an orphan (until an epoch after the next one sweeps it).
-        if (this.committed !== undefined && !options.release) {
-          this.prepareSegment(this.committed, now);
-          this.prepareDedup(this.committed, now);
-          this.prepareIndex(this.committed, now);
-        }
+        this.aheadDue = this.committed !== undefined && !options.release;
         if (takingOver) this.sweepOrphans(working);
         if (takingOver)
           this.observer?.onLeadership?.({

@@ -494,6 +494,7 @@ describe("ShardLeader regressions found by the simulation (test/sim)", () => {
       random: seededRandom(1),
     });
     await old.submit({ kind: "enqueue", messages: [{ id: "m0", payload: payload("0") }] });
+    await old.stop({ release: false }); // it crashed: it renews nothing (its lease is left to run out)
     const restarted = new ShardLeader({
       store: memory,
       queue: "jobs",

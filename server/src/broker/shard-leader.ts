@@ -295,6 +295,10 @@ export class ShardLeader {
 
   private pending: BatchItem[] = [];
   private loop: Promise<void> | undefined;
+  /** True while a batch is being committed ({@link commitBatch}). */
+  private committing = false;
+  /** The turn after a commit's answers, when {@link afterAnswers} runs. */
+  private answersOut: Promise<void> | undefined;
   private timer: AbortController | undefined;
   private releaseRequested = false;
   private timerFailures = 0;
@@ -643,6 +647,15 @@ export class ShardLeader {
 
   /** Applies one batch and writes it through the head store; settles every item. */
   private async commitBatch(batch: BatchItem[], release: boolean): Promise<void> {
+    this.committing = true;
+    try {
+      await this.commitAndSettle(batch, release);
+    } finally {
+      this.committing = false;
+    }
+  }
+
+  private async commitAndSettle(batch: BatchItem[], release: boolean): Promise<void> {
     const started = this.now();
     const startedExact = this.clock.now();
     // The standing claims filled by the latest attempt (the head store may
@@ -734,7 +747,7 @@ export class ShardLeader {
     for (const fill of fills)
       if (unfilled === undefined) fill.claim.deliver(fill.messages);
       else returnCredit(fill.claim.credit, fill.messages.length); // nothing sent: the leases run out
-    this.readAhead();
+    this.afterAnswers();
     if (result.kind === "written" && unfilled === undefined) this.gatherAfter(writeMs, applied, fills);
     this.observer?.onCommit?.(
       result.kind === "written"
@@ -943,6 +956,21 @@ export class ShardLeader {
       });
       return failure;
     }
+  }
+
+  /**
+   * Work a commit leaves for later ones, once its answers went out (they are
+   * sent from the microtasks that settling the batch queued): the head's
+   * writes ahead and the read-ahead of claims. Skipped when another commit
+   * started first (its own end schedules them again) or the shard stops.
+   */
+  private afterAnswers(): void {
+    this.answersOut ??= nextTurn().then(() => {
+      this.answersOut = undefined;
+      if (this.committing || this.stopped) return;
+      this.head.writeAhead();
+      this.readAhead();
+    });
   }
 
   /** Starts paging in, in the background, the segments the next claims will read. */

@@ -1,6 +1,7 @@
 /**
  * Segments written ahead: once a head write lands with the tail at its
- * budget, the tail's messages are written into a segment in the background,
+ * budget, the tail's messages are written into a segment in the background
+ * (started the turn after that commit's answers, or by the next commit),
  * and the first commit after that write indexes it. Commits meanwhile do not
  * wait for it (a commit costs one head write even when it seals), unless the
  * tail reaches twice the budget. The head's dedup ids go into dedup segments
@@ -76,6 +77,7 @@ async function fillTail(shard: ShardLeader, store: SegmentGate): Promise<number>
   let n = 0;
   while (store.heldPuts === 0) {
     await enqueue(shard, 1);
+    await flush(); // the write ahead starts once the commit's answers are out
     n += 1;
   }
   return n;
@@ -184,6 +186,29 @@ describe("segments written ahead of the head", () => {
     expect((await head(store)).messages).toHaveLength(n);
   });
 
+  it("the answers of the commit that fills the tail go out before its segment is encoded and written ahead", async () => {
+    next = 0;
+    const probe = new SegmentGate();
+    const p = leader(probe);
+    const n = await fillTail(p, probe);
+    probe.release();
+    await p.stop({ release: false });
+    next = 0;
+    const store = new SegmentGate();
+    const a = leader(store);
+    for (let i = 0; i < n - 1; i++) {
+      await enqueue(a, 1);
+      await flush();
+    }
+    expect(store.heldPuts).toBe(0);
+    await enqueue(a, 1); // answered: its segment is not started yet
+    expect(store.heldPuts).toBe(0);
+    await flush();
+    expect(store.heldPuts).toBe(1);
+    store.release();
+    await a.stop({ release: true });
+  });
+
   it("a commit that would take the tail past twice the budget waits for the segment being written", async () => {
     next = 0;
     const store = new SegmentGate();
@@ -215,7 +240,10 @@ async function enqueueDeduped(shard: ShardLeader, i: number, id = `m${i}`) {
 /** Enqueues one deduped message a commit until a dedup segment write starts; returns how many. */
 async function fillDedup(shard: ShardLeader, store: SegmentGate): Promise<number> {
   let n = 0;
-  while (store.heldPuts === 0) await enqueueDeduped(shard, n++);
+  while (store.heldPuts === 0) {
+    await enqueueDeduped(shard, n++);
+    await flush(); // the write ahead starts once the commit's answers are out
+  }
   expect(store.heldKeys).toEqual([expect.stringMatching(/\.dedup\.json$/)]);
   return n;
 }
