@@ -83,6 +83,27 @@ async function fillTail(shard: ShardLeader, store: SegmentGate): Promise<number>
   return n;
 }
 
+/** How many one-job commits start the segment write of a full tail (on a leader of its own); `next` starts over. */
+async function commitsToFillTail(): Promise<number> {
+  next = 0;
+  const probe = new SegmentGate();
+  const p = leader(probe);
+  const n = await fillTail(p, probe);
+  probe.release();
+  await p.stop({ release: false });
+  next = 0;
+  return n;
+}
+
+/** The first `n - 1` of the `n` one-job commits that fill the tail: no segment is written yet. */
+async function enqueueAllButTheLast(shard: ShardLeader, store: SegmentGate, n: number): Promise<void> {
+  for (let i = 0; i < n - 1; i++) {
+    await enqueue(shard, 1);
+    await flush();
+  }
+  expect(store.heldPuts).toBe(0);
+}
+
 /** Expects `commit` not to land while the one held segment write is held, and to land once it is released. */
 async function expectWaitsForHeldSegment(store: SegmentGate, commit: Promise<unknown>): Promise<void> {
   let landed = false;
@@ -166,18 +187,10 @@ describe("segments written ahead of the head", () => {
   });
 
   it("a release writes no segment ahead, though its batch fills the tail", async () => {
-    next = 0;
-    // How many one-job commits start the segment write of a full tail.
-    const probe = new SegmentGate();
-    const p = leader(probe);
-    const n = await fillTail(p, probe);
-    probe.release();
-    await p.stop({ release: false });
-    next = 0;
+    const n = await commitsToFillTail();
     const store = new SegmentGate();
     const a = leader(store);
-    for (let i = 0; i < n - 1; i++) await enqueue(a, 1);
-    expect(store.heldPuts).toBe(0);
+    await enqueueAllButTheLast(a, store, n);
     store.release(); // segment writes go through from here on
     const last = enqueue(a, 1); // rides in the releasing write
     await a.stop({ release: true });
@@ -187,20 +200,10 @@ describe("segments written ahead of the head", () => {
   });
 
   it("the answers of the commit that fills the tail go out before its segment is encoded and written ahead", async () => {
-    next = 0;
-    const probe = new SegmentGate();
-    const p = leader(probe);
-    const n = await fillTail(p, probe);
-    probe.release();
-    await p.stop({ release: false });
-    next = 0;
+    const n = await commitsToFillTail();
     const store = new SegmentGate();
     const a = leader(store);
-    for (let i = 0; i < n - 1; i++) {
-      await enqueue(a, 1);
-      await flush();
-    }
-    expect(store.heldPuts).toBe(0);
+    await enqueueAllButTheLast(a, store, n);
     await enqueue(a, 1); // answered: its segment is not started yet
     expect(store.heldPuts).toBe(0);
     await flush();
