@@ -327,9 +327,15 @@ export class ShardHeadStore {
     const state = this.committed;
     if (state === undefined || this.headMode !== "leading") return;
     const now = this.now();
-    this.prepareSegment(state, now);
-    this.prepareDedup(state, now);
-    this.prepareIndex(state, now);
+    try {
+      this.prepareSegment(state, now);
+      this.prepareDedup(state, now);
+      this.prepareIndex(state, now);
+    } catch {
+      // A bug: nothing is written ahead, and the state is rebuilt from what was written (the
+      // next commit seals inline if it must), as after index-only work that went wrong.
+      this.restoreCommitted();
+    }
   }
 
   /**

@@ -969,7 +969,11 @@ export class ShardLeader {
       this.answersOut = undefined;
       if (this.committing || this.stopped) return;
       this.head.writeAhead();
-      this.readAhead();
+      try {
+        this.readAhead();
+      } catch (error) {
+        this.head.refuseIfLost(error); // as a read ahead that fails later is handled
+      }
     });
   }
 
