@@ -31,16 +31,12 @@ class SegmentCounter extends MemoryStore {
   }
 }
 
+/** Shard 0 of queue `jobs`, led by broker-a. */
+const SHARD = { queue: "jobs", shard: 0, identity: { id: "broker-a", address: "a:50051" } };
+
 function headStore(store: MemoryStore, tailBytes = DEFAULT_COMMIT_OPTIONS.tailBytes): ShardHeadStore {
-  return new ShardHeadStore({
-    store,
-    queue: "jobs",
-    shard: 0,
-    identity: { id: "broker-a", address: "a:50051" },
-    clock: new ManualClock(),
-    random: seededRandom(1),
-    options: { ...DEFAULT_COMMIT_OPTIONS, tailBytes },
-  });
+  const options = { ...DEFAULT_COMMIT_OPTIONS, tailBytes };
+  return new ShardHeadStore({ store, ...SHARD, clock: new ManualClock(), random: seededRandom(1), options });
 }
 
 describe("ShardHeadStore.commit", () => {
