@@ -35,7 +35,6 @@ import {
   dedupEntryJson,
   deliveryOffsets,
   headerJson,
-  messageJson,
   rangesJson,
   segmentJson,
   subscriptionCountersJson,
@@ -100,7 +99,7 @@ function deliveryListOf(lists: HeadLists, sub: SubscriptionState): SplicedList<n
       keyOf: live,
       secondKeyOf: (offset) => cachedDeliveryJson(offset, live(offset)),
       offsetOf: (offset) => offset,
-      jsonOf: (offset) => cachedDeliveryJson(offset, live(offset)),
+      writeJson: (out, offset) => out.text(cachedDeliveryJson(offset, live(offset))),
     });
     lists.deliveries.set(sub, list);
   }
@@ -148,28 +147,27 @@ function listsOf(state: ShardData): HeadLists {
         keyOf: (e) => e,
         secondKeyOf: () => undefined,
         offsetOf: (e) => e.offset,
-        jsonOf: dedupEntryJson,
+        writeJson: (out, e) => out.text(dedupEntryJson(e)),
       }),
       dedupSegments: new SplicedList<DedupSegmentState>({
         keyOf: (seg) => seg,
         secondKeyOf: () => undefined,
         offsetOf: (seg) => seg.first,
-        jsonOf: dedupSegmentJson,
+        writeJson: (out, seg) => out.text(dedupSegmentJson(seg)),
       }),
       // An entry changes with its `gone` set, which makes a new `json` string.
       segments: new SplicedList<SegmentState>({
         keyOf: (seg) => seg,
         secondKeyOf: segmentJson,
         offsetOf: (seg) => seg.first,
-        jsonOf: segmentJson,
+        writeJson: (out, seg) => out.text(segmentJson(seg)),
       }),
       // A redriven message's `targets` are replaced (never changed in place) as it settles.
       tail: new SplicedList<RetainedMessage>({
         keyOf: (m) => m.msg,
         secondKeyOf: (m) => m.targets,
         offsetOf: (m) => m.msg.offset,
-        jsonOf: (m) => messageJson(requireBody(m.msg), m.targets), // the tail holds whole records
-        writeJson: (out, m) => writeMessageJson(out, requireBody(m.msg), m.targets),
+        writeJson: (out, m) => writeMessageJson(out, requireBody(m.msg), m.targets), // the tail holds whole records
       }),
       deliveries: new WeakMap(),
     };

@@ -18,7 +18,8 @@ function encoder() {
     keyOf: (e) => e,
     secondKeyOf: (e) => e.version,
     offsetOf: (e) => e.offset,
-    jsonOf: (e) => JSON.stringify({ o: e.offset, t: e.text, v: (e.version as { n: number }).n }),
+    writeJson: (out, e) =>
+      out.text(JSON.stringify({ o: e.offset, t: e.text, v: (e.version as { n: number }).n })),
   });
   return (entries: readonly Entry[], remember = true): string => {
     const out = new BytePieces();
@@ -111,9 +112,9 @@ describe("spliced list", () => {
       keyOf: (e) => e,
       secondKeyOf: (e) => e.version,
       offsetOf: (e) => e.offset,
-      jsonOf: (e) => {
+      writeJson: (out, e) => {
         encoded += 1;
-        return JSON.stringify(e.text);
+        out.text(JSON.stringify(e.text));
       },
     });
     const write = (entries: Entry[]) => {

@@ -27,10 +27,8 @@ export interface ListEntries<E> {
   secondKeyOf(entry: E): unknown;
   /** Position in the list's order (ascending, as the list iterates). */
   offsetOf(entry: E): number;
-  /** The entry's canonical JSON. */
-  jsonOf(entry: E): string;
-  /** Appends {@link jsonOf} of the entry to `out` in parts (for large entries), when given. */
-  writeJson?(out: BytePieces, entry: E): void;
+  /** Appends the entry's canonical JSON to `out` (a large one in parts, see `record-encoder.ts`). */
+  writeJson(out: BytePieces, entry: E): void;
 }
 
 /**
@@ -125,12 +123,9 @@ export class SplicedList<E> {
       }
       flush();
       if (written > 0) at += out.text(",");
-      if (how.writeJson === undefined) at += out.text(how.jsonOf(entry));
-      else {
-        const before = out.length;
-        how.writeJson(out, entry);
-        at += out.length - before;
-      }
+      const before = out.length;
+      how.writeJson(out, entry);
+      at += out.length - before;
       next.addEnd(at);
       written += 1;
     }
