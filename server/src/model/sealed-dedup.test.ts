@@ -222,13 +222,13 @@ describe("SealedDedup", () => {
     }
   });
 
-  it("costs 4 bytes a slot, holds no chunk once all expired, and reuses chunk numbers", () => {
+  it("costs 8 bytes a slot, holds no chunk once all expired, and reuses chunk numbers", () => {
     const index = new SealedDedup();
     const entries = Array.from({ length: 1_000 }, (_, i) => entry(`id-${i}`, i, 10));
     const no = index.addChunk(DedupChunk.from(entries), "seg");
     for (let i = 0; i < entries.length; i++) index.put(no, i);
-    // 1,000 entries at most 70% full: a table of 2,048 slots, 4 bytes each (chunk and position)
-    expect(index.tableBytes).toBe(2_048 * 4);
+    // 1,000 entries at most 70% full: a table of 2,048 slots, 8 bytes each (chunk and position, and the hash)
+    expect(index.tableBytes).toBe(2_048 * 8);
     expect(index.expire(10)).toBe(1_000);
     expect(index.chunks).toBe(0);
     const again = index.addChunk(DedupChunk.from([entry("id-0", 2_000, 20)]), "seg2");

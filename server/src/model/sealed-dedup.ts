@@ -5,11 +5,13 @@
  * The entries themselves stay in their segments' {@link DedupChunk}s; this
  * index holds, per entry, only where it is (chunk, position), packed into
  * one 32-bit slot of an open-addressing hash table (linear probing, at most
- * 70% full, so ~6-11 bytes per entry). A slot's hash is the chunk's stored
- * hash of the entry. A lookup compares both hashes of the id it is asked
- * for with each entry of its probe run, and the id itself with those whose
- * hashes both match, so a hash collision is never taken for a duplicate:
- * the answer is exactly that of a map of the ids.
+ * 70% full), and beside it the entry's hash (the chunk's stored hash of
+ * it): 8 bytes a slot, so ~12-23 bytes per entry. A probe compares the
+ * hash held beside each slot of its run, so a lookup of a new id (the
+ * common case) reads only the table's own memory; it compares the second
+ * hash and then the id itself only where the first matches, so a hash
+ * collision is never taken for a duplicate: the answer is exactly that of a
+ * map of the ids.
  *
  * An id may be indexed more than once: an entry replaced by a newer one
  * with the same id (allowed only once it expired) stays until the expiry
@@ -42,6 +44,15 @@ const MIN_CAPACITY = 16;
 /** Bits of a slot for the position in its chunk at first (the rest name the chunk); more when a chunk needs them. */
 const MIN_POS_BITS = 12;
 
+/** A chunk a lookup would compare ids with, and the name of its dedup segment. */
+export interface DedupCandidate {
+  readonly chunk: DedupChunk;
+  readonly name: string;
+}
+
+/** No candidate (one shared empty list). */
+const NO_CANDIDATES: readonly DedupCandidate[] = Object.freeze([]);
+
 interface ChunkDue {
   readonly at: number;
   readonly no: number;
@@ -60,8 +71,12 @@ export class SealedDedup {
   readonly #due = new BinaryHeap<ChunkDue>((a, b) => (a.at !== b.at ? a.at < b.at : a.no < b.no));
   #size = 0;
   #mask = MIN_CAPACITY - 1;
-  /** A slot: `(chunk number << posBits) | position`, or EMPTY. */
-  #slots = new Int32Array(MIN_CAPACITY).fill(EMPTY);
+  /**
+   * Slot i at `2i`: `(chunk number << posBits) | position`, or EMPTY; at
+   * `2i + 1` that entry's hash (as a signed 32-bit integer). Side by side,
+   * so that a probe reads one cache line.
+   */
+  #table = emptyTable(MIN_CAPACITY);
   #posBits = MIN_POS_BITS;
 
   /** Indexed entries (an id replaced but not yet expired counts until it is). */
@@ -74,9 +89,9 @@ export class SealedDedup {
     return this.#live;
   }
 
-  /** Bytes of the hash table itself (the chunks aside): 4 a slot. */
+  /** Bytes of the hash table itself (the chunks aside): 8 a slot. */
   get tableBytes(): number {
-    return this.#slots.byteLength;
+    return this.#table.byteLength;
   }
 
   /**
@@ -106,9 +121,11 @@ export class SealedDedup {
     if (chunk === undefined || pos < 0 || pos >= chunk.length)
       throw new Error(`no entry ${pos} in chunk ${no}`);
     if ((this.#size + 1) / (this.#mask + 1) > MAX_LOAD) this.#resize(2 * (this.#mask + 1), this.#posBits);
-    let i = chunk.hashAt(pos) & this.#mask;
-    while (this.#slots[i] !== EMPTY) i = (i + 1) & this.#mask;
-    this.#slots[i] = (no << this.#posBits) | pos;
+    const hash = chunk.hashAt(pos);
+    let i = hash & this.#mask;
+    while (this.#table[2 * i] !== EMPTY) i = (i + 1) & this.#mask;
+    this.#table[2 * i] = (no << this.#posBits) | pos;
+    this.#table[2 * i + 1] = hash;
     this.#size += 1;
   }
 
@@ -139,9 +156,11 @@ export class SealedDedup {
    * would compare with `dedupId` at `now`: those holding an unexpired entry
    * whose two hashes match it (almost always none for a new id).
    */
-  candidates(dedupId: string, now: number): { readonly chunk: DedupChunk; readonly name: string }[] {
-    const out: { chunk: DedupChunk; name: string }[] = [];
-    for (const slot of this.#matchingSlots(dedupId, now) ?? []) {
+  candidates(dedupId: string, now: number): readonly DedupCandidate[] {
+    const slots = this.#matchingSlots(dedupId, now);
+    if (slots === undefined) return NO_CANDIDATES; // the common case: a new id, nothing allocated
+    const out: DedupCandidate[] = [];
+    for (const slot of slots) {
       const chunk = this.#chunkOf(slot);
       if (!out.some((c) => c.chunk === chunk)) out.push({ chunk, name: this.#nameOf(slot) });
     }
@@ -151,14 +170,17 @@ export class SealedDedup {
   /** The slots of `dedupId`'s probe run whose two hashes match it and that have not expired by `now`; undefined: none. */
   #matchingSlots(dedupId: string, now: number): number[] | undefined {
     const hash = dedupHash(dedupId);
-    const print = dedupPrint(dedupId);
+    const signed = hash | 0;
+    const table = this.#table;
+    let print: number | undefined;
     let found: number[] | undefined;
-    for (let i = hash & this.#mask; this.#slots[i] !== EMPTY; i = (i + 1) & this.#mask) {
-      const slot = this.#slots[i] as number;
+    for (let i = hash & this.#mask; table[2 * i] !== EMPTY; i = (i + 1) & this.#mask) {
+      if (table[2 * i + 1] !== signed) continue;
+      const slot = table[2 * i] as number;
       const chunk = this.#chunkOf(slot);
       const pos = this.#posOf(slot);
-      if (chunk.hashAt(pos) !== hash || chunk.printAt(pos) !== print || chunk.expiresAtAt(pos) <= now)
-        continue;
+      print ??= dedupPrint(dedupId);
+      if (chunk.printAt(pos) !== print || chunk.expiresAtAt(pos) <= now) continue;
       if (found === undefined) found = [slot];
       else found.push(slot);
     }
@@ -208,7 +230,7 @@ export class SealedDedup {
    */
   *values(): IterableIterator<DedupEntry> {
     for (let i = 0; i <= this.#mask; i++) {
-      const slot = this.#slots[i] as number;
+      const slot = this.#table[2 * i] as number;
       if (slot !== EMPTY) yield this.#chunkOf(slot).entryAt(this.#posOf(slot));
     }
   }
@@ -229,7 +251,7 @@ export class SealedDedup {
   #slotOf(chunk: DedupChunk, no: number, pos: number): number {
     const want = (no << this.#posBits) | pos;
     for (let i = chunk.hashAt(pos) & this.#mask; ; i = (i + 1) & this.#mask) {
-      const at = this.#slots[i] as number;
+      const at = this.#table[2 * i] as number;
       if (at === EMPTY) return EMPTY;
       if (at === want) return i;
     }
@@ -238,38 +260,47 @@ export class SealedDedup {
   /** Empties table index `index`, shifting back the entries of its probe run that may move (no tombstones). */
   #remove(index: number): void {
     const mask = this.#mask;
+    const table = this.#table;
     let i = index;
-    for (let j = (i + 1) & mask; this.#slots[j] !== EMPTY; j = (j + 1) & mask) {
-      const slot = this.#slots[j] as number;
-      const home = this.#chunkOf(slot).hashAt(this.#posOf(slot)) & mask;
+    for (let j = (i + 1) & mask; table[2 * j] !== EMPTY; j = (j + 1) & mask) {
+      const home = (table[2 * j + 1] as number) & mask;
       // The entry at j stays when its home lies cyclically in (i, j].
       const stays = i <= j ? i < home && home <= j : i < home || home <= j;
       if (stays) continue;
-      this.#slots[i] = slot;
+      table[2 * i] = table[2 * j] as number;
+      table[2 * i + 1] = table[2 * j + 1] as number;
       i = j;
     }
-    this.#slots[i] = EMPTY;
+    table[2 * i] = EMPTY;
     this.#size -= 1;
   }
 
   /** Rebuilds the table with `capacity` slots and `posBits` bits of position a slot. */
   #resize(capacity: number, posBits: number): void {
-    const old = this.#slots;
+    const old = this.#table;
     const oldBits = this.#posBits;
     const oldMask = (1 << oldBits) - 1;
     this.#mask = capacity - 1;
     this.#posBits = posBits;
-    this.#slots = new Int32Array(capacity).fill(EMPTY);
-    for (let s = 0; s < old.length; s++) {
+    const table = emptyTable(capacity);
+    this.#table = table;
+    for (let s = 0; s < old.length; s += 2) {
       const slot = old[s] as number;
       if (slot === EMPTY) continue;
-      const no = slot >>> oldBits;
-      const pos = slot & oldMask;
-      let i = (this.#chunks[no] as DedupChunk).hashAt(pos) & this.#mask;
-      while (this.#slots[i] !== EMPTY) i = (i + 1) & this.#mask;
-      this.#slots[i] = (no << posBits) | pos;
+      const hash = old[s + 1] as number;
+      let i = hash & this.#mask;
+      while (table[2 * i] !== EMPTY) i = (i + 1) & this.#mask;
+      table[2 * i] = ((slot >>> oldBits) << posBits) | (slot & oldMask);
+      table[2 * i + 1] = hash;
     }
   }
+}
+
+/** A table of `capacity` empty slots (see `SealedDedup.#table`). */
+function emptyTable(capacity: number): Int32Array {
+  const table = new Int32Array(2 * capacity);
+  for (let i = 0; i < table.length; i += 2) table[i] = EMPTY;
+  return table;
 }
 
 /** Bits that hold positions 0..length-1 (at least {@link MIN_POS_BITS}). */
@@ -296,8 +327,8 @@ export class RememberedDedup {
   }
 
   /** The sealed chunks a {@link get} of `dedupId` at `now` compares ids with (see `SealedDedup.candidates`); none when the head holds it. */
-  candidates(dedupId: string, now: number): { readonly chunk: DedupChunk; readonly name: string }[] {
-    return this.recent.has(dedupId) ? [] : this.sealed.candidates(dedupId, now);
+  candidates(dedupId: string, now: number): readonly DedupCandidate[] {
+    return this.recent.has(dedupId) ? NO_CANDIDATES : this.sealed.candidates(dedupId, now);
   }
 
   /** Remembered ids (a sealed entry replaced but not yet expired counts until it is). */
