@@ -36,12 +36,9 @@ import { CasqError, isCasqError } from "../errors.ts";
 import type { ClaimedMessage } from "../model/operations.ts";
 import type { ShardState } from "../model/shard-state.ts";
 import { hasRunnable } from "../model/shard-stats.ts";
-import type { Clock } from "../util/clock.ts";
+import { type Clock, TIMER_STOPPED } from "../util/clock.ts";
 import { expectKind } from "./operation-effects.ts";
 import { type ClaimCredit, returnCredit, type ShardLeader, type StandingClaim } from "./shard-leader.ts";
-
-/** Why a wait's timer is cut short (nobody reads it; one object, as `abort()` alone builds a DOMException each time). */
-const TIMER_STOPPED = new CasqError("cancelled", "timer stopped");
 
 /** A claimed message and the shard it came from. */
 export interface Delivery {

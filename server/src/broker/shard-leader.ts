@@ -41,7 +41,7 @@ import {
 import type { BrokerRecord, ShardState } from "../model/shard-state.ts";
 import { hasRunnable, nextHousekeepingAt, nextWakeAt } from "../model/shard-stats.ts";
 import type { ObjectStore } from "../store/object-store.ts";
-import type { Clock } from "../util/clock.ts";
+import { type Clock, TIMER_STOPPED } from "../util/clock.ts";
 import type { Random } from "../util/random.ts";
 import { DEFAULT_RESIDENT_DEDUP_ID_BYTES, type DedupIdPager } from "./dedup-id-pager.ts";
 import type { BrokerIdentity } from "./leadership.ts";
@@ -1113,13 +1113,6 @@ export class ShardLeader {
     };
   }
 }
-
-/**
- * The reason a timer's sleep is cut short with (nobody reads it): one object,
- * as `abort()` without a reason builds a DOMException with a stack trace, and
- * the timer is re-armed after every batch.
- */
-const TIMER_STOPPED = new CasqError("cancelled", "timer stopped");
 
 const MIN_TIMER_MS = 10;
 /** The timer's floor: MIN_TIMER_MS, doubling per failed timer run while the store keeps failing, up to 2 s. */

@@ -35,6 +35,7 @@ import { Code, ConnectError, type HandlerContext, type ServiceImpl } from "@conn
 import { CasqError } from "../errors.ts";
 import { startStreamRequest } from "../telemetry/rpc-metrics.ts";
 import { traceStreamRequest } from "../telemetry/tracing.ts";
+import { TIMER_STOPPED } from "../util/clock.ts";
 import { handleEnqueue } from "./enqueue-request.ts";
 import type { EnqueueStreamHandle } from "./enqueue-stream-registry.ts";
 import { reportedConnectError, toConnectError, toRpcStatus } from "./grpc-errors.ts";
@@ -143,7 +144,7 @@ class EnqueueStreamSession implements EnqueueStreamHandle {
         () => false,
       ),
     ]);
-    stop.abort();
+    stop.abort(TIMER_STOPPED);
     if (graceOver) this.abort("broker shutting down: reconnect to another broker");
     return this.ended;
   }
@@ -286,7 +287,7 @@ function requestDeadline(
     () => {},
   );
   return withPassed(request.signal, () => {
-    stop.abort();
+    stop.abort(TIMER_STOPPED);
     stream.removeEventListener("abort", onStream);
   });
 }

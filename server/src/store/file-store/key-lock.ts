@@ -322,9 +322,12 @@ export class KeyLocks {
   }
 }
 
+/** This machine's name, read once: a system call each time otherwise, and every put writes a marker. */
+const HOST = hostname();
+
 /** A lock marker's content, for humans reading a lock directory. */
 function markerText(at: number): string {
-  return `${JSON.stringify({ pid: process.pid, host: hostname(), since: new Date(at).toISOString() })}\n`;
+  return `${JSON.stringify({ pid: process.pid, host: HOST, since: new Date(at).toISOString() })}\n`;
 }
 
 /** Resolves after `ms`, or as soon as `signal` aborts. */
