@@ -388,9 +388,18 @@ export function messageView(m: MessageRecord): MessageView {
   };
 }
 
-/** A null-prototype copy of a string map with sorted keys (so `__proto__` is an ordinary key). */
+/**
+ * A null-prototype copy of a string map with sorted keys (so `__proto__` is
+ * an ordinary key). Every empty map is one shared frozen object: most
+ * messages have no headers, and an empty null-prototype object per retained
+ * message was two objects (it and its dictionary) for the collector to trace.
+ */
 export function sortedStringMap(map: Readonly<Record<string, string>>): Record<string, string> {
+  const keys = Object.keys(map);
+  if (keys.length === 0) return EMPTY_STRING_MAP;
   const out = Object.create(null) as Record<string, string>;
-  for (const key of Object.keys(map).sort()) out[key] = map[key] as string;
+  for (const key of keys.sort()) out[key] = map[key] as string;
   return out;
 }
+
+const EMPTY_STRING_MAP: Record<string, string> = Object.freeze(Object.create(null));
