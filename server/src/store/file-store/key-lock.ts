@@ -9,6 +9,10 @@
  *   succeed only when the lock path is missing or an EMPTY directory, so exactly
  *   one contender wins and the lock is never observed half-made.
  * - Release: delete my marker, then `rmdir` the (now empty) lock directory.
+ *   A put thread that held the lock only briefly (so that nobody can have
+ *   judged it stale) releases it instead by renaming the lock directory,
+ *   marker and all, to the staging path of its next lock (sync-put.ts): no
+ *   file or directory made or deleted per put.
  * - Break a stale lock: delete the dead holder's marker BY ITS EXACT NAME. That
  *   can never remove a newer holder's marker (different name), which closes the
  *   race of plain "lock file + stale check" schemes (including proper-lockfile
@@ -187,7 +191,7 @@ export class KeyLocks {
       lockDir: this.lockDirOf(key),
       stagedDir: path.join(this.stagingDir, owner),
       marker: owner,
-      markerText: markerText(Date.now()),
+      markerText: markerText(),
     };
   }
 
@@ -277,7 +281,7 @@ export class KeyLocks {
     const at = Date.now();
     await mkdirPath(dir, { recursive: true });
     // The marker's content is for humans; the protocol only uses its name and mtime.
-    await writeNewSmallFile(path.join(dir, owner), markerText(at));
+    await writeNewSmallFile(path.join(dir, owner), markerText());
     return { owner, dir, at };
   }
 
@@ -325,9 +329,13 @@ export class KeyLocks {
 /** This machine's name, read once: a system call each time otherwise, and every put writes a marker. */
 const HOST = hostname();
 
-/** A lock marker's content, for humans reading a lock directory. */
-function markerText(at: number): string {
-  return `${JSON.stringify({ pid: process.pid, host: HOST, since: new Date(at).toISOString() })}\n`;
+/**
+ * A lock marker's content, for humans reading a lock directory: who holds
+ * it. Not when: a put thread moves its marker from lock to lock (sync-put.ts),
+ * and the marker's mtime says when it was last staged or refreshed.
+ */
+function markerText(): string {
+  return `${JSON.stringify({ pid: process.pid, host: HOST })}\n`;
 }
 
 /** Resolves after `ms`, or as soon as `signal` aborts. */

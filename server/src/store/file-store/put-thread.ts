@@ -18,7 +18,7 @@
 
 import { rmSync } from "node:fs";
 import { isMainThread, parentPort, workerData } from "node:worker_threads";
-import { type SyncPutOutcome, type SyncPutRequest, stageLock, syncPut } from "./sync-put.ts";
+import { type SyncPutOutcome, type SyncPutRequest, type SyncPutRun, stageLock, syncPut } from "./sync-put.ts";
 
 /** What the store passes a put thread as its `workerData`. */
 export interface PutThreadData {
@@ -71,7 +71,7 @@ function serve(data: PutThreadData): void {
     }
     staged = undefined;
     let answer: PutThreadAnswer;
-    let finish: (() => void) | undefined;
+    let finish: SyncPutRun["finish"] | undefined;
     try {
       const aborted = () => Atomics.load(control, 0) === job.id;
       const run = syncPut(request, scratch.subarray(0, job.length), aborted, stagedAt);
@@ -81,11 +81,12 @@ function serve(data: PutThreadData): void {
       answer = { id: job.id, error: error instanceof Error ? (error.stack ?? error.message) : String(error) };
     }
     port.postMessage(answer);
-    // The lock is released, and the next one staged, after the answer is on its way: the
-    // caller does not wait for them.
-    finish?.();
-    if (request.stageNext !== undefined && stageLock(request.stageNext) === undefined)
-      staged = { dir: request.stageNext.stagedDir, at: performance.now() };
+    // The lock is released, and the next one staged (the released lock itself, when it can),
+    // after the answer is on its way: the caller does not wait for them.
+    const next = request.stageNext;
+    const nextStaged =
+      finish !== undefined ? finish(next) : next !== undefined && stageLock(next) === undefined;
+    if (next !== undefined && nextStaged) staged = { dir: next.stagedDir, at: performance.now() };
   });
   port.postMessage({ ready: true } satisfies PutThreadReady);
 }

@@ -4,8 +4,19 @@
  * suite cannot tell apart), each outcome of the synchronous sequence, and
  * aborts of queued and running puts.
  */
-import { existsSync } from "node:fs";
-import { mkdir, mkdtemp, readdir, readFile, rm, rmdir, writeFile } from "node:fs/promises";
+import { existsSync, mkdirSync, readdirSync, renameSync, rmdirSync, rmSync, writeFileSync } from "node:fs";
+import {
+  mkdir,
+  mkdtemp,
+  open,
+  readdir,
+  readFile,
+  rm,
+  rmdir,
+  stat,
+  utimes,
+  writeFile,
+} from "node:fs/promises";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
@@ -14,7 +25,7 @@ import { isStoreError } from "../store-errors.ts";
 import { fileStoreOwnerToken } from "./owner-liveness.ts";
 import { PutThreads, putThreads } from "./put-threads.ts";
 import { parseSlotted } from "./slotted-file.ts";
-import type { SyncPutRequest } from "./sync-put.ts";
+import { type SyncPutRequest, syncPut } from "./sync-put.ts";
 
 const bytes = (text: string) => new TextEncoder().encode(text);
 
@@ -267,5 +278,80 @@ describe("file store put threads", () => {
     expect(await threads.run(request("c", { ifAbsent: true }), bytes("3"))).toEqual({ kind: "ok" });
     expect(await settled(0)).toEqual([]);
     expect(await settled(0, path.join(root, "locks"))).toEqual([]);
+  });
+
+  it("a lock released soon after it was taken becomes the next staged lock (a put makes and deletes no file or directory), its marker's mtime fresh", async () => {
+    const threads = new PutThreads({ maxThreads: 1 });
+    const staging = path.join(root, "staging");
+    /** The marker of the one lock staged, once the thread staged one other than `not`. */
+    const stagedMarker = async (not?: string) => {
+      for (let waited = 0; waited < 5_000; waited += 10) {
+        const [dir, ...more] = await readdir(staging);
+        const markers = dir === undefined ? [] : await readdir(path.join(staging, dir)).catch(() => []);
+        const marker = markers[0] === undefined ? undefined : path.join(staging, dir as string, markers[0]);
+        if (more.length === 0 && markers.length === 1 && marker !== not) return marker as string;
+        await new Promise((resolve) => setTimeout(resolve, 10));
+      }
+      throw new Error("no lock staged");
+    };
+    const ahead = (name: string) => ({ ...request(name, { ifAbsent: true }), stageAhead: true });
+    expect(await threads.run(ahead("a"), bytes("1"))).toEqual({ kind: "ok" });
+    const first = await stagedMarker();
+    // Held open, their inodes cannot be reused by others meanwhile; the marker made to look old.
+    const marker = await open(first, "r");
+    const dir = await open(path.dirname(first), "r");
+    try {
+      await utimes(first, new Date(2000, 0, 1), new Date(2000, 0, 1));
+      expect(await threads.run(ahead("b"), bytes("2"))).toEqual({ kind: "ok" });
+      const second = await stagedMarker(first);
+      // Named as its staging directory (the next owner); the very directory and file of the lock before.
+      expect(path.basename(second)).toBe(path.basename(path.dirname(second)));
+      expect((await stat(second)).ino).toBe((await marker.stat()).ino);
+      expect((await stat(path.dirname(second))).ino).toBe((await dir.stat()).ino);
+      expect((await marker.stat()).nlink).toBe(1);
+      expect((await stat(second)).mtimeMs).toBeGreaterThan(Date.now() - 60_000);
+      expect(await readdir(path.join(root, "locks"))).toEqual([]);
+    } finally {
+      await marker.close();
+      await dir.close();
+    }
+  });
+
+  it("a lock held longer is released as it always was, and the next lock is staged afresh", async () => {
+    const held = request("doc", { ifAbsent: true });
+    const run = syncPut(held, bytes("x"), () => false);
+    expect(run.outcome).toEqual({ kind: "ok" });
+    const lockDir = await open(held.lockDir, "r");
+    try {
+      // Longer than a release that moves the lock whole allows: a waiter elsewhere may judge by age.
+      await new Promise((resolve) => setTimeout(resolve, 60));
+      const next = { stagedDir: path.join(root, "staging", "next"), marker: "next", markerText: "{}\n" };
+      expect(run.finish(next)).toBe(true);
+      expect(existsSync(held.lockDir)).toBe(false);
+      expect(readdirSync(next.stagedDir)).toEqual(["next"]);
+      expect((await stat(next.stagedDir)).ino).not.toBe((await lockDir.stat()).ino);
+    } finally {
+      await lockDir.close();
+    }
+  });
+
+  it("a lock broken while held: its release leaves the new holder's lock in place, and the next lock is staged afresh", () => {
+    const held = request("doc", { ifAbsent: true });
+    const run = syncPut(held, bytes("x"), () => false);
+    expect(run.outcome).toEqual({ kind: "ok" });
+    // Broken as stale and taken by another writer before this one released it.
+    rmSync(path.join(held.lockDir, held.marker));
+    rmdirSync(held.lockDir);
+    const other = request("other", { ifAbsent: true });
+    mkdirSync(other.stagedDir);
+    writeFileSync(path.join(other.stagedDir, other.marker), "{}\n");
+    renameSync(other.stagedDir, held.lockDir);
+    const next = { stagedDir: path.join(root, "staging", "next"), marker: "next", markerText: "{}\n" };
+    expect(run.finish(next)).toBe(true);
+    expect(readdirSync(held.lockDir)).toEqual([other.marker]);
+    expect(readdirSync(next.stagedDir)).toEqual(["next"]);
+    // Released once: a second call stages nothing more and still leaves the other's lock alone.
+    expect(run.finish()).toBe(false);
+    expect(readdirSync(held.lockDir)).toEqual([other.marker]);
   });
 });
