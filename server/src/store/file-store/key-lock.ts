@@ -9,10 +9,11 @@
  *   succeed only when the lock path is missing or an EMPTY directory, so exactly
  *   one contender wins and the lock is never observed half-made.
  * - Release: delete my marker, then `rmdir` the (now empty) lock directory.
- *   A put thread that held the lock only briefly (so that nobody can have
- *   judged it stale) releases it instead by renaming the lock directory,
- *   marker and all, to the staging path of its next lock (sync-put.ts): no
- *   file or directory made or deleted per put.
+ *   A put thread that held the lock only briefly (well under the least
+ *   `lockStaleMs`, so no waiter can have judged it stale unless the thread
+ *   was frozen meanwhile) releases it instead by renaming the lock
+ *   directory, marker and all, to the staging path of its next lock
+ *   (sync-put.ts): no file or directory made or deleted per put.
  * - Break a stale lock: delete the dead holder's marker BY ITS EXACT NAME. That
  *   can never remove a newer holder's marker (different name), which closes the
  *   race of plain "lock file + stale check" schemes (including proper-lockfile

@@ -26,6 +26,8 @@ export interface PutThreadData {
   readonly casqPutThread: true;
   /** One Int32: the id of a job to abort (0: none). */
   readonly control: SharedArrayBuffer;
+  /** How long a lock may be held and still be handed on whole (sync-put.ts; tests change it). */
+  readonly recycleWithinMs?: number;
 }
 
 /** One put for the thread. */
@@ -74,7 +76,7 @@ function serve(data: PutThreadData): void {
     let finish: SyncPutRun["finish"] | undefined;
     try {
       const aborted = () => Atomics.load(control, 0) === job.id;
-      const run = syncPut(request, scratch.subarray(0, job.length), aborted, stagedAt);
+      const run = syncPut(request, scratch.subarray(0, job.length), aborted, stagedAt, data.recycleWithinMs);
       answer = { id: job.id, outcome: run.outcome };
       finish = run.finish;
     } catch (error) {

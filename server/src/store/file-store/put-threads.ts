@@ -78,10 +78,10 @@ class PutThread {
   retire: NodeJS.Timeout | undefined;
 
   /** A thread running `script` (a module's code, for tests) or else the put-thread module. */
-  constructor(script: string | undefined) {
+  constructor(script: string | undefined, recycleWithinMs: number | undefined) {
     const control = new SharedArrayBuffer(4);
     this.control = new Int32Array(control);
-    const workerData: PutThreadData = { casqPutThread: true, control };
+    const workerData: PutThreadData = { casqPutThread: true, control, recycleWithinMs };
     const { entry, evaluate } = script === undefined ? threadEntry() : { entry: script, evaluate: true };
     this.worker = new Worker(entry, {
       eval: evaluate,
@@ -122,12 +122,20 @@ export class PutThreads {
   private readonly maxThreads: number;
   private readonly spareIdleMs: number;
   private readonly script: string | undefined;
+  private readonly recycleWithinMs: number | undefined;
 
-  /** A pool of up to `maxThreads`; `script` replaces the threads' code (tests only: a thread that misbehaves). */
-  constructor(options: { maxThreads?: number; spareIdleMs?: number; script?: string } = {}) {
+  /**
+   * A pool of up to `maxThreads`. Tests only: `script` replaces the threads'
+   * code (a thread that misbehaves), `recycleWithinMs` how long a lock may be
+   * held and still be handed on whole (`RECYCLE_WITHIN_MS` in sync-put.ts).
+   */
+  constructor(
+    options: { maxThreads?: number; spareIdleMs?: number; script?: string; recycleWithinMs?: number } = {},
+  ) {
     this.maxThreads = options.maxThreads ?? MAX_PUT_THREADS;
     this.spareIdleMs = options.spareIdleMs ?? SPARE_IDLE_MS;
     this.script = options.script;
+    this.recycleWithinMs = options.recycleWithinMs;
   }
 
   /** Threads running now. */
@@ -217,7 +225,7 @@ export class PutThreads {
   private start(): void {
     let thread: PutThread;
     try {
-      thread = new PutThread(this.script);
+      thread = new PutThread(this.script, this.recycleWithinMs);
     } catch {
       this.fail();
       return;

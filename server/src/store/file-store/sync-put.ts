@@ -149,22 +149,26 @@ export interface SyncPutRun {
  * `finish` after it has passed the outcome on. `stagedAt` (performance.now())
  * says when `request.stagedDir` was staged ahead, if it was: the run then
  * only renames it (touching its marker first if it is no longer fresh).
- * Throws only for errors that are not file-system errors (after cleaning up).
+ * `recycleWithinMs` bounds how long the lock may have been held for `finish`
+ * to hand it on whole ({@link RECYCLE_WITHIN_MS}; tests change it). Throws
+ * only for errors that are not file-system errors (after cleaning up).
  */
 export function syncPut(
   request: SyncPutRequest,
   body: Uint8Array,
   aborted: () => boolean,
   stagedAt?: number,
+  recycleWithinMs: number = RECYCLE_WITHIN_MS,
 ): SyncPutRun {
   let tempMade = false;
   let locked = false;
   let committed = false;
-  let lockedAt = 0;
+  /** When the run began to take the lock (its marker was fresh then, see {@link takeLock}). */
+  let takingAt = 0;
   const finish = (next?: StageNames): boolean => {
     if (!locked) return next !== undefined && stageLock(next) === undefined;
     locked = false;
-    if (next !== undefined && performance.now() - lockedAt < RECYCLE_WITHIN_MS && restageLock(request, next))
+    if (next !== undefined && performance.now() - takingAt < recycleWithinMs && restageLock(request, next))
       return true;
     // ENOENT: broken as stale; ENOTEMPTY: the next holder moved in. Both fine.
     quietly(() => unlinkSync(path.join(request.lockDir, request.marker)));
@@ -173,10 +177,10 @@ export function syncPut(
   };
   const run = (): SyncPutOutcome => {
     if (aborted()) return { kind: "aborted" };
+    takingAt = performance.now();
     const busy = takeLock(request, stagedAt);
     if (busy !== undefined) return busy;
     locked = true;
-    lockedAt = performance.now();
     let step: SyncPutStep = "commit";
     try {
       const current = readCurrent(request.file);
@@ -282,29 +286,35 @@ export function stageLock(names: StageNames): unknown {
 }
 
 /**
- * A lock released within this many milliseconds of being taken is moved
- * whole into the next staged lock ({@link restageLock}): its marker was
- * fresh when taken (see {@link STAGED_FRESH_MS}), so no waiter can have
- * judged it stale by then (they wait at least 100 ms, see key-lock.ts), and
- * a waiter on this machine never breaks a live holder.
+ * A lock released within this many milliseconds of the run starting to take
+ * it is handed on whole to the next staged lock ({@link restageLock}). Its
+ * marker was at most {@link STAGED_FRESH_MS} old when taken, so it is under
+ * ~60 ms old at the release, and a waiter judges a marker stale only after
+ * `lockStaleMs` (100 ms at the least, see key-lock.ts) without a refresh; a
+ * waiter on this machine never breaks a live holder. A timing assumption,
+ * as the protocol's others are: a holder frozen for longer than
+ * `lockStaleMs` between its last check and its next step can be broken by a
+ * waiter that cannot check its pid.
  */
-const RECYCLE_WITHIN_MS = 40;
+export const RECYCLE_WITHIN_MS = 40;
 
 /**
  * Releases the lock `request` holds by making it `next`'s staged lock:
- * renames the lock directory (our marker still in it, so nobody can move in
- * meanwhile) to next's staging path, then the marker to next's name, and
- * refreshes the marker's mtime (a waiter that cannot check the holder's pid
- * judges a marker by its age). Two renames instead of deleting a directory
- * and a file and making new ones: on ext4 without a journal, every inode
- * made scans past those deleted in the last minute or more, which made
- * inode allocation a large share of a put thread's time. Should the
- * directory moved not hold our marker (the lock was someone else's, which
- * the caller's timing rules out), it is moved back. False when it could
- * not; then the lock is as it was, and the caller releases it as usual.
+ * checks that our marker is still in the lock directory, renames the
+ * directory (the marker still in it, so nobody can move in meanwhile) to
+ * next's staging path, then the marker to next's name, and refreshes the
+ * marker's mtime (a waiter that cannot check the holder's pid judges a
+ * marker by its age). Two renames instead of deleting a directory and a
+ * file and making new ones: on ext4 without a journal, every inode made
+ * scans past those deleted in the last minute or more, which made inode
+ * allocation a large share of a put thread's time. Should the directory
+ * moved not hold our marker after all, it is moved back. False when it did
+ * not hand the lock on; the caller then releases what is left as usual.
  */
 function restageLock(request: SyncPutRequest, next: StageNames): boolean {
   try {
+    // Ours a moment ago (a lock broken as stale is left alone: the usual release finds nothing).
+    if (!markerStillOurs(request)) return false;
     renameSync(request.lockDir, next.stagedDir);
   } catch {
     return false;
@@ -316,9 +326,13 @@ function restageLock(request: SyncPutRequest, next: StageNames): boolean {
     quietly(() => renameSync(next.stagedDir, request.lockDir));
     return false;
   }
-  const now = new Date();
-  quietly(() => utimesSync(marker, now, now));
-  return true;
+  try {
+    const now = new Date();
+    utimesSync(marker, now, now);
+    return true;
+  } catch {
+    return false; // an old mtime must not be staged as fresh: the caller removes it and stages anew
+  }
 }
 
 /** Stages this writer's marker (unless staged ahead) and renames it onto the lock path; undefined when the lock is ours. */
