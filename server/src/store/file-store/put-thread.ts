@@ -18,7 +18,13 @@
 
 import { rmSync } from "node:fs";
 import { isMainThread, parentPort, workerData } from "node:worker_threads";
-import { type SyncPutOutcome, type SyncPutRequest, type SyncPutRun, stageLock, syncPut } from "./sync-put.ts";
+import {
+  type SyncPutOutcome,
+  type SyncPutRequest,
+  type SyncPutRun,
+  stageAfresh,
+  syncPut,
+} from "./sync-put.ts";
 
 /** What the store passes a put thread as its `workerData`. */
 export interface PutThreadData {
@@ -86,8 +92,7 @@ function serve(data: PutThreadData): void {
     // The lock is released, and the next one staged (the released lock itself, when it can),
     // after the answer is on its way: the caller does not wait for them.
     const next = request.stageNext;
-    const nextStaged =
-      finish !== undefined ? finish(next) : next !== undefined && stageLock(next) === undefined;
+    const nextStaged = finish !== undefined ? finish(next) : stageAfresh(next);
     if (next !== undefined && nextStaged) staged = { dir: next.stagedDir, at: performance.now() };
   });
   port.postMessage({ ready: true } satisfies PutThreadReady);

@@ -166,14 +166,14 @@ export function syncPut(
   /** When the run began to take the lock (its marker was fresh then, see {@link takeLock}). */
   let takingAt = 0;
   const finish = (next?: StageNames): boolean => {
-    if (!locked) return next !== undefined && stageLock(next) === undefined;
+    if (!locked) return stageAfresh(next);
     locked = false;
     if (next !== undefined && performance.now() - takingAt < recycleWithinMs && restageLock(request, next))
       return true;
     // ENOENT: broken as stale; ENOTEMPTY: the next holder moved in. Both fine.
     quietly(() => unlinkSync(path.join(request.lockDir, request.marker)));
     quietly(() => rmdirSync(request.lockDir));
-    return next !== undefined && stageLock(next) === undefined;
+    return stageAfresh(next);
   };
   const run = (): SyncPutOutcome => {
     if (aborted()) return { kind: "aborted" };
@@ -333,6 +333,11 @@ function restageLock(request: SyncPutRequest, next: StageNames): boolean {
   } catch {
     return false; // an old mtime must not be staged as fresh: the caller removes it and stages anew
   }
+}
+
+/** Stages `next`, when given, as a new directory and marker ({@link stageLock}); true when it is staged. */
+export function stageAfresh(next: StageNames | undefined): boolean {
+  return next !== undefined && stageLock(next) === undefined;
 }
 
 /** Stages this writer's marker (unless staged ahead) and renames it onto the lock path; undefined when the lock is ours. */
