@@ -3,7 +3,7 @@ import { flush, makeBroker } from "../../testing/broker-test-support.ts";
 import { ManualClock } from "../../testing/manual-clock.ts";
 import { ShardState } from "../model/shard-state.ts";
 import { MemoryStore } from "../store/memory-store.ts";
-import { expectKind } from "./broker.ts";
+import { type EnqueueInput, expectKind, withMessageId } from "./broker.ts";
 import { shardForKey } from "./shard-routing.ts";
 
 const bytes = (text: string) => new TextEncoder().encode(text);
@@ -159,5 +159,29 @@ describe("Broker", () => {
       code: "invalid_argument",
     });
     await broker.stop({ release: true });
+  });
+});
+
+describe("withMessageId", () => {
+  it("copies every field of the input and adds the id", () => {
+    const input: Required<EnqueueInput> = {
+      payload: new Uint8Array([1, 2]),
+      headers: { a: "1" },
+      key: "k",
+      priority: 3,
+      runAt: 4,
+      delayMs: 5,
+      maxAttempts: 6,
+      dedupId: "d",
+      traceContext: { traceparent: "t" },
+    };
+    expect(withMessageId(input, "id-1")).toStrictEqual({ ...input, id: "id-1" });
+  });
+
+  it("gives inputs with different fields one shape: unset fields are present as undefined", () => {
+    const a = withMessageId({ payload: new Uint8Array(0) }, "a");
+    const b = withMessageId({ payload: new Uint8Array(0), dedupId: "x", key: "k" }, "b");
+    expect(Object.keys(a)).toEqual(Object.keys(b));
+    expect(a.dedupId).toBeUndefined();
   });
 });

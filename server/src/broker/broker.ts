@@ -75,6 +75,30 @@ export type { Delivery } from "./shard-claims.ts";
 /** A message to enqueue; the broker assigns the id. */
 export type EnqueueInput = Omit<NewMessage, "id">;
 
+/**
+ * `input` with its message id, as an object of one fixed shape: every field
+ * present (undefined when unset), in one order. Why: `{ ...input, id }` of
+ * inputs with different fields made objects whose property reads in the
+ * model's per-message checks went through V8's slow path (~5 µs a message
+ * against ~0.3, measured). The mapped type makes a field added to
+ * `NewMessage` a compile error here until it is copied.
+ */
+export function withMessageId(input: EnqueueInput, id: string): NewMessage {
+  const message: { [K in keyof Required<NewMessage>]: NewMessage[K] } = {
+    id,
+    payload: input.payload,
+    headers: input.headers,
+    key: input.key,
+    priority: input.priority,
+    runAt: input.runAt,
+    delayMs: input.delayMs,
+    maxAttempts: input.maxAttempts,
+    dedupId: input.dedupId,
+    traceContext: input.traceContext,
+  };
+  return message;
+}
+
 /** Where one enqueued message went. */
 export interface EnqueueOutcome {
   readonly id: string;
@@ -227,7 +251,7 @@ export class Broker {
       const routeBy = input.key || input.dedupId;
       if (!routeBy && unroutedShard === undefined) unroutedShard = this.placeUnrouted(queue, shards);
       const shard = routeBy ? shardForKey(routeBy, shards) : (unroutedShard as number);
-      const message: NewMessage = { ...input, id: newMessageId(this.params.clock, this.params.random) };
+      const message = withMessageId(input, newMessageId(this.params.clock, this.params.random));
       const group = byShard.get(shard) ?? [];
       byShard.set(shard, group);
       group.push({ index, message });
