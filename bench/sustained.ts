@@ -7,7 +7,7 @@
  *   npm run bench:sustained                          # 7 min, dedup window 5 min (the default), a table
  *   npm run bench:sustained -- --json                # one JSON object (progress on stderr)
  *   npm run bench:sustained -- --seconds 120 --window 60
- *   npm run bench:sustained -- --dedup-ids false     # the same without the SDK's default dedup ids
+ *   npm run bench:sustained -- --dedup-ids off       # the same without the SDK's default dedup ids
  *   npm run bench:sustained -- --batch 1             # single-job enqueues from 64 callers
  *
  * `casq serve` runs as `npm run bench` runs it (`bench/systems/casq.ts`: the
@@ -31,6 +31,7 @@ import { serverFromOption } from "./lib/built-server.ts";
 import { cpuSecondsOf } from "./lib/process-cpu.ts";
 import { processMemory } from "./lib/process-memory.ts";
 import { scrape, sumOf } from "./lib/prometheus-text.ts";
+import { spread } from "./lib/report.ts";
 import { CasqSystem } from "./systems/casq.ts";
 
 const { values } = parseArgs({
@@ -39,7 +40,7 @@ const { values } = parseArgs({
     window: { type: "string", default: "300" },
     interval: { type: "string", default: "10" },
     batch: { type: "string", default: "100" },
-    "dedup-ids": { type: "string", default: "true" },
+    "dedup-ids": { type: "string", default: "on" },
     server: { type: "string", default: "built" },
     json: { type: "boolean", default: false },
     help: { type: "boolean", short: "h", default: false },
@@ -48,13 +49,13 @@ const { values } = parseArgs({
 
 if (values.help) {
   console.log(`usage: npm run bench:sustained -- [--seconds 420] [--window 300] [--interval 10] [--batch 100]
-                                 [--dedup-ids true|false] [--server built|source] [--json]
+                                 [--dedup-ids on|off] [--server built|source] [--json]
 Enqueues 1 KiB jobs into one shard of a fresh casq serve (file store, fsync on) for --seconds,
 nothing consuming them, and prints one row per --interval seconds: jobs/s, backlog, head bytes,
 broker CPU and RSS. --window is the queue's dedup window in seconds (default 300, the queue
 default); run longer than it to see a shard whose window is full. --batch: jobs per
 Producer.enqueueBatch call from 4 callers; 1 means Producer.enqueue from 64 callers.
---dedup-ids false: the Producer's defaultDedupIds off. --server built (default): this checkout
+--dedup-ids off: the Producer's defaultDedupIds off (as in bench:backlog). --server built (default): this checkout
 built and installed as users install it (~30 s first); source: the checkout's tsx launcher.`);
   process.exit(0);
 }
@@ -76,11 +77,11 @@ if (!Number.isInteger(batch) || batch > 1000) {
   console.error(`--batch takes a whole number of jobs from 1 to 1000; got ${values.batch}`);
   process.exit(2);
 }
-if (values["dedup-ids"] !== "true" && values["dedup-ids"] !== "false") {
-  console.error(`--dedup-ids takes true or false; got ${values["dedup-ids"]}`);
+if (values["dedup-ids"] !== "on" && values["dedup-ids"] !== "off") {
+  console.error(`--dedup-ids takes on or off; got ${values["dedup-ids"]}`);
   process.exit(2);
 }
-const dedupIds = values["dedup-ids"] === "true";
+const dedupIds = values["dedup-ids"] === "on";
 const log = (line: string) => console.error(`bench:sustained: ${line}`);
 const built = serverFromOption(values.server as string, true, log);
 
@@ -94,12 +95,7 @@ interface Row {
   readonly rss_mib: number;
 }
 
-const median = (xs: readonly number[]) => {
-  const s = [...xs].sort((a, b) => a - b);
-  return s.length === 0
-    ? 0
-    : ((s[Math.floor((s.length - 1) / 2)] as number) + (s[Math.ceil((s.length - 1) / 2)] as number)) / 2;
-};
+const median = (xs: readonly number[]) => (xs.length === 0 ? 0 : spread(xs).median);
 
 const casq = new CasqSystem(built ? { serverBin: built.bin } : {});
 await casq.start();
@@ -168,11 +164,13 @@ try {
 const filling = rows.filter((r) => r.t_s <= windowSeconds);
 const before = (filling.length > 1 ? filling.slice(1) : filling).map((r) => r.jobs_per_s);
 const after = rows.filter((r) => r.t_s > windowSeconds + interval).map((r) => r.jobs_per_s);
+const beforeMedian = median(before);
+const afterMedian = after.length > 0 ? median(after) : null;
 const summary = {
-  jobs_per_s_before_window: median(before),
-  jobs_per_s_after_window: after.length > 0 ? median(after) : null,
+  jobs_per_s_before_window: beforeMedian,
+  jobs_per_s_after_window: afterMedian,
   after_over_before:
-    after.length > 0 && median(before) > 0 ? Math.round((median(after) / median(before)) * 100) / 100 : null,
+    afterMedian !== null && beforeMedian > 0 ? Math.round((afterMedian / beforeMedian) * 100) / 100 : null,
   head_bytes_max: Math.max(0, ...rows.map((r) => r.head_bytes)),
   rss_mib_max: Math.max(0, ...rows.map((r) => r.rss_mib)),
   backlog: rows.at(-1)?.backlog ?? 0,
