@@ -7,20 +7,10 @@
  * source`): the default, `built`, runs `npm run build` in the checkout, which
  * would race with the packaging tests that build it too.
  */
-import { execFile } from "node:child_process";
-import { dirname, join, resolve } from "node:path";
-import { fileURLToPath } from "node:url";
-import { promisify } from "node:util";
 import { describe, expect, test } from "vitest";
+import { benchScript } from "./bench-script.ts";
 
-const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..");
-const SCRIPT = join(ROOT, "bench", "backlog.ts");
-const run = (args: string[]) =>
-  promisify(execFile)(process.execPath, ["--import", "tsx", SCRIPT, ...args], {
-    cwd: ROOT,
-    timeout: 90_000,
-    maxBuffer: 16 * 1024 * 1024,
-  });
+const run = benchScript("backlog.ts");
 
 const phase = {
   jobs: expect.any(Number),

@@ -5,20 +5,10 @@
  * documented shape, with numbers read from the broker. Only the shape and
  * that the broker was seen working are checked, never how fast it was.
  */
-import { execFile } from "node:child_process";
-import { dirname, join, resolve } from "node:path";
-import { fileURLToPath } from "node:url";
-import { promisify } from "node:util";
 import { describe, expect, test } from "vitest";
+import { benchScript } from "./bench-script.ts";
 
-const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..");
-const SCRIPT = join(ROOT, "bench", "sustained.ts");
-const run = (args: string[]) =>
-  promisify(execFile)(process.execPath, ["--import", "tsx", SCRIPT, ...args], {
-    cwd: ROOT,
-    timeout: 90_000,
-    maxBuffer: 16 * 1024 * 1024,
-  });
+const run = benchScript("sustained.ts");
 const usageError = async (args: string[], mentions: string) => {
   const failed = await run(args).catch((e: { code?: number; stderr?: string }) => e);
   expect(failed).toMatchObject({ code: 2 });
