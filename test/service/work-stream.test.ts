@@ -238,6 +238,45 @@ describe("Work stream", () => {
     await work.end();
   });
 
+  it("stands again after a standing claim was filled, without a claim of its own while nothing is runnable", async () => {
+    // Each claim is a turn of the shard's commit loop: a stream that claimed after every job it
+    // was handed (finding nothing) made the enqueues behind it wait, for nothing.
+    const s = await server();
+    const clients = grpcClients(s.address);
+    await clients.admin.createQueue({ queue: "standing" });
+    const work = new WorkClient(clients);
+    work.send(open("standing", 5));
+    await work.next("opened");
+    const leader = s.broker.leader("standing", 0);
+    await eventually(() => leader.standingClaims > 0);
+    let commits = 0;
+    const off = leader.onCommit(() => {
+      commits += 1;
+    });
+    for (const payload of ["a", "b", "c"]) {
+      await clients.queue.enqueue({ queue: "standing", messages: [{ payload: bytes(payload) }] });
+      expect(text((await work.next("job")).event.value.message?.payload)).toBe(payload);
+      await eventually(() => leader.standingClaims > 0);
+    }
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    off();
+    expect(commits).toBe(3); // the enqueues' own, each handing its job to the standing claim
+    // With jobs runnable and no standing claim to take them (its credit ran out), credit still
+    // claims them at once.
+    await clients.queue.enqueue({
+      queue: "standing",
+      messages: ["d", "e", "f"].map((p) => ({ payload: bytes(p) })),
+    });
+    expect(text((await work.next("job")).event.value.message?.payload)).toBe("d");
+    expect(text((await work.next("job")).event.value.message?.payload)).toBe("e");
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    expect(work.pending("job")).toHaveLength(0);
+    work.send({ requestId: 0n, command: { case: "credit", value: { credits: 1 } } });
+    expect(text((await work.next("job")).event.value.message?.payload)).toBe("f");
+    work.halfClose();
+    expect(await work.end()).toBeUndefined();
+  });
+
   it("reports a lease that expired (LeasesLost) and heartbeats of it as LOST", async () => {
     const s = await server();
     const clients = grpcClients(s.address);

@@ -190,17 +190,40 @@ export class ShardClaimer {
           return finish();
         }
         unsubscribers.push(leader.onCommit(onCommit));
-        // A commit may have landed between the claim and this subscription: look once more.
+        // A commit may have landed between the claim and this subscription: look once more,
+        // at the state in memory when there is one (a turn of the commit loop costs more).
+        const runnable = leader.runnableNow(subscription);
+        if (runnable === true) return finish();
+        if (runnable === false) continue;
         leader
           .read((state) => hasRunnable(state, subscription, this.clock.now()))
           .then(
-            (runnable) => {
-              if (runnable) finish();
+            (found) => {
+              if (found) finish();
             },
             () => finish(),
           );
       }
     });
+  }
+
+  /**
+   * Whether a claim on `shards` may find something for `subscription` now:
+   * false only when every one of them is led here with its state in memory
+   * and has nothing runnable (see ShardLeader.runnableNow), so a consumer
+   * that would only claim nothing can stand its claim at once instead.
+   */
+  mayHaveRunnable(queue: string, shards: readonly number[], subscription: string): boolean {
+    for (const shard of shards) {
+      let runnable: boolean | undefined;
+      try {
+        runnable = this.broker.leader(queue, shard).runnableNow(subscription);
+      } catch {
+        return true; // the claim says what is wrong
+      }
+      if (runnable !== false) return true;
+    }
+    return false;
   }
 
   /**

@@ -411,6 +411,20 @@ export class ShardLeader {
     });
   }
 
+  /**
+   * Whether `subscription` has something runnable in the state this broker
+   * holds for the shard now, without waiting for a turn of the commit loop:
+   * the committed state, or, while a batch is being written, that batch
+   * applied (a hint for a consumer deciding whether to claim, not an
+   * answer). Undefined when this broker does not lead the shard with its
+   * state loaded (ask by claiming, or {@link read}).
+   */
+  runnableNow(subscription: string): boolean | undefined {
+    const state = this.head.state;
+    if (this.stopped || this.head.mode !== "leading" || state === undefined) return undefined;
+    return hasRunnable(state, subscription, this.now());
+  }
+
   /** The config in force on this shard: its loaded state's, or read (loading the shard) when none is loaded. */
   config(): Promise<QueueConfig> {
     const state = this.head.state;

@@ -20,6 +20,10 @@
  *    granted while it waits for the write in flight rides in it. With credit and nothing
  *    runnable it stands a claim on the served shards, which the commit that
  *    makes something runnable applies (the jobs leave with that commit).
+ *    It claims only when a look at the shards' states in memory finds
+ *    something runnable (after a standing claim was filled, or credit came
+ *    back, usually nothing is), and visits every shard at least every
+ *    PROBE_INTERVAL_MS.
  *    Credit is only ever added by `open` and `credit` messages, and given
  *    back by a claim whose write failed (which wakes the loop, see ClaimCredit).
  * 3. **Requests.** `heartbeat`, `ack` and `nack` run concurrently with the
@@ -483,12 +487,28 @@ class WorkSession implements WorkSessionHandle {
   private async claimLoop(): Promise<void> {
     const all = Array.from({ length: this.shardCount }, (_, shard) => shard);
     let failures = 0;
+    // The shards the last pass served, and when the next pass is due at the latest.
+    let served: readonly number[] = [];
+    let passDue = 0;
     while (this.claiming) {
       const wake = this.wakeSignal();
       if (this.credits <= 0) {
         // Credit comes from the worker or back from a claim, and both wake the loop; the bound
         // only caps what a wake-up missed by a future change would cost the worker.
         await this.ctx.clock.sleep(PROBE_INTERVAL_MS, wake).catch(() => {});
+        continue;
+      }
+      // A pass that could only claim nothing is skipped (each claim is a turn of a shard's
+      // commit loop, which an enqueue may then wait behind): the claim stands at once. So after
+      // a standing claim was filled, or the worker's credit came back, the stream claims only
+      // when its shards hold something runnable; every shard is still visited at least every
+      // PROBE_INTERVAL_MS.
+      if (
+        served.length > 0 &&
+        this.ctx.clock.now() < passDue &&
+        !this.ctx.claimer.mayHaveRunnable(this.queue, served, this.subscription)
+      ) {
+        await this.waitForJobs(served, wake, passDue);
         continue;
       }
       const pass = await this.ctx.claimer.claimOnce(
@@ -507,6 +527,8 @@ class WorkSession implements WorkSessionHandle {
       this.sendJobs(pass.deliveries);
       if (!this.claiming) return;
       this.updateRouting(pass);
+      served = pass.served;
+      passDue = this.ctx.clock.now() + PROBE_INTERVAL_MS;
       if (pass.served.length === 0) {
         // Nothing could be asked. A redirect (every shard led elsewhere), a
         // missing queue or subscription, or an unreadable document ends the
@@ -528,7 +550,7 @@ class WorkSession implements WorkSessionHandle {
       }
       failures = 0;
       if (pass.deliveries.length > 0) continue;
-      await this.waitForJobs(pass.served, wake);
+      await this.waitForJobs(pass.served, wake, passDue);
     }
   }
 
@@ -536,9 +558,9 @@ class WorkSession implements WorkSessionHandle {
    * With credit and nothing runnable: stands a claim on each served shard
    * (it rides in the next commit that leaves something runnable: the jobs
    * come with that commit, see {@link sendStanding}), and wakes on such a
-   * commit, on a wake-up (credit, stop), or after PROBE_INTERVAL_MS.
+   * commit, on a wake-up (credit, stop), or at `deadline`.
    */
-  private async waitForJobs(served: readonly number[], wake: AbortSignal): Promise<void> {
+  private async waitForJobs(served: readonly number[], wake: AbortSignal, deadline: number): Promise<void> {
     const stop = new AbortController();
     const onWake = () => stop.abort(WOKEN);
     wake.addEventListener("abort", onWake, { once: true });
@@ -554,13 +576,7 @@ class WorkSession implements WorkSessionHandle {
     });
     try {
       if (wake.aborted) return;
-      await this.ctx.claimer.waitForRunnable(
-        this.queue,
-        served,
-        this.subscription,
-        this.ctx.clock.now() + PROBE_INTERVAL_MS,
-        stop.signal,
-      );
+      await this.ctx.claimer.waitForRunnable(this.queue, served, this.subscription, deadline, stop.signal);
     } finally {
       unstand();
       wake.removeEventListener("abort", onWake);
