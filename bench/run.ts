@@ -8,6 +8,12 @@
  *   npm run bench -- --systems casq,bullmq --shapes process --runs 5
  *   npm run bench -- --chart docs/benchmarks.svg
  *
+ * Every system is started first, then each shape's runs take turns between
+ * them (run 1 of each system, then run 2 of each, ...): on a machine whose
+ * speed drifts over minutes, as shared virtual machines' do, the systems'
+ * runs of one shape are minutes apart at most (`--sequential`: every run of
+ * one system, then the next).
+ *
  * casq runs as its own `casq serve` process on the file store (fsync before
  * every answer): by default the installed build of this checkout, as users
  * run it (`--server source`: the checkout's tsx launcher). It is driven through the TypeScript SDK's Producer and
@@ -53,6 +59,7 @@ const { values } = parseArgs({
     server: { type: "string", default: "built" },
     // Node 20's parseArgs has no --no-X negation: the flag is its own option.
     "no-other-sdks": { type: "boolean", default: false },
+    sequential: { type: "boolean", default: false },
     help: { type: "boolean", short: "h", default: false },
   },
 });
@@ -61,8 +68,12 @@ if (values.help) {
   console.log(`usage: npm run bench -- [--quick] [--json] [--runs N] [--jobs N]
                           [--systems casq,bullmq,pg-boss,jetstream,casq-put100ms] [--shapes ${SHAPES.join(",")}]
                           [--chart FILE.svg] [--clients 100,1000] [--no-other-sdks] [--server built|source]
+                          [--sequential]
 Runs each shape --runs times (default 3; 1 with --quick) against casq and each installed peer,
 prints min/median/max, CPU, casq's PUTs per job and casq's ratio to each peer.
+The systems take turns: run 1 of a shape on each system, then run 2 on each, and so on, so that
+a machine whose speed drifts over minutes favours none of them (--sequential: every run of one
+system, then the next system's).
 casq-put100ms is casq with every store PUT delayed 100 ms (the S3-like profile).
 With casq: the process shape with the Go and Python SDK workers (--no-other-sdks to skip), and the
 many-clients case with --clients streams (default 100,1000; 100 with --quick; "" to skip).
@@ -128,54 +139,105 @@ const durability: Record<string, string> = {};
 
 const built = serverFromOption(values.server, wanted.includes("casq") || wanted.includes(CASQ_S3_LIKE), log);
 const server = built ? "built" : "source";
-for (const name of wanted) {
-  let system: QueueSystem;
+/** Makes the system called `name`. */
+async function systemNamed(name: string): Promise<QueueSystem> {
   if (name === "casq")
-    system = new (await import("./systems/casq.ts")).CasqSystem(built ? { serverBin: built.bin } : {});
-  else if (name === CASQ_S3_LIKE)
-    system = new (await import("./systems/casq.ts")).CasqSystem({
+    return new (await import("./systems/casq.ts")).CasqSystem(built ? { serverBin: built.bin } : {});
+  if (name === CASQ_S3_LIKE)
+    return new (await import("./systems/casq.ts")).CasqSystem({
       putLatencyMs: 100,
       ...(built ? { slowStoreServer: built.slowStoreServer } : {}),
     });
-  else if ((PEERS as readonly string[]).includes(name))
-    system = await loadPeer(name as (typeof PEERS)[number]);
-  else throw new Error(`unknown system ${name}: use casq, ${PEERS.join(", ")}, ${CASQ_S3_LIKE}`);
+  if ((PEERS as readonly string[]).includes(name)) return loadPeer(name as (typeof PEERS)[number]);
+  throw new Error(`unknown system ${name}: use casq, ${PEERS.join(", ")}, ${CASQ_S3_LIKE}`);
+}
+
+/** Starts `system`; false (with the reason noted) when it cannot run here. */
+async function started(name: string, system: QueueSystem): Promise<boolean> {
   try {
     await system.start();
   } catch (error) {
     if (!(error instanceof SkipSystem)) throw error;
     skipped[name] = error.message;
     log(`bench: ${name}: ${error.message}`);
-    continue;
+    return false;
   }
   durability[system.name] = system.durability;
-  try {
-    for (const shape of shapes) {
-      const measured: Measurement[] = [];
-      for (let run = 1; run <= runs; run += 1) {
-        const m = await measure(system, shape, sizes);
-        measured.push(m);
-        log(
-          `bench: ${system.name} ${shape} run ${run}/${runs}: ${
-            shape === "latency"
-              ? `p50 ${m.p50Ms?.toFixed(2)} ms, p99 ${m.p99Ms?.toFixed(2)} ms`
-              : `${Math.round(m.jobsPerSecond)} jobs/s`
-          }`,
-        );
-      }
-      results.push(summarize(system.name, shape, measured));
-    }
-    if (system instanceof CasqSystem && system.name === "casq") {
-      if (!values["no-other-sdks"] && shapes.includes("process")) {
-        otherSdks = await measureOtherSdks(system, sizes.jobs, sizes.concurrency, sizes.payloadBytes, log);
-      }
-      for (const streams of clientCases) {
-        manyClients.push(await measureManyClients(system, streams, 4, sizes.jobs, quick ? 3 : 10, log));
-      }
-    }
-  } finally {
-    await system.stop();
+  return true;
+}
+
+/** Measures run `run` of `shape` on `system` and logs it. */
+async function measureRun(system: QueueSystem, shape: ShapeName, run: number): Promise<Measurement> {
+  const m = await measure(system, shape, sizes);
+  log(
+    `bench: ${system.name} ${shape} run ${run}/${runs}: ${
+      shape === "latency"
+        ? `p50 ${m.p50Ms?.toFixed(2)} ms, p99 ${m.p99Ms?.toFixed(2)} ms`
+        : `${Math.round(m.jobsPerSecond)} jobs/s`
+    }`,
+  );
+  return m;
+}
+
+/** Runs `shapes` on `systems` (started), each shape's runs taking turns between them (see the module header). */
+async function measureInTurns(systems: readonly QueueSystem[]): Promise<void> {
+  const measured = new Map<QueueSystem, Map<ShapeName, Measurement[]>>(
+    systems.map((system) => [system, new Map(shapes.map((shape) => [shape, []]))]),
+  );
+  for (const shape of shapes)
+    for (let run = 1; run <= runs; run += 1)
+      for (const system of systems)
+        measured
+          .get(system)
+          ?.get(shape)
+          ?.push(await measureRun(system, shape, run));
+  for (const system of systems)
+    for (const shape of shapes)
+      results.push(summarize(system.name, shape, measured.get(system)?.get(shape) ?? []));
+}
+
+/** Runs `shapes` on one system (started), every run of a shape in a row. */
+async function measureInARow(system: QueueSystem): Promise<void> {
+  for (const shape of shapes) {
+    const measured: Measurement[] = [];
+    for (let run = 1; run <= runs; run += 1) measured.push(await measureRun(system, shape, run));
+    results.push(summarize(system.name, shape, measured));
   }
+}
+
+/** casq's extras: the process shape through the Go and Python SDKs, and the many-clients case. */
+async function measureCasqExtras(system: QueueSystem): Promise<void> {
+  if (!(system instanceof CasqSystem) || system.name !== "casq") return;
+  if (!values["no-other-sdks"] && shapes.includes("process")) {
+    otherSdks = await measureOtherSdks(system, sizes.jobs, sizes.concurrency, sizes.payloadBytes, log);
+  }
+  for (const streams of clientCases) {
+    manyClients.push(await measureManyClients(system, streams, 4, sizes.jobs, quick ? 3 : 10, log));
+  }
+}
+
+const running: QueueSystem[] = [];
+try {
+  if (values.sequential) {
+    for (const name of wanted) {
+      const system = await systemNamed(name);
+      if (!(await started(name, system))) continue;
+      running.push(system);
+      await measureInARow(system);
+      await measureCasqExtras(system);
+      await system.stop();
+      running.pop();
+    }
+  } else {
+    for (const name of wanted) {
+      const system = await systemNamed(name);
+      if (await started(name, system)) running.push(system);
+    }
+    await measureInTurns(running);
+    for (const system of running) await measureCasqExtras(system);
+  }
+} finally {
+  for (const system of running) await system.stop();
 }
 
 const machine = {
