@@ -4,7 +4,7 @@
  * with 100 ms of PUT latency (the fault-injecting wrapper).
  *
  *   npm run bench:backlog                        # a table
- *   npm run bench:backlog -- --json              # one JSON object (progress on stderr)
+ *   npm run -s bench:backlog -- --json           # one JSON object (progress on stderr; -s: no npm header)
  *   npm run bench:backlog -- --sizes 1000,100000 # chosen backlogs
  *   npm run bench:backlog -- --seconds 10 --latency 0,100
  *   npm run bench:backlog -- --dead-letters 100000 # the head-size case (0: skip it)

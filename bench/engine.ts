@@ -7,7 +7,7 @@
  * with the queue.
  *
  *   npm run bench:engine            # a table
- *   npm run bench:engine -- --json  # one JSON object
+ *   npm run -s bench:engine -- --json  # one JSON object (-s: no npm header)
  *
  * Numbers are only comparable within one run on one machine.
  */

@@ -4,7 +4,7 @@
  * process).
  *
  *   npm run bench:rpc                       # 3 alternating runs per server and case, medians
- *   npm run bench:rpc -- --json             # one JSON object on stdout (progress on stderr)
+ *   npm run -s bench:rpc -- --json          # one JSON object on stdout (progress on stderr; -s: no npm header)
  *   npm run bench:rpc -- --runs 5 --duration 10 --concurrency 64 --cases health
  *   npm run bench:rpc -- --cpu-prof DIR     # each server writes its .cpuprofile files into DIR/NAME on exit
  *   npm run bench:rpc -- --serve-args "--metrics-listen 127.0.0.1:0"

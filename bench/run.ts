@@ -4,7 +4,7 @@
  *
  *   npm run bench                      # every shape, 3 runs each, casq + every installed peer
  *   npm run bench -- --quick           # small sizes, 1 run (a smoke test of the whole path)
- *   npm run bench -- --json            # one JSON object on stdout (progress goes to stderr)
+ *   npm run -s bench -- --json         # one JSON object on stdout (progress goes to stderr; -s: no npm header)
  *   npm run bench -- --systems casq,bullmq --shapes process --runs 5
  *   npm run bench -- --chart docs/benchmarks.svg
  *

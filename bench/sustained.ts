@@ -5,7 +5,7 @@
  * full, nor a backlog of millions built by the enqueue itself.
  *
  *   npm run bench:sustained                          # 7 min, dedup window 5 min (the default), a table
- *   npm run bench:sustained -- --json                # one JSON object (progress on stderr)
+ *   npm run -s bench:sustained -- --json             # one JSON object (progress on stderr; -s: no npm header)
  *   npm run bench:sustained -- --seconds 120 --window 60
  *   npm run bench:sustained -- --dedup-ids off       # the same without the SDK's default dedup ids
  *   npm run bench:sustained -- --batch 1             # single-job enqueues from 64 callers
