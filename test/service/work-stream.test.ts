@@ -10,6 +10,7 @@ import type { WorkRequestSchema, WorkResponse } from "@casq/api/casq/v1/work_pb.
 import { AsyncQueue } from "@casq/sdk/async-queue.ts";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { describe, expect, it } from "vitest";
+import { shardForKey } from "../../server/src/broker/shard-routing.ts";
 import { MemoryStore } from "../../server/src/store/memory-store.ts";
 import type { CallOptions, ObjectStore, PutCondition } from "../../server/src/store/object-store.ts";
 import {
@@ -273,6 +274,40 @@ describe("Work stream", () => {
     expect(work.pending("job")).toHaveLength(0);
     work.send({ requestId: 0n, command: { case: "credit", value: { credits: 1 } } });
     expect(text((await work.next("job")).event.value.message?.payload)).toBe("f");
+    work.halfClose();
+    expect(await work.end()).toBeUndefined();
+  });
+
+  it("with credit for one job at a time, takes the jobs of every shard as fast as credit comes", async () => {
+    // A pass that stops when the credit runs out has not looked at the shards after it: the
+    // stream must not take the shards it did serve for all it has (their emptiness for the
+    // queue's) and stand on them alone until its next periodic pass, 5 s later.
+    const s = await server();
+    const clients = grpcClients(s.address);
+    await clients.admin.createQueue({ queue: "spread", shardCount: 2 });
+    const keyOn = (shard: number) => {
+      for (let i = 0; ; i++) if (shardForKey(`k${i}`, 2) === shard) return `k${i}`;
+    };
+    const messages = [
+      { key: keyOn(0), payload: bytes("a") },
+      ...["b", "c", "d"].map((p) => ({ key: keyOn(1), payload: bytes(p) })),
+    ];
+    await clients.queue.enqueue({ queue: "spread", messages });
+    const work = new WorkClient(clients);
+    work.send(open("spread", 1));
+    await work.next("opened");
+    const got: string[] = [];
+    for (let i = 0; i < messages.length; i++) {
+      // Well within the 5 s between periodic passes.
+      const job = await work.next("job", 2_000);
+      got.push(text(job.event.value.message?.payload));
+      work.send({
+        requestId: BigInt(10 + i),
+        command: { case: "ack", value: { receipts: [job.event.value.receipt] } },
+      });
+      work.send({ requestId: 0n, command: { case: "credit", value: { credits: 1 } } });
+    }
+    expect(got.sort()).toEqual(["a", "b", "c", "d"]);
     work.halfClose();
     expect(await work.end()).toBeUndefined();
   });

@@ -230,6 +230,8 @@ export class ShardHeadStore {
   private missingRefusal: { readonly error: CasqError; readonly at: number } | undefined;
   /** The committed head (mutated in place only inside {@link commit}). `undefined` = does not exist yet. */
   private committed: ShardState | undefined;
+  /** Commits under way (see {@link committing}). */
+  private commitsRunning = 0;
   private etag: string | undefined;
   /** Bytes of the committed version, to rebuild the state cheaply after a failed write. */
   private committedBytes: Uint8Array | undefined;
@@ -351,6 +353,27 @@ export class ShardHeadStore {
    * (e.g. to page in bodies the batch needs); it must not change the state.
    */
   async commit<T>(
+    apply: (working: ShardState, now: number) => AppliedChange<T>,
+    options: { release: boolean; prepare?: (state: ShardState, now: number) => Promise<void> },
+  ): Promise<HeadCommitResult<T>> {
+    this.commitsRunning += 1;
+    try {
+      return await this.commitAttempts(apply, options);
+    } finally {
+      this.commitsRunning -= 1;
+    }
+  }
+
+  /**
+   * Whether a commit is under way: {@link state} may then hold a batch
+   * applied whose write has not landed, and that a failed write takes back.
+   */
+  get committing(): boolean {
+    return this.commitsRunning > 0;
+  }
+
+  /** {@link commit}'s attempts. */
+  private async commitAttempts<T>(
     apply: (working: ShardState, now: number) => AppliedChange<T>,
     options: { release: boolean; prepare?: (state: ShardState, now: number) => Promise<void> },
   ): Promise<HeadCommitResult<T>> {

@@ -177,6 +177,28 @@ describe("ShardLeader resolves lost races and ambiguous writes", () => {
     });
   });
 
+  it("never says nothing is runnable while a commit is under way: a failed write gives back what it claimed", async () => {
+    const faults = new FaultInjectingStore(new MemoryStore(), { random: seededRandom(4) });
+    const store = new GatedStore(faults);
+    const shard = leader(store, "a");
+    await shard.submit({ kind: "enqueue", messages: [{ id: "m0", payload: payload("0") }] });
+    expect(shard.runnableNow("default")).toBe(true);
+    faults.addRule({ fault: "unavailable", rate: 1, ops: ["put"], limit: 1 });
+    store.hold = true;
+    const claim = { kind: "claim", subscription: "default", workerId: "w", max: 1 } as const;
+    const failing = shard.submit(claim);
+    for (let i = 0; i < 5 && store.held === 0; i++) await flush();
+    expect(store.held).toBe(1);
+    // The state holds the claim applied (m0 leased), but its write may yet fail.
+    expect(shard.runnableNow("default")).toBeUndefined();
+    store.hold = false;
+    store.releaseAll();
+    await expect(failing).rejects.toMatchObject({ code: "unavailable" });
+    expect(shard.runnableNow("default")).toBe(true);
+    expect(expectKind(await shard.submit(claim), "claim").messages).toHaveLength(1);
+    expect(shard.runnableNow("default")).toBe(false);
+  });
+
   it("restores its state after an unavailable store and keeps serving", async () => {
     const memory = new MemoryStore();
     const faults = new FaultInjectingStore(memory, { random: seededRandom(3) });

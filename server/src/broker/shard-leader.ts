@@ -413,16 +413,19 @@ export class ShardLeader {
 
   /**
    * Whether `subscription` has something runnable in the state this broker
-   * holds for the shard now, without waiting for a turn of the commit loop:
-   * the committed state, or, while a batch is being written, that batch
-   * applied (a hint for a consumer deciding whether to claim, not an
-   * answer). Undefined when this broker does not lead the shard with its
-   * state loaded (ask by claiming, or {@link read}).
+   * holds for the shard now, without waiting for a turn of the commit loop
+   * (a hint for a consumer deciding whether to claim, not an answer).
+   * Undefined when this broker does not lead the shard with its state
+   * loaded (ask by claiming, or {@link read}), and for "nothing" while a
+   * commit is under way: the state then holds its batch applied, and a
+   * write that fails gives back what that batch claimed without telling
+   * anyone (a claim queued behind the commit sees the outcome).
    */
   runnableNow(subscription: string): boolean | undefined {
     const state = this.head.state;
     if (this.stopped || this.head.mode !== "leading" || state === undefined) return undefined;
-    return hasRunnable(state, subscription, this.now());
+    if (hasRunnable(state, subscription, this.now())) return true;
+    return this.head.committing ? undefined : false;
   }
 
   /** The config in force on this shard: its loaded state's, or read (loading the shard) when none is loaded. */

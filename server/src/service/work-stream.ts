@@ -20,10 +20,11 @@
  *    granted while it waits for the write in flight rides in it. With credit and nothing
  *    runnable it stands a claim on the served shards, which the commit that
  *    makes something runnable applies (the jobs leave with that commit).
- *    It claims only when a look at the shards' states in memory finds
- *    something runnable (after a standing claim was filled, or credit came
- *    back, usually nothing is), and visits every shard at least every
- *    PROBE_INTERVAL_MS.
+ *    After a pass that visited every shard, it claims again only when a look
+ *    at the served shards' states in memory finds something runnable (after
+ *    a standing claim was filled, or credit came back, usually nothing is;
+ *    a shard in the middle of a commit counts as "maybe"), and visits every
+ *    shard at least every PROBE_INTERVAL_MS.
  *    Credit is only ever added by `open` and `credit` messages, and given
  *    back by a claim whose write failed (which wakes the loop, see ClaimCredit).
  * 3. **Requests.** `heartbeat`, `ack` and `nack` run concurrently with the
@@ -487,7 +488,8 @@ class WorkSession implements WorkSessionHandle {
   private async claimLoop(): Promise<void> {
     const all = Array.from({ length: this.shardCount }, (_, shard) => shard);
     let failures = 0;
-    // The shards the last pass served, and when the next pass is due at the latest.
+    // The shards the last pass served, when it visited every shard and none failed (so they are
+    // all the shards led here), and when the next pass is due at the latest.
     let served: readonly number[] = [];
     let passDue = 0;
     while (this.claiming) {
@@ -527,7 +529,10 @@ class WorkSession implements WorkSessionHandle {
       this.sendJobs(pass.deliveries);
       if (!this.claiming) return;
       this.updateRouting(pass);
-      served = pass.served;
+      // A pass that stopped when the credit ran out, or met a failing shard, says nothing of the
+      // shards it did not serve: the next one visits them all again.
+      const visitedAll = pass.served.length + pass.redirected.size === this.shardCount;
+      served = visitedAll ? pass.served : [];
       passDue = this.ctx.clock.now() + PROBE_INTERVAL_MS;
       if (pass.served.length === 0) {
         // Nothing could be asked. A redirect (every shard led elsewhere), a
