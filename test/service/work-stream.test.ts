@@ -298,8 +298,8 @@ describe("Work stream", () => {
     await work.next("opened");
     const got: string[] = [];
     for (let i = 0; i < messages.length; i++) {
-      // Well within the 5 s between periodic passes.
-      const job = await work.next("job", 2_000);
+      // Well short of the 5 s to the periodic pass a stream that stood on one shard would wait for.
+      const job = await work.next("job", 3_500);
       got.push(text(job.event.value.message?.payload));
       work.send({
         requestId: BigInt(10 + i),
