@@ -179,30 +179,18 @@ async function measureRun(system: QueueSystem, shape: ShapeName, run: number): P
   return m;
 }
 
-/** Runs `shapes` on `systems` (started), each shape's runs taking turns between them (see the module header). */
+/**
+ * Runs `shapes` on `systems` (started), each shape's runs taking turns between
+ * them (see the module header); on one system, every run of a shape in a row.
+ */
 async function measureInTurns(systems: readonly QueueSystem[]): Promise<void> {
-  const measured = new Map<QueueSystem, Map<ShapeName, Measurement[]>>(
-    systems.map((system) => [system, new Map(shapes.map((shape) => [shape, []]))]),
-  );
+  const measured = systems.map(() => new Map<ShapeName, Measurement[]>(shapes.map((shape) => [shape, []])));
   for (const shape of shapes)
     for (let run = 1; run <= runs; run += 1)
-      for (const system of systems)
-        measured
-          .get(system)
-          ?.get(shape)
-          ?.push(await measureRun(system, shape, run));
-  for (const system of systems)
-    for (const shape of shapes)
-      results.push(summarize(system.name, shape, measured.get(system)?.get(shape) ?? []));
-}
-
-/** Runs `shapes` on one system (started), every run of a shape in a row. */
-async function measureInARow(system: QueueSystem): Promise<void> {
-  for (const shape of shapes) {
-    const measured: Measurement[] = [];
-    for (let run = 1; run <= runs; run += 1) measured.push(await measureRun(system, shape, run));
-    results.push(summarize(system.name, shape, measured));
-  }
+      for (const [i, system] of systems.entries())
+        measured[i]?.get(shape)?.push(await measureRun(system, shape, run));
+  for (const [i, system] of systems.entries())
+    for (const shape of shapes) results.push(summarize(system.name, shape, measured[i]?.get(shape) ?? []));
 }
 
 /** casq's extras: the process shape through the Go and Python SDKs, and the many-clients case. */
@@ -223,7 +211,7 @@ try {
       const system = await systemNamed(name);
       if (!(await started(name, system))) continue;
       running.push(system);
-      await measureInARow(system);
+      await measureInTurns([system]);
       await measureCasqExtras(system);
       await system.stop();
       running.pop();
