@@ -147,6 +147,7 @@ def test_keepalive_defaults_and_user_override() -> None:
         assert defaults["grpc.keepalive_time_ms"] == 10_000
         assert defaults["grpc.keepalive_permit_without_calls"] == 1
         assert defaults["grpc.http2.max_pings_without_data"] == 0
+        assert defaults["grpc.http2.ping_timeout_ms"] == 10_000
         mine = client_class(["127.0.0.1:1"], options=[("grpc.keepalive_time_ms", 60_000)]).options
         assert [value for key, value in mine if key == "grpc.keepalive_time_ms"] == [60_000]
 

@@ -18,6 +18,9 @@ DEFAULT_CHANNEL_OPTIONS: tuple[tuple[str, Any], ...] = (
     # given up after ~20 s and the worker moves to the broker that took over.
     ("grpc.keepalive_time_ms", 10_000),
     ("grpc.keepalive_timeout_ms", 10_000),
+    # Recent gRPC core (grpcio 1.85 here) times a keepalive ping out by this
+    # argument (default 60 s), not by keepalive_timeout_ms alone.
+    ("grpc.http2.ping_timeout_ms", 10_000),
     ("grpc.keepalive_permit_without_calls", 1),
     # gRPC core stops pinging after 2 pings without data by default; an idle
     # Work stream sends no data for as long as there is no job.
