@@ -138,6 +138,35 @@ describe("error mapping", () => {
     expect((await admin.getQueue({ queue: "small" })).totals?.messages).toBe(0n);
   });
 
+  it("refuses an enqueue the queue it would auto-create would refuse, and creates nothing (unary and stream)", async () => {
+    const s = await server();
+    const { queue, admin } = grpcClients(s.address);
+    const bigHeader = { headers: { h: "v".repeat(17 * 1024) } }; // over the default max_header_bytes (16 KiB)
+    const manyHeaders = { headers: Object.fromEntries(Array.from({ length: 65 }, (_, i) => [`h${i}`, "v"])) };
+    await expectCode(
+      queue.enqueue({ queue: "fresh", messages: [{}, bigHeader] }),
+      Code.ResourceExhausted,
+      /message 1: header size in bytes \(\d+\) exceeds the queue's limit of 16384/,
+    );
+    await expectCode(
+      queue.enqueue({ queue: "fresh", messages: [manyHeaders] }),
+      Code.ResourceExhausted,
+      /header/,
+    );
+    async function* one() {
+      yield { requestId: 1n, enqueue: { queue: "fresh", messages: [bigHeader] } };
+    }
+    const answers = [];
+    for await (const answer of queue.enqueueStream(one())) answers.push(answer);
+    expect(answers.map((a) => a.result.case === "error" && Code[a.result.value.code])).toEqual([
+      "ResourceExhausted",
+    ]);
+    expect(await s.store.list("queues/fresh/")).toEqual([]);
+    await expectCode(admin.getQueue({ queue: "fresh" }), Code.NotFound);
+    // A request it admits creates it as before.
+    expect((await queue.enqueue({ queue: "fresh", messages: [{}] })).queueCreated).toBe(true);
+  });
+
   it("answers NOT_FOUND for unknown queues and subscriptions, and ALREADY_EXISTS / FAILED_PRECONDITION", async () => {
     const s = await server({ autoCreateQueues: false });
     const { queue, admin } = grpcClients(s.address);

@@ -181,11 +181,14 @@ export class QueueCatalog {
    * (Enqueue's auto-creation; see the module header), or completes such a
    * creation that was interrupted. `onCreated` is called when this call is
    * the one that made the queue ready (of racing brokers, exactly one).
+   * `admit` is asked first, with the config the queue would get: when it
+   * throws (the request would be refused by that queue), nothing is created.
    */
   async ensure(
     queue: string,
     autoCreate: boolean,
     onCreated?: (manifest: QueueManifest) => void,
+    admit?: (config: QueueConfig) => void,
   ): Promise<QueueManifest> {
     try {
       return await this.require(queue);
@@ -193,6 +196,7 @@ export class QueueCatalog {
       if (!autoCreate || !isCasqError404(error)) throw error;
       const known = this.cached(queue);
       if (known !== undefined && !isAutoCreation(known)) throw error;
+      admit?.(known?.config ?? DEFAULT_QUEUE_CONFIG);
       const manifest = known ?? (await this.create(queue, 1, DEFAULT_QUEUE_CONFIG, "creating")).manifest;
       if (!isAutoCreation(manifest)) return this.require(queue);
       await this.createShardDocument(queue, 0, manifest.config);

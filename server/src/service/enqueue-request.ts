@@ -8,6 +8,7 @@
  */
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { EnqueueRequest, EnqueueResponseSchema } from "@casq/api/casq/v1/queue_service_pb.ts";
+import { checkEnqueueFor } from "../model/input-validation.ts";
 import type { ServiceContext } from "./service-context.ts";
 import { checkNewMessages, checkQueueName } from "./validation.ts";
 
@@ -29,10 +30,16 @@ export async function handleEnqueue(
   const queue = checkQueueName(req.queue);
   const inputs = checkNewMessages(req.messages, ctx.clock.now(), traceContext);
   let queueCreated = false;
-  await ctx.catalog.ensure(queue, ctx.autoCreateQueues, (manifest) => {
-    queueCreated = true;
-    ctx.logger.info({ queue, shards: manifest.shardCount, autoCreated: true }, "queue created");
-  });
+  await ctx.catalog.ensure(
+    queue,
+    ctx.autoCreateQueues,
+    (manifest) => {
+      queueCreated = true;
+      ctx.logger.info({ queue, shards: manifest.shardCount, autoCreated: true }, "queue created");
+    },
+    // A request the new queue would refuse (e.g. a header over its limit) does not create it.
+    (config) => checkEnqueueFor(config, inputs, ctx.clock.now()),
+  );
   // A batch over shards led by several brokers is refused whole, with the split to make.
   const outcomes = await ctx.broker.enqueue(queue, inputs, signal, async (shard) => {
     const route = await ctx.directory.route(queue, shard, signal);
