@@ -37,7 +37,7 @@ import {
   type SdkProcessResult,
 } from "./lib/casq-extras.ts";
 import { type QueueSystem, SkipSystem } from "./lib/queue-system.ts";
-import { type ShapeResult, summarize, svgChart, textTable } from "./lib/report.ts";
+import { ratios, type ShapeResult, summarize, svgChart, textTable } from "./lib/report.ts";
 import { type Measurement, measure, SHAPES, type ShapeName, type ShapeSizes } from "./lib/shapes.ts";
 import { CasqSystem } from "./systems/casq.ts";
 
@@ -245,6 +245,7 @@ if (values.json) {
         durability,
         skipped,
         results,
+        ratios: ratios(results),
         other_sdks: otherSdks,
         many_clients: manyClients,
       },

@@ -62,6 +62,55 @@ export function advantage(casq: ShapeResult, peer: ShapeResult): number {
     : casq.value.median / peer.value.median;
 }
 
+/** A run's value, oriented with {@link advantage}: jobs/s, or p50 ms for `latency`. */
+function runValue(shape: ShapeName, m: Measurement): number {
+  return shape === "latency" ? (m.p50Ms as number) : m.jobsPerSecond;
+}
+
+/**
+ * The median of casq's run-by-run ratios to the peer (run k of each, oriented
+ * as {@link advantage}), or undefined when their run counts differ. The bench
+ * runs each shape's run k on every system one after the other, so a machine
+ * whose speed drifts within the hour moves both sides of each ratio alike,
+ * where the ratio of the medians may set a run in a fast spell against one in
+ * a slow spell.
+ */
+export function pairedAdvantage(casq: ShapeResult, peer: ShapeResult): number | undefined {
+  if (casq.runs.length === 0 || casq.runs.length !== peer.runs.length) return undefined;
+  const ratios = casq.runs.map((m, k) => {
+    const ours = runValue(casq.shape, m);
+    const theirs = runValue(peer.shape, peer.runs[k] as Measurement);
+    return casq.shape === "latency" ? theirs / ours : ours / theirs;
+  });
+  return spread(ratios).median;
+}
+
+/** casq's ratio to one peer on one shape, both ways of taking it. */
+export interface Ratio {
+  readonly shape: ShapeName;
+  readonly peer: string;
+  /** {@link advantage}: casq's median over the peer's. */
+  readonly median_ratio: number;
+  /** {@link pairedAdvantage}: the median of the run-by-run ratios. */
+  readonly paired_ratio?: number;
+}
+
+/** casq's ratios to every other system, per shape (none without a casq result). */
+export function ratios(results: readonly ShapeResult[]): Ratio[] {
+  const out: Ratio[] = [];
+  for (const casq of results.filter((r) => r.system === "casq"))
+    for (const peer of results.filter((r) => r.shape === casq.shape && r.system !== "casq")) {
+      const paired = pairedAdvantage(casq, peer);
+      out.push({
+        shape: casq.shape,
+        peer: peer.system,
+        median_ratio: advantage(casq, peer),
+        ...(paired !== undefined ? { paired_ratio: paired } : {}),
+      });
+    }
+  return out;
+}
+
 const fmt = (n: number | undefined, digits = 0) =>
   n === undefined || Number.isNaN(n) ? "-" : n.toLocaleString("en-US", { maximumFractionDigits: digits });
 
@@ -77,7 +126,7 @@ export function textTable(results: readonly ShapeResult[], shapes: readonly Shap
     lines.push(
       `${"system".padEnd(16)}${"min".padStart(10)}${"median".padStart(10)}${"max".padStart(10)}${
         shape === "latency" ? "p99".padStart(10) : ""
-      }${"casq adv.".padStart(11)}${"cpu cl/srv s".padStart(15)}${"PUT/job".padStart(9)}`,
+      }${"casq adv.".padStart(11)}${"paired".padStart(9)}${"cpu cl/srv s".padStart(15)}${"PUT/job".padStart(9)}`,
     );
     for (const r of rows) {
       const digits = shape === "latency" ? 2 : 0;
@@ -89,12 +138,13 @@ export function textTable(results: readonly ShapeResult[], shapes: readonly Shap
           casq && r !== casq ? `${fmt(advantage(casq, r), 3)}x` : ""
         ).padStart(
           11,
-        )}${`${fmt(r.clientCpuSeconds, 1)}/${fmt(r.serverCpuSeconds, 1)}`.padStart(15)}${fmt(r.writesPerJob, 4).padStart(9)}`,
+        )}${(casq && r !== casq ? `${fmt(pairedAdvantage(casq, r), 3)}x` : "").padStart(9)}${`${fmt(r.clientCpuSeconds, 1)}/${fmt(r.serverCpuSeconds, 1)}`.padStart(15)}${fmt(r.writesPerJob, 4).padStart(9)}`,
       );
     }
   }
   lines.push(
-    "\ncasq adv. = casq's median over the peer's (latency: the peer's over casq's); > 1 means casq is ahead.",
+    "\ncasq adv. = casq's median over the peer's (latency: the peer's over casq's); > 1 means casq is ahead." +
+      "\npaired = the median of the run-by-run ratios (run k against run k, which ran one after the other unless --sequential): less moved by a machine whose speed drifts.",
   );
   return lines.join("\n");
 }

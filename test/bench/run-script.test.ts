@@ -53,6 +53,7 @@ describe("npm run bench", () => {
     ]);
     const report = JSON.parse(stdout) as {
       results: { system: string; shape: string; runs: { jobsPerSecond: number }[] }[];
+      ratios: { shape: string; peer: string; median_ratio: number; paired_ratio: number }[];
     };
     expect(report.results.map((r) => `${r.system} ${r.shape} ${r.runs.length}`)).toEqual([
       "casq enqueue_batch 2",
@@ -61,6 +62,14 @@ describe("npm run bench", () => {
       "casq-put100ms process 2",
     ]);
     for (const r of report.results) for (const m of r.runs) expect(m.jobsPerSecond).toBeGreaterThan(0);
+    expect(report.ratios.map((r) => `${r.shape} ${r.peer}`)).toEqual([
+      "enqueue_batch casq-put100ms",
+      "process casq-put100ms",
+    ]);
+    for (const r of report.ratios) {
+      expect(r.median_ratio).toBeGreaterThan(0);
+      expect(r.paired_ratio).toBeGreaterThan(0);
+    }
   }, 120_000);
 
   test("--sequential runs every run of one system before the next system's", async () => {
