@@ -161,6 +161,13 @@ describe("error mapping", () => {
     expect(answers.map((a) => a.result.case === "error" && Code[a.result.value.code])).toEqual([
       "ResourceExhausted",
     ]);
+    // 51 MB on the wire, ~68 MB in the shard (payloads count as base64): over its 64 MiB max_document_bytes.
+    const big = { payload: new Uint8Array(1_000_000) };
+    await expectCode(
+      queue.enqueue({ queue: "fresh", messages: Array.from({ length: 51 }, () => big) }),
+      Code.ResourceExhausted,
+      /max_document_bytes/,
+    );
     expect(await s.store.list("queues/fresh/")).toEqual([]);
     await expectCode(admin.getQueue({ queue: "fresh" }), Code.NotFound);
     // A request it admits creates it as before.

@@ -45,7 +45,8 @@
  *
  * Enqueue's auto-creation goes the same way as CreateQueue: manifest
  * `creating`, the shard document, then `ready`; an auto-creation interrupted
- * half-way is completed by the next Enqueue.
+ * half-way is completed by the next Enqueue the queue would take. An Enqueue
+ * the new queue would refuse (its `admit` check) creates nothing.
  */
 import { CasqError, isCasqError } from "../errors.ts";
 import { configProblem, DEFAULT_QUEUE_CONFIG, type QueueConfig, sameConfig } from "../model/queue-config.ts";

@@ -167,26 +167,6 @@ export function checkNewMessage(
   return { headers, traceContext, runAt };
 }
 
-/** An id that passes the checks, for messages checked before the broker gives them theirs. */
-const ANY_VALID_ID = "0";
-
-/**
- * Throws what a shard with `config` would refuse an enqueue of `inputs` with
- * for their number, fields and limits (nothing that depends on the shard's
- * state; ids are not checked: the broker makes them). For a queue about to be
- * created for the request: one that its queue would refuse creates nothing.
- */
-export function checkEnqueueFor(
-  config: QueueConfig,
-  inputs: readonly Omit<NewMessage, "id">[],
-  now: number,
-): void {
-  checkRequestSize(inputs.length, config);
-  inputs.forEach((input, index) => {
-    checkNewMessage({ ...input, id: ANY_VALID_ID }, config, now, index);
-  });
-}
-
 /**
  * Checks one message of an enqueue ({@link checkNewMessage}) and returns its
  * stored form at `offset` (payload copied). Throws `CasqError`; never mutates.

@@ -8,7 +8,7 @@
  */
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { EnqueueRequest, EnqueueResponseSchema } from "@casq/api/casq/v1/queue_service_pb.ts";
-import { checkEnqueueFor } from "../model/input-validation.ts";
+import { checkEnqueueOnNewShard } from "../model/new-shard-admission.ts";
 import type { ServiceContext } from "./service-context.ts";
 import { checkNewMessages, checkQueueName } from "./validation.ts";
 
@@ -38,7 +38,7 @@ export async function handleEnqueue(
       ctx.logger.info({ queue, shards: manifest.shardCount, autoCreated: true }, "queue created");
     },
     // A request the new queue would refuse (e.g. a header over its limit) does not create it.
-    (config) => checkEnqueueFor(config, inputs, ctx.clock.now()),
+    (config) => checkEnqueueOnNewShard(queue, config, inputs, Math.floor(ctx.clock.now())),
   );
   // A batch over shards led by several brokers is refused whole, with the split to make.
   const outcomes = await ctx.broker.enqueue(queue, inputs, signal, async (shard) => {
