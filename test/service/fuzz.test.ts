@@ -11,9 +11,9 @@
  *
  * The server must stay up, never answer INTERNAL or UNKNOWN, and a rejected
  * call must change nothing in the store (a snapshot of every key and body,
- * before and after; the leaders' own timed housekeeping in between, such as
- * giving back a lease an earlier call took, is told apart by the commit it
- * rode in). A successful call may change state.
+ * before and after; housekeeping that fell due in between, such as giving
+ * back a lease an earlier call took, is told apart by the commits that wrote
+ * it, which applied no operation). A successful call may change state.
  *
  * CASQ_FUZZ_SEED and CASQ_FUZZ_RUNS set the seed and the number of calls
  * (default 2000, ~45 s here) for longer local runs; a failure names the seed and the call.
@@ -373,23 +373,30 @@ async function callEnqueueStream(
 }
 
 /**
- * Shards whose leader wrote housekeeping alone (lease expiries, retention,
- * dedup pruning, renewing its lease: a written commit whose batch held no
- * operation, as the leader's timer makes one) since the last `take()`. Those writes come from the
- * clock, not from the call under test: a job claimed with a 4 s lease by an
- * earlier call is given back 4 s later, whatever call runs then.
+ * The shards written since the last `take()` only for housekeeping that fell
+ * due (lease expiries, retention, dedup pruning, renewing the leader's lease):
+ * every commit that wrote there applied no operation. Such a write comes from
+ * the clock, not from the call under test: a job an earlier call claimed with
+ * a 4 s lease is given back 4 s later, by the leader's timer or by whatever
+ * batch runs the sweep then (a read of the call, or its refused operation). A
+ * shard where some written commit applied an operation is not in the set: a
+ * change there is the call's to explain.
  */
 class HousekeepingWrites implements ShardObserver {
-  private shards = new Set<string>();
+  private swept = new Set<string>();
+  private applied = new Set<string>();
   onCommit(info: CommitInfo): void {
-    const onlyReads = Object.keys(info.opsByKind).every((kind) => kind === "read");
-    if (info.outcome === "ok" && onlyReads) this.shards.add(`queues/${info.queue}/${info.shard}`);
+    if (info.outcome !== "ok") return;
+    const shard = `queues/${info.queue}/${info.shard}`;
+    if ((info.applied?.length ?? 0) === 0) this.swept.add(shard);
+    else this.applied.add(shard);
   }
-  /** The key prefixes (`queues/<queue>/<shard>`) written by sweeps since the last call, and forgets them. */
+  /** The key prefixes (`queues/<queue>/<shard>`) of those shards since the last call, and forgets them. */
   take(): Set<string> {
-    const taken = this.shards;
-    this.shards = new Set();
-    return taken;
+    const only = new Set([...this.swept].filter((shard) => !this.applied.has(shard)));
+    this.swept = new Set();
+    this.applied = new Set();
+    return only;
   }
 }
 
@@ -425,8 +432,8 @@ describe("fuzz", () => {
         index += 1;
         const [service, method] = methods[g(() => fc.nat(methods.length - 1))] as [DescService, DescMethod];
         const rpc = `${service.name}/${method.name}`;
+        housekeeping.take(); // before the snapshot: a commit reported while it is read counts for this call
         const before = await snapshot(s.store);
-        housekeeping.take();
         let outcome: Outcome;
         let input: unknown;
         if (method.methodKind === "bidi_streaming") {
