@@ -70,7 +70,7 @@ function runValue(shape: ShapeName, m: Measurement): number {
 /**
  * The median of casq's run-by-run ratios to the peer (run k of each, oriented
  * as {@link advantage}), or undefined when their run counts differ. The bench
- * runs each shape's run k on every system one after the other, so a machine
+ * runs each shape's run k on every system in one round, so a machine
  * whose speed drifts within the hour moves both sides of each ratio alike,
  * where the ratio of the medians may set a run in a fast spell against one in
  * a slow spell.
@@ -144,7 +144,7 @@ export function textTable(results: readonly ShapeResult[], shapes: readonly Shap
   }
   lines.push(
     "\ncasq adv. = casq's median over the peer's (latency: the peer's over casq's); > 1 means casq is ahead." +
-      "\npaired = the median of the run-by-run ratios (run k against run k, which ran one after the other unless --sequential): less moved by a machine whose speed drifts.",
+      "\npaired = the median of the run-by-run ratios (run k against run k, which ran in the same round unless --sequential): less moved by a machine whose speed drifts.",
   );
   return lines.join("\n");
 }
