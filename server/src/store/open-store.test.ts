@@ -170,3 +170,38 @@ describe("openStore", () => {
     );
   });
 });
+
+describe("the AWS SDK is loaded by the first S3 store, not before", () => {
+  it("a process on the file or memory store never loads it; the first s3:// store does", async () => {
+    // A fresh process: this test file's own imports have loaded the SDK already.
+    const script = `
+      import { createRequire } from "node:module";
+      const { openStore } = await import(${JSON.stringify(new URL("./open-store.ts", import.meta.url).href)});
+      const loaded = () => Object.keys(createRequire(import.meta.url).cache).some((k) => k.includes("/@aws-sdk/client-s3/"));
+      const dir = await (await import("node:fs/promises")).mkdtemp((await import("node:os")).tmpdir() + "/casq-lazy-sdk-");
+      const file = openStore("file:" + dir);
+      await file.put("k", new Uint8Array([1]), { ifAbsent: true });
+      await file.close();
+      const memory = openStore("memory:");
+      await memory.close();
+      const before = loaded();
+      const s3 = openStore("s3://bkt/p?endpoint=http://127.0.0.1:9&region=us-east-1");
+      const failed = await s3.get("k").then(() => "none", (e) => e.kind);
+      await s3.close();
+      await (await import("node:fs/promises")).rm(dir, { recursive: true });
+      console.log(JSON.stringify({ before, after: loaded(), failed }));
+    `;
+    const { execFile } = await import("node:child_process");
+    const out = await new Promise<string>((resolve, reject) =>
+      execFile(
+        process.execPath,
+        ["--import", "tsx", "--input-type=module", "-e", script],
+        { env: { ...process.env, AWS_ACCESS_KEY_ID: "a", AWS_SECRET_ACCESS_KEY: "b" } },
+        (error, stdout, stderr) =>
+          error ? reject(new Error(`${error.message}\n${stderr}`)) : resolve(stdout),
+      ),
+    );
+    // Nothing listens on port 9: the S3 store's call goes out (the SDK is loaded) and is refused.
+    expect(JSON.parse(out)).toEqual({ before: false, after: true, failed: "unavailable" });
+  });
+});

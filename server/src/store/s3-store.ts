@@ -47,19 +47,22 @@
  *   mishandle. The upload is still integrity-checked: the SDK signs the
  *   body's SHA-256 into `x-amz-content-sha256`, which S3 verifies.
  * - The SDK's Node version banner is turned off (see {@link NODE_VERSION_NOTICE_ENV}).
+ * - The SDK is loaded when the first S3 store is made, not when this module
+ *   is: it takes ~0.3 s of start-up that a broker, or a `casq` command, on
+ *   another store does not pay.
  * - `requestTimeoutMs` bounds each HTTP exchange (connect + request + response
  *   headers) with `throwOnRequestTimeout`; a per-call deadline comes from
  *   `options.signal` (the SDK's `abortSignal`).
  */
-import {
+import type {
   DeleteObjectCommand,
   GetObjectCommand,
   ListObjectsV2Command,
-  type ListObjectsV2CommandOutput,
+  ListObjectsV2CommandOutput,
   PutObjectCommand,
-  type PutObjectCommandOutput,
+  PutObjectCommandOutput,
   S3Client,
-  type S3ClientConfig,
+  S3ClientConfig,
 } from "@aws-sdk/client-s3";
 import { validateKey, validatePrefix } from "./keys.ts";
 import type {
@@ -347,6 +350,15 @@ function quietNodeVersionNotice(): void {
   process.env[NODE_VERSION_NOTICE_ENV] ??= "true";
 }
 
+type S3Sdk = typeof import("@aws-sdk/client-s3");
+let sdkLoading: Promise<S3Sdk> | undefined;
+
+/** The AWS SDK for S3, imported once, by the first S3 store made. */
+function loadSdk(): Promise<S3Sdk> {
+  sdkLoading ??= import("@aws-sdk/client-s3");
+  return sdkLoading;
+}
+
 /** Normalises a store prefix: no leading/trailing `/`, validated like a key. */
 function normalizePrefix(prefix: string | undefined): string {
   const trimmed = (prefix ?? "").replace(/^\/+|\/+$/g, "");
@@ -362,7 +374,10 @@ export class S3Store implements ObjectStore {
   readonly bucket: string;
   /** The key prefix inside the bucket, without trailing `/` (empty for the bucket root). */
   readonly prefix: string;
-  private readonly client: S3Client;
+  /** The SDK and the client, once the SDK is loaded (at once when the caller passed its own client). */
+  private readonly ready: Promise<{ readonly sdk: S3Sdk; readonly client: S3Client }>;
+  /** The client, once made: `close` destroys it when this store made it. */
+  private client: S3Client | undefined;
   private readonly ownsClient: boolean;
   private closed = false;
 
@@ -372,29 +387,31 @@ export class S3Store implements ObjectStore {
     this.prefix = normalizePrefix(options.prefix);
     const where = `s3://${this.bucket}/${this.prefix}`;
     this.description = options.endpoint ? `${where} (endpoint ${options.endpoint})` : where;
-    if (options.client) {
-      this.client = options.client;
-      this.ownsClient = false;
-    } else {
-      const requestTimeout = options.requestTimeoutMs ?? DEFAULT_S3_REQUEST_TIMEOUT_MS;
-      const config: S3ClientConfig = {
-        region: options.region ?? process.env.AWS_REGION ?? "us-east-1",
-        forcePathStyle: options.forcePathStyle ?? false,
-        maxAttempts: 1,
-        requestChecksumCalculation: "WHEN_REQUIRED",
-        responseChecksumValidation: "WHEN_REQUIRED",
-        requestHandler: {
-          requestTimeout,
-          throwOnRequestTimeout: true,
-          connectionTimeout: Math.min(requestTimeout, 5_000),
-        },
-      };
-      if (options.endpoint) config.endpoint = options.endpoint;
-      if (options.credentials) config.credentials = { ...options.credentials };
-      quietNodeVersionNotice();
-      this.client = new S3Client(config);
-      this.ownsClient = true;
-    }
+    this.ownsClient = options.client === undefined;
+    const requestTimeout = options.requestTimeoutMs ?? DEFAULT_S3_REQUEST_TIMEOUT_MS;
+    const config: S3ClientConfig = {
+      region: options.region ?? process.env.AWS_REGION ?? "us-east-1",
+      forcePathStyle: options.forcePathStyle ?? false,
+      maxAttempts: 1,
+      requestChecksumCalculation: "WHEN_REQUIRED",
+      responseChecksumValidation: "WHEN_REQUIRED",
+      requestHandler: {
+        requestTimeout,
+        throwOnRequestTimeout: true,
+        connectionTimeout: Math.min(requestTimeout, 5_000),
+      },
+    };
+    if (options.endpoint) config.endpoint = options.endpoint;
+    if (options.credentials) config.credentials = { ...options.credentials };
+    this.ready = loadSdk().then((sdk) => {
+      if (options.client === undefined) quietNodeVersionNotice();
+      this.client = options.client ?? new sdk.S3Client(config);
+      // A store closed while the SDK loaded: the client it made is not left open.
+      if (this.closed && this.ownsClient) this.client.destroy();
+      return { sdk, client: this.client };
+    });
+    // A failure to load is reported by the first call that needs the SDK.
+    this.ready.catch(() => undefined);
   }
 
   /** The S3 object key of a store key. */
@@ -405,10 +422,11 @@ export class S3Store implements ObjectStore {
   async get(key: string, options?: CallOptions): Promise<StoredObject | undefined> {
     validateKey(key);
     this.checkUsable(key, options);
-    const command = new GetObjectCommand({ Bucket: this.bucket, Key: this.objectKey(key) });
+    const { sdk, client } = await this.usable(key, options);
+    const command = new sdk.GetObjectCommand({ Bucket: this.bucket, Key: this.objectKey(key) });
     const sent = trackSent(command, key, options?.signal);
     try {
-      const response = await this.client.send(command, { abortSignal: options?.signal });
+      const response = await client.send(command, { abortSignal: options?.signal });
       if (!response.Body) throw new UnavailableError(key, "the server returned no body");
       const body = await response.Body.transformToByteArray();
       if (!response.ETag)
@@ -430,7 +448,8 @@ export class S3Store implements ObjectStore {
     validateKey(key);
     this.checkUsable(key, options);
     const ifMatch = "ifMatch" in condition;
-    const command = new PutObjectCommand({
+    const { sdk, client } = await this.usable(key, options);
+    const command = new sdk.PutObjectCommand({
       Bucket: this.bucket,
       Key: this.objectKey(key),
       Body: body,
@@ -440,7 +459,7 @@ export class S3Store implements ObjectStore {
     const sent = trackSent(command, key, options?.signal);
     let response: PutObjectCommandOutput;
     try {
-      response = await this.client.send(command, { abortSignal: options?.signal });
+      response = await client.send(command, { abortSignal: options?.signal });
     } catch (error) {
       throw classifyS3Error(error, { operation: "put", key, sent: sent.value, ifMatch });
     }
@@ -456,14 +475,15 @@ export class S3Store implements ObjectStore {
     validateKey(key);
     this.checkUsable(key, options);
     const ifMatch = options?.ifMatch;
-    const command = new DeleteObjectCommand({
+    const { sdk, client } = await this.usable(key, options);
+    const command = new sdk.DeleteObjectCommand({
       Bucket: this.bucket,
       Key: this.objectKey(key),
       ...(ifMatch === undefined ? {} : { IfMatch: ifMatch }),
     });
     const sent = trackSent(command, key, options?.signal);
     try {
-      await this.client.send(command, { abortSignal: options?.signal });
+      await client.send(command, { abortSignal: options?.signal });
     } catch (error) {
       const classified = classifyS3Error(error, {
         operation: "delete",
@@ -481,9 +501,10 @@ export class S3Store implements ObjectStore {
     this.checkUsable(prefix, options);
     const root = this.prefix === "" ? "" : `${this.prefix}/`;
     const listed: ListedObject[] = [];
+    const { sdk, client } = await this.usable(prefix, options);
     let continuationToken: string | undefined;
     do {
-      const command = new ListObjectsV2Command({
+      const command = new sdk.ListObjectsV2Command({
         Bucket: this.bucket,
         Prefix: root + prefix,
         ...(continuationToken === undefined ? {} : { ContinuationToken: continuationToken }),
@@ -491,7 +512,7 @@ export class S3Store implements ObjectStore {
       const sent = trackSent(command, prefix, options?.signal);
       let page: ListObjectsV2CommandOutput;
       try {
-        page = await this.client.send(command, { abortSignal: options?.signal });
+        page = await client.send(command, { abortSignal: options?.signal });
       } catch (error) {
         throw classifyS3Error(error, { operation: "list", key: prefix, sent: sent.value });
       }
@@ -514,7 +535,24 @@ export class S3Store implements ObjectStore {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
-    if (this.ownsClient) this.client.destroy();
+    if (this.ownsClient) this.client?.destroy();
+  }
+
+  /** The SDK and client once loaded, checked again after the wait (nothing is sent by a closed store, or past the deadline). */
+  private async usable(
+    key: string,
+    options: CallOptions | undefined,
+  ): Promise<{ readonly sdk: S3Sdk; readonly client: S3Client }> {
+    let loaded: { readonly sdk: S3Sdk; readonly client: S3Client };
+    try {
+      loaded = await this.ready;
+    } catch (error) {
+      throw new StoreMisconfiguredError(key, `cannot make the S3 client: ${(error as Error).message}`, {
+        cause: error,
+      });
+    }
+    this.checkUsable(key, options);
+    return loaded;
   }
 
   /** Rejects calls after `close()` and calls whose deadline already passed: nothing was sent. */
