@@ -1,5 +1,6 @@
 /** Store URL parsing and opening: every accepted form, and clear errors for the rest. */
 import { mkdtemp, rm } from "node:fs/promises";
+import { type AddressInfo, createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
@@ -173,7 +174,13 @@ describe("openStore", () => {
 
 describe("the AWS SDK is loaded by the first S3 store, not before", () => {
   it("a process on the file or memory store never loads it; the first s3:// store does", async () => {
-    // A fresh process: this test file's own imports have loaded the SDK already.
+    const port = await new Promise<number>((resolve) => {
+      const probe = createServer().listen(0, "127.0.0.1", () => {
+        const { port } = probe.address() as AddressInfo;
+        probe.close(() => resolve(port));
+      });
+    });
+    // A fresh process: the s3:// stores opened by the tests above have loaded the SDK in this one.
     const script = `
       import { createRequire } from "node:module";
       const { openStore } = await import(${JSON.stringify(new URL("./open-store.ts", import.meta.url).href)});
@@ -185,23 +192,38 @@ describe("the AWS SDK is loaded by the first S3 store, not before", () => {
       const memory = openStore("memory:");
       await memory.close();
       const before = loaded();
-      const s3 = openStore("s3://bkt/p?endpoint=http://127.0.0.1:9&region=us-east-1");
+      const s3 = openStore("s3://bkt/p?endpoint=http://127.0.0.1:${port}&region=us-east-1&timeout_ms=5000");
       const failed = await s3.get("k").then(() => "none", (e) => e.kind);
       await s3.close();
       await (await import("node:fs/promises")).rm(dir, { recursive: true });
-      console.log(JSON.stringify({ before, after: loaded(), failed }));
+      console.log("RESULT " + JSON.stringify({ before, after: loaded(), failed }));
     `;
     const { execFile } = await import("node:child_process");
     const out = await new Promise<string>((resolve, reject) =>
       execFile(
         process.execPath,
         ["--import", "tsx", "--input-type=module", "-e", script],
-        { env: { ...process.env, AWS_ACCESS_KEY_ID: "a", AWS_SECRET_ACCESS_KEY: "b" } },
+        {
+          timeout: 30_000,
+          // Keys from the environment only: a profile or an instance role would be looked up instead.
+          env: {
+            ...process.env,
+            AWS_ACCESS_KEY_ID: "a",
+            AWS_SECRET_ACCESS_KEY: "b",
+            AWS_PROFILE: undefined,
+            AWS_EC2_METADATA_DISABLED: "true",
+          },
+        },
         (error, stdout, stderr) =>
           error ? reject(new Error(`${error.message}\n${stderr}`)) : resolve(stdout),
       ),
     );
-    // Nothing listens on port 9: the S3 store's call goes out (the SDK is loaded) and is refused.
-    expect(JSON.parse(out)).toEqual({ before: false, after: true, failed: "unavailable" });
+    // Nothing listens on the port: the S3 store's call goes out (the SDK is loaded) and is refused.
+    const result = out.split("\n").find((line) => line.startsWith("RESULT "));
+    expect(JSON.parse(result?.slice("RESULT ".length) ?? "null")).toEqual({
+      before: false,
+      after: true,
+      failed: "unavailable",
+    });
   });
 });

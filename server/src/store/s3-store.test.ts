@@ -192,6 +192,20 @@ describe("S3Store requests", () => {
     await store.close();
     expect(await kindOf(() => store.get("doc.json"))).toBe("unavailable");
   });
+
+  it("a call waiting for the store's client (made when the SDK is loaded) fails unavailable if the store is closed or the call aborted meanwhile, sending nothing", async () => {
+    // Every other test calls a store made a moment before: those calls wait for the client and go out.
+    const closing = makeStore();
+    const closed = kindOf(() => closing.put("k", body, { ifAbsent: true }));
+    await closing.close();
+    expect(await closed).toBe("unavailable");
+    const controller = new AbortController();
+    const aborting = makeStore();
+    const aborted = kindOf(() => aborting.put("k", body, { ifAbsent: true }, { signal: controller.signal }));
+    controller.abort();
+    expect(await aborted).toBe("unavailable");
+    expect(seen).toHaveLength(0);
+  });
 });
 
 describe("S3Store error classification over HTTP", () => {

@@ -353,9 +353,12 @@ function quietNodeVersionNotice(): void {
 type S3Sdk = typeof import("@aws-sdk/client-s3");
 let sdkLoading: Promise<S3Sdk> | undefined;
 
-/** The AWS SDK for S3, imported once, by the first S3 store made. */
+/** The AWS SDK for S3, imported once, by the first S3 store made (a failed import is tried again by the next store). */
 function loadSdk(): Promise<S3Sdk> {
-  sdkLoading ??= import("@aws-sdk/client-s3");
+  sdkLoading ??= import("@aws-sdk/client-s3").catch((error: unknown) => {
+    sdkLoading = undefined;
+    throw error;
+  });
   return sdkLoading;
 }
 
@@ -374,7 +377,7 @@ export class S3Store implements ObjectStore {
   readonly bucket: string;
   /** The key prefix inside the bucket, without trailing `/` (empty for the bucket root). */
   readonly prefix: string;
-  /** The SDK and the client, once the SDK is loaded (at once when the caller passed its own client). */
+  /** The SDK and the client, once the SDK is loaded (the caller's own client too waits for the SDK's commands). */
   private readonly ready: Promise<{ readonly sdk: S3Sdk; readonly client: S3Client }>;
   /** The client, once made: `close` destroys it when this store made it. */
   private client: S3Client | undefined;
@@ -404,10 +407,14 @@ export class S3Store implements ObjectStore {
     if (options.endpoint) config.endpoint = options.endpoint;
     if (options.credentials) config.credentials = { ...options.credentials };
     this.ready = loadSdk().then((sdk) => {
-      if (options.client === undefined) quietNodeVersionNotice();
-      this.client = options.client ?? new sdk.S3Client(config);
-      // A store closed while the SDK loaded: the client it made is not left open.
-      if (this.closed && this.ownsClient) this.client.destroy();
+      if (options.client !== undefined) this.client = options.client;
+      else if (this.closed) {
+        // Closed while the SDK loaded: every call fails as closed, so no client is made at all.
+        throw new UnavailableError(undefined, `the store ${this.description} is closed`);
+      } else {
+        quietNodeVersionNotice();
+        this.client = new sdk.S3Client(config);
+      }
       return { sdk, client: this.client };
     });
     // A failure to load is reported by the first call that needs the SDK.
@@ -547,9 +554,9 @@ export class S3Store implements ObjectStore {
     try {
       loaded = await this.ready;
     } catch (error) {
-      throw new StoreMisconfiguredError(key, `cannot make the S3 client: ${(error as Error).message}`, {
-        cause: error,
-      });
+      this.checkUsable(key, options);
+      // Not an answer of S3 (classifyS3Error's domain): the SDK could not be loaded or the client made.
+      throw new StoreMisconfiguredError(key, `cannot make the S3 client: ${String(error)}`, { cause: error });
     }
     this.checkUsable(key, options);
     return loaded;
