@@ -6,6 +6,7 @@ package casq_test
 import (
 	"bufio"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -42,10 +43,20 @@ func (l *lockedLines) String() string {
 	return strings.Join(l.lines, "\n")
 }
 
+// casqBin is the casq launcher the tests run: CASQ_TEST_BIN when set (`npm
+// test` installs the build once, see test/support/install-built-casq.ts),
+// else the checkout's (the TypeScript source through tsx).
+func casqBin(root string) string {
+	if bin := os.Getenv("CASQ_TEST_BIN"); bin != "" {
+		return bin
+	}
+	return filepath.Join(root, "server", "bin", "casq.js")
+}
+
 // startBroker starts `casq serve --store store --listen listen` (plus args)
 // and waits for its address; its output goes to log.
 func startBroker(root, store, listen string, log *lockedLines, args ...string) (*broker, error) {
-	cmd := exec.Command("node", append([]string{filepath.Join(root, "server", "bin", "casq.js"), "serve",
+	cmd := exec.Command("node", append([]string{casqBin(root), "serve",
 		"--store", store, "--listen", listen, "--log-level", "warn"}, args...)...)
 	cmd.Dir = root
 	out, err := cmd.StdoutPipe()

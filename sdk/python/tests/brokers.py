@@ -3,6 +3,7 @@ address it prints, drain its output, stop it gracefully or kill it."""
 
 from __future__ import annotations
 
+import os
 import queue as queue_mod
 import re
 import signal
@@ -13,6 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
+# The casq launcher: CASQ_TEST_BIN when set (`npm test` installs the build once,
+# see test/support/install-built-casq.ts), else the checkout's (TypeScript through tsx).
+CASQ_BIN = os.environ.get("CASQ_TEST_BIN") or str(REPO_ROOT / "server" / "bin" / "casq.js")
 LISTENING = re.compile(r"listening on (\S+)")
 BROKER_START_TIMEOUT = 30.0
 
@@ -76,7 +80,7 @@ class Broker:
 def start_casq_serve(store: str, listen: str = "127.0.0.1:0", *args: str) -> Broker:
     """Starts `casq serve --store STORE --listen LISTEN ARGS...` and waits until it prints its address."""
     process = subprocess.Popen(
-        ["node", "server/bin/casq.js", "serve", "--store", store, "--listen", listen, "--log-level", "warn", *args],
+        ["node", CASQ_BIN, "serve", "--store", store, "--listen", listen, "--log-level", "warn", *args],
         cwd=REPO_ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

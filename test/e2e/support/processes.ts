@@ -17,8 +17,15 @@ import { fileURLToPath } from "node:url";
 /** The repository root. */
 export const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
 
-/** The `casq` launcher. */
-export const CASQ_BIN = join(ROOT, "server", "bin", "casq.js");
+/** The checkout's `casq` launcher (the TypeScript source through tsx). */
+export const CHECKOUT_CASQ_BIN = join(ROOT, "server", "bin", "casq.js");
+
+/**
+ * The `casq` launcher the suites run: `CASQ_TEST_BIN` when set (`npm test`
+ * installs the build once and sets it, see test/support/install-built-casq.ts),
+ * else the checkout's.
+ */
+export const CASQ_BIN = process.env.CASQ_TEST_BIN || CHECKOUT_CASQ_BIN;
 
 /** Where `bash scripts/setup-grpcurl.sh` installs grpcurl. */
 export const GRPCURL_BIN = join(ROOT, ".tools", "bin", "grpcurl");
