@@ -40,8 +40,8 @@ npx biome ci .
 step "layer boundaries: imports between layers, no cycles, no test code in production (npm run check:deps)"
 npm run --silent check:deps
 
-step "casq as users install it, run by every suite's brokers and casq commands (test/support/install-built-casq.ts: build, pack, install; CASQ_TEST_BIN)"
-built_dir=$(mktemp -d "${TMPDIR:-/tmp}/casq-test-built-XXXXXX")
+step "casq as published, run by every suite's brokers and casq commands (test/support/install-built-casq.ts: build, pack, unpack under server/; CASQ_TEST_BIN)"
+built_dir=$(mktemp -d "$PWD/server/.test-install.XXXXXX")
 trap 'rm -rf "$built_dir"' EXIT
 CASQ_TEST_BIN=$(npx tsx test/support/install-built-casq.ts "$built_dir")
 export CASQ_TEST_BIN

@@ -39,50 +39,43 @@ export interface BuiltServer {
  */
 export function installBuiltServer(log: (line: string) => void): BuiltServer {
   const dir = mkdtempSync(join(tmpdir(), "casq-bench-built-"));
+  const run = (command: string, args: string[], cwd: string) =>
+    execFileSync(command, args, { cwd, stdio: ["ignore", "ignore", "inherit"] });
+  const install = join(dir, "install");
   let slowStoreServer: string;
-  let bin: string;
   try {
-    bin = installBuiltCasq(dir, log);
+    log("built server: npm run build");
+    run("npm", ["run", "--silent", "build"], ROOT);
+    const tarballs = join(dir, "tarballs");
+    mkdirSync(tarballs);
+    log("built server: packing the npm packages");
+    run(process.execPath, [join(ROOT, "scripts", "pack-npm.mjs"), tarballs], ROOT);
+    mkdirSync(install);
+    writeFileSync(join(install, "package.json"), '{ "private": true }\n');
+    log("built server: npm install of the tarballs");
+    run(
+      "npm",
+      [
+        "install",
+        "--no-audit",
+        "--no-fund",
+        "--prefer-offline",
+        "--loglevel=error",
+        ...readdirSync(tarballs).map((name) => join(tarballs, name)),
+      ],
+      install,
+    );
     log("built server: compiling the slow-store server");
-    slowStoreServer = compileSlowStoreServer(join(dir, "install"));
+    slowStoreServer = compileSlowStoreServer(install);
   } catch (error) {
     rmSync(dir, { recursive: true, force: true });
     throw error;
   }
-  return { bin, slowStoreServer, remove: () => rmSync(dir, { recursive: true, force: true }) };
-}
-
-/**
- * Builds this checkout (`npm run build`), packs its npm packages into
- * `DIR/tarballs` and installs them into `DIR/install`; returns the installed
- * `casq` launcher (run it with `node`). `log` gets one line per step.
- */
-export function installBuiltCasq(dir: string, log: (line: string) => void): string {
-  const run = (command: string, args: string[], cwd: string) =>
-    execFileSync(command, args, { cwd, stdio: ["ignore", "ignore", "inherit"] });
-  const install = join(dir, "install");
-  log("built server: npm run build");
-  run("npm", ["run", "--silent", "build"], ROOT);
-  const tarballs = join(dir, "tarballs");
-  mkdirSync(tarballs);
-  log("built server: packing the npm packages");
-  run(process.execPath, [join(ROOT, "scripts", "pack-npm.mjs"), tarballs], ROOT);
-  mkdirSync(install);
-  writeFileSync(join(install, "package.json"), '{ "private": true }\n');
-  log("built server: npm install of the tarballs");
-  run(
-    "npm",
-    [
-      "install",
-      "--no-audit",
-      "--no-fund",
-      "--prefer-offline",
-      "--loglevel=error",
-      ...readdirSync(tarballs).map((name) => join(tarballs, name)),
-    ],
-    install,
-  );
-  return join(install, "node_modules", "casq", "bin", "casq.js");
+  return {
+    bin: join(install, "node_modules", "casq", "bin", "casq.js"),
+    slowStoreServer,
+    remove: () => rmSync(dir, { recursive: true, force: true }),
+  };
 }
 
 /**

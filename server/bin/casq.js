@@ -5,7 +5,8 @@
 //
 // - In a checkout (server/src is there) it runs the TypeScript source through
 //   tsx's in-process ESM loader: no build step, never a stale build, for
-//   `node server/bin/casq.js ...`, `node_modules/.bin/casq ...` and every test.
+//   `node server/bin/casq.js ...`, `node_modules/.bin/casq ...` and a test file
+//   run on its own (`npm test` runs the build it unpacks: CASQ_TEST_BIN).
 // - In an installed package (the npm tarball ships dist/ and bin/, no src/) it
 //   runs the JavaScript build, dist/cli/main.js, with plain node.
 import { existsSync } from "node:fs";

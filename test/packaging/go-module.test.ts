@@ -8,6 +8,7 @@
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, describe, expect, test } from "vitest";
+import { CASQ_BIN } from "../e2e/support/processes.ts";
 import { cleanEnv, expectOk, outsideDir, ROOT, runProgram, startBroker, within } from "./support.ts";
 
 const MODULE = "github.com/casq/casq/sdk/go";
@@ -63,15 +64,7 @@ describe("the Go SDK from a module outside the repository", () => {
     expectOk("go build", await go(["build", "-o", "outside", "."]));
 
     const broker = await startBroker(
-      [
-        "node",
-        join(ROOT, "server", "bin", "casq.js"),
-        "serve",
-        "--store",
-        `file:${store.path}`,
-        "--listen",
-        "127.0.0.1:0",
-      ],
+      ["node", CASQ_BIN, "serve", "--store", `file:${store.path}`, "--listen", "127.0.0.1:0"],
       { cwd: ROOT },
     );
     try {

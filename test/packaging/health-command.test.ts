@@ -3,11 +3,9 @@
  * real `casq serve` it prints SERVING and exits 0; a service the broker does
  * not serve is not found (exit 3); nothing listening is exit 4.
  */
-import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
-import { outsideDir, ROOT, runProgram, type StartedBroker, startBroker, within } from "./support.ts";
-
-const CASQ = join(ROOT, "server", "bin", "casq.js");
+import { CASQ_BIN as CASQ } from "../e2e/support/processes.ts";
+import { outsideDir, runProgram, type StartedBroker, startBroker, within } from "./support.ts";
 
 describe("casq health", () => {
   const store = outsideDir("health-store");

@@ -1,6 +1,6 @@
 /**
  * Real processes for the end-to-end suites: `casq serve` brokers started with
- * `node server/bin/casq.js serve` on a temporary file store and a free
+ * `node CASQ_BIN serve` (see {@link CASQ_BIN}) on a temporary file store and a free
  * loopback port (port 0: the broker prints what it bound, so there is no port
  * race), the `casq` CLI as a process, and grpcurl.
  *
@@ -101,6 +101,8 @@ export interface StartServerOptions {
   readonly readyTimeoutMs?: number;
   /** Extra environment variables (e.g. `OTEL_*`). */
   readonly env?: Readonly<Record<string, string>>;
+  /** The launcher (default {@link CASQ_BIN}). */
+  readonly bin?: string;
 }
 
 /** Starts `casq serve` and waits until it prints where it listens. */
@@ -108,7 +110,7 @@ export async function startServer(options: StartServerOptions): Promise<CasqServ
   const child = spawn(
     process.execPath,
     [
-      CASQ_BIN,
+      options.bin ?? CASQ_BIN,
       "serve",
       "--store",
       options.store,
@@ -208,7 +210,7 @@ export function run(program: string, args: readonly string[], options: RunOption
   });
 }
 
-/** Runs the `casq` CLI (`node server/bin/casq.js ARGS`) to completion. */
+/** Runs the `casq` CLI (`node CASQ_BIN ARGS`) to completion. */
 export function casq(args: readonly string[], options: RunOptions = {}): Promise<RunResult> {
   return run(process.execPath, [CASQ_BIN, ...args], options);
 }
