@@ -11,6 +11,7 @@
  *   seeds from 1).
  * - `CASQ_SIM_VERBOSE=1`: print one summary line per seed.
  */
+import { availableParallelism } from "node:os";
 import { afterAll, describe, expect, it } from "vitest";
 import { DEFAULT_RESIDENT_DEDUP_ID_BYTES } from "../../server/src/broker/dedup-id-pager.ts";
 import {
@@ -21,6 +22,7 @@ import {
   summaryLine,
 } from "./run-simulation.ts";
 import type { SimConfigOverrides } from "./sim-config.ts";
+import { SimThreads } from "./sim-threads.ts";
 
 const single = process.env.CASQ_SIM_SEED === undefined ? undefined : Number(process.env.CASQ_SIM_SEED);
 // At least 200 in CI (SDK-worker seeds cost about twice as much as the others).
@@ -28,6 +30,16 @@ const count = Number(process.env.CASQ_SIM_SEEDS ?? 200);
 const first = Number(process.env.CASQ_SIM_FIRST_SEED ?? 1);
 const verbose = process.env.CASQ_SIM_VERBOSE === "1" || single !== undefined;
 const seeds = single !== undefined ? [single] : Array.from({ length: count }, (_, i) => first + i);
+/**
+ * Threads that run seeds side by side (sim-threads.ts): one per core, at most
+ * four (fewer than the five tests vitest runs concurrently, so a free thread
+ * always has a seed waiting). On the project's two-core machines vitest runs
+ * one file at a time, so the threads have the cores to themselves; on a
+ * larger machine they share them with the files vitest runs beside this one.
+ */
+const SIM_THREADS = Math.max(1, Math.min(4, availableParallelism()));
+/** A seed's budget, its wait for a free thread included (a seed takes ~1 s). */
+const SEED_TIMEOUT_MS = 180_000;
 
 /** The worlds of seeds from before dedup ids were paged out (none is, at the default budget). */
 const BEFORE_PAGING = { residentDedupIdBytes: DEFAULT_RESIDENT_DEDUP_ID_BYTES };
@@ -67,10 +79,16 @@ const REGRESSIONS: { seed: number; overrides: SimConfigOverrides }[] = [
 describe("seeded simulation (brokers, workers, faulty store, auditor)", () => {
   const results: SimResult[] = [];
   const started = performance.now();
+  // The seeds run on threads of their own, side by side (sim-threads.ts); a single seed replayed runs here.
+  const threads = single === undefined ? new SimThreads(SIM_THREADS) : undefined;
 
-  afterAll(() => {
+  afterAll(async () => {
+    await threads?.close();
     if (results.length === 0) return;
-    const failed = results.filter((r) => r.violations.length > 0).map((r) => r.seed);
+    const failed = results
+      .filter((r) => r.violations.length > 0)
+      .map((r) => r.seed)
+      .sort((a, b) => a - b);
     const sum = (pick: (r: SimResult) => number) => results.reduce((total, r) => total + pick(r), 0);
     console.log(
       `simulation: ${results.length} seeds, ${failed.length} failed${failed.length > 0 ? ` (${failed.join(" ")})` : ""}; ` +
@@ -82,45 +100,58 @@ describe("seeded simulation (brokers, workers, faulty store, auditor)", () => {
     );
   });
 
-  it.each(seeds)("seed %i keeps every invariant", async (seed) => {
-    const result = await runSimulation(seed);
-    results.push(result);
-    if (verbose) console.log(summaryLine(result));
-    if (process.env.CASQ_SIM_TRACE === "1") console.log(result.traceTail.join("\n"));
-    if (result.violations.length > 0) {
-      console.error(failureReport(result));
-      expect.fail(
-        `seed ${seed} broke ${result.violations.length} invariant(s), first: [${result.violations[0]?.invariant}] ${result.violations[0]?.detail}\nreplay: ${replayCommand(seed)}`,
-      );
-    }
-  });
+  it.concurrent.for(seeds)(
+    "seed %i keeps every invariant",
+    { timeout: SEED_TIMEOUT_MS },
+    async (seed, { expect }) => {
+      let result: SimResult;
+      try {
+        result = await (threads === undefined ? runSimulation(seed) : threads.run(seed));
+      } catch (error) {
+        throw new Error(
+          `seed ${seed} did not run to its end: ${String(error)}\nreplay: ${replayCommand(seed)}`,
+          {
+            cause: error,
+          },
+        );
+      }
+      results.push(result);
+      if (verbose) console.log(summaryLine(result));
+      if (process.env.CASQ_SIM_TRACE === "1") console.log(result.traceTail.join("\n"));
+      // The report goes in the failure itself: concurrent tests' console output may be filed under another seed.
+      if (result.violations.length > 0)
+        expect.fail(
+          `seed ${seed} broke ${result.violations.length} invariant(s), first: [${result.violations[0]?.invariant}] ${result.violations[0]?.detail}\nreplay: ${replayCommand(seed)}\n${failureReport(result)}`,
+        );
+    },
+  );
 
-  it.each(single === undefined ? REGRESSIONS : [])(
+  /** Runs a seed on the simulation threads, or here when a single seed is replayed. */
+  const simulate = (seed: number, overrides: SimConfigOverrides = {}): Promise<SimResult> =>
+    threads === undefined ? runSimulation(seed, overrides) : threads.run(seed, overrides);
+
+  it.concurrent.for(single === undefined ? REGRESSIONS : [])(
     "regression seed $seed keeps every invariant",
-    async ({ seed, overrides }) => {
-      const result = await runSimulation(seed, overrides);
-      if (result.violations.length > 0) console.error(failureReport(result));
-      expect(result.violations).toEqual([]);
+    { timeout: SEED_TIMEOUT_MS },
+    async ({ seed, overrides }, { expect }) => {
+      const result = await simulate(seed, overrides);
+      expect(result.violations, failureReport(result)).toEqual([]);
     },
   );
 
   it("index segments: with a tiny tail and one segment per index segment, they are written, read back and dissolved under faults", async () => {
-    let written = 0;
-    for (const seed of [11, 12, 13, 14, 15, 16, 17, 18]) {
-      const result = await runSimulation(seed, {
-        commit: { maxBatch: 1000, lingerMs: 0, groupCommit: true, tailBytes: 400 },
-        indexSegmentSize: 1,
-      });
-      if (result.violations.length > 0) console.error(failureReport(result));
-      expect(result.violations).toEqual([]);
-      written += result.history.indexSegments;
-    }
-    expect(written).toBeGreaterThan(20);
+    const overrides: SimConfigOverrides = {
+      commit: { maxBatch: 1000, lingerMs: 0, groupCommit: true, tailBytes: 400 },
+      indexSegmentSize: 1,
+    };
+    const runs = await Promise.all([11, 12, 13, 14, 15, 16, 17, 18].map((seed) => simulate(seed, overrides)));
+    for (const result of runs) expect(result.violations, failureReport(result)).toEqual([]);
+    expect(runs.reduce((written, result) => written + result.history.indexSegments, 0)).toBeGreaterThan(20);
   });
 
-  it("is deterministic: one seed, run twice, gives the same trace", async () => {
+  it("is deterministic: one seed, run twice, gives the same trace (on a simulation thread and here)", async () => {
     const seed = single ?? 7;
-    const a = await runSimulation(seed);
+    const a = await simulate(seed);
     const b = await runSimulation(seed);
     expect(b.traceEvents).toBe(a.traceEvents);
     expect(b.traceHash).toBe(a.traceHash);
