@@ -22,7 +22,7 @@ export const CHECKOUT_CASQ_BIN = join(ROOT, "server", "bin", "casq.js");
 
 /**
  * The `casq` launcher the suites run: `CASQ_TEST_BIN` when set (`npm test`
- * installs the build once and sets it, see test/support/install-built-casq.ts),
+ * unpacks the build once and sets it, see test/support/install-built-casq.ts),
  * else the checkout's.
  */
 export const CASQ_BIN = process.env.CASQ_TEST_BIN || CHECKOUT_CASQ_BIN;
