@@ -1,8 +1,8 @@
 /**
  * Simulation seeds run on worker threads, one seed per thread at a time. A
- * seed is CPU-bound and single-threaded; on a two-core machine, where vitest
- * runs one test file at a time, two threads use both cores and halve the
- * simulation's share of `npm test`. Each seed stays deterministic: its world
+ * seed is CPU-bound and single-threaded; on a two-core machine two threads
+ * use both cores, shared with the test file vitest runs beside this one.
+ * Each seed stays deterministic: its world
  * lives in one thread, with its own seeded clock and randomness, and every
  * module the simulation uses is that thread's own copy.
  */

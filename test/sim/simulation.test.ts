@@ -33,9 +33,8 @@ const seeds = single !== undefined ? [single] : Array.from({ length: count }, (_
 /**
  * Threads that run seeds side by side (sim-threads.ts): one per core, at most
  * four (fewer than the five tests vitest runs concurrently, so a free thread
- * always has a seed waiting). On the project's two-core machines vitest runs
- * one file at a time, so the threads have the cores to themselves; on a
- * larger machine they share them with the files vitest runs beside this one.
+ * always has a seed waiting). They share the cores with the files vitest
+ * runs beside this one (two at a time on the project's two-core machines).
  */
 const SIM_THREADS = Math.max(1, Math.min(4, availableParallelism()));
 /** A seed's budget, its wait for a free thread included (a seed takes ~1 s). */
@@ -81,6 +80,9 @@ describe("seeded simulation (brokers, workers, faulty store, auditor)", () => {
   const started = performance.now();
   // The seeds run on threads of their own, side by side (sim-threads.ts); a single seed replayed runs here.
   const threads = single === undefined ? new SimThreads(SIM_THREADS) : undefined;
+  /** Runs a seed on the simulation threads, or here when a single seed is replayed. */
+  const simulate = (seed: number, overrides: SimConfigOverrides = {}): Promise<SimResult> =>
+    threads === undefined ? runSimulation(seed, overrides) : threads.run(seed, overrides);
 
   afterAll(async () => {
     await threads?.close();
@@ -106,7 +108,7 @@ describe("seeded simulation (brokers, workers, faulty store, auditor)", () => {
     async (seed, { expect }) => {
       let result: SimResult;
       try {
-        result = await (threads === undefined ? runSimulation(seed) : threads.run(seed));
+        result = await simulate(seed);
       } catch (error) {
         throw new Error(
           `seed ${seed} did not run to its end: ${String(error)}\nreplay: ${replayCommand(seed)}`,
@@ -125,10 +127,6 @@ describe("seeded simulation (brokers, workers, faulty store, auditor)", () => {
         );
     },
   );
-
-  /** Runs a seed on the simulation threads, or here when a single seed is replayed. */
-  const simulate = (seed: number, overrides: SimConfigOverrides = {}): Promise<SimResult> =>
-    threads === undefined ? runSimulation(seed, overrides) : threads.run(seed, overrides);
 
   it.concurrent.for(single === undefined ? REGRESSIONS : [])(
     "regression seed $seed keeps every invariant",
