@@ -28,6 +28,9 @@ bash scripts/setup-versitygw.sh
 step "grpcurl for the end-to-end tests (scripts/setup-grpcurl.sh)"
 bash scripts/setup-grpcurl.sh
 
+step "the benchmark's peers: redis-server, PostgreSQL and nats-server from Debian, and their client libraries (scripts/setup-bench-peers.sh)"
+bash scripts/setup-bench-peers.sh
+
 step "generated code matches the protos; buf lint and buf format are clean"
 bash scripts/check-generated.sh
 

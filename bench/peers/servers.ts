@@ -5,11 +5,20 @@
  * JetStream file storage. Each runs in a fresh temporary directory and is
  * killed and removed by `stop()`.
  */
-import { type ChildProcess, execFileSync, spawn, spawnSync } from "node:child_process";
-import { chmodSync, existsSync, mkdtempSync, readdirSync, rmSync } from "node:fs";
+import { type ChildProcess, execFileSync, spawn } from "node:child_process";
+import {
+  accessSync,
+  chmodSync,
+  constants,
+  existsSync,
+  mkdtempSync,
+  readdirSync,
+  rmSync,
+  statSync,
+} from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { delimiter, join } from "node:path";
 import { SkipSystem } from "../lib/queue-system.ts";
 
 const INSTALL_HINT = "bash scripts/setup-bench-peers.sh";
@@ -21,9 +30,29 @@ export interface PeerServer {
   stop(): Promise<void>;
 }
 
+/** The user a server runs as: its ids (spawned directly, so that signals reach the server itself). */
+interface RunAs {
+  uid?: number;
+  gid?: number;
+}
+
+function userIds(name: string): RunAs {
+  const id = (flag: string) => Number(execFileSync("id", [flag, name], { encoding: "utf8" }).trim());
+  return { uid: id("-u"), gid: id("-g") };
+}
+
+/** `program`'s path on PATH, if it is there and executable. */
 function which(program: string): string | undefined {
-  const found = spawnSync("sh", ["-c", `command -v ${program}`], { encoding: "utf8" });
-  return found.status === 0 ? found.stdout.trim() : undefined;
+  for (const dir of (process.env.PATH ?? "").split(delimiter).filter(Boolean)) {
+    const path = join(dir, program);
+    try {
+      accessSync(path, constants.X_OK);
+      if (statSync(path).isFile()) return path;
+    } catch {
+      // not in this directory
+    }
+  }
+  return undefined;
 }
 
 async function freePort(): Promise<number> {
@@ -37,7 +66,11 @@ async function freePort(): Promise<number> {
   });
 }
 
-/** Spawns `command`, resolves when `ready` matches its combined output. */
+/**
+ * Spawns `command`, resolves when `ready` matches its combined output.
+ * `stopSignal` ends it: a server with child processes of its own needs one it
+ * passes on to them, or they outlive it and hold its output pipes open.
+ */
 async function startProcess(
   what: string,
   command: string,
@@ -45,8 +78,10 @@ async function startProcess(
   ready: RegExp,
   dir: string,
   port: number,
+  stopSignal: NodeJS.Signals = "SIGKILL",
+  user: RunAs = {},
 ): Promise<PeerServer> {
-  const child: ChildProcess = spawn(command, args, { stdio: ["ignore", "pipe", "pipe"] });
+  const child: ChildProcess = spawn(command, args, { stdio: ["ignore", "pipe", "pipe"], ...user });
   let output = "";
   await new Promise<void>((resolveReady, reject) => {
     const onData = (chunk: Buffer) => {
@@ -63,7 +98,7 @@ async function startProcess(
     stop: async () => {
       if (child.exitCode === null) {
         const exited = new Promise((r) => child.once("exit", r));
-        child.kill("SIGKILL");
+        child.kill(stopSignal);
         await exited;
       }
       rmSync(dir, { recursive: true, force: true });
@@ -102,7 +137,13 @@ export async function startRedis(): Promise<PeerServer> {
   );
 }
 
+/**
+ * The directory of PostgreSQL's programs: `CASQ_BENCH_POSTGRES_BIN` when set
+ * (an install outside Debian's layout), else the newest of Debian's.
+ */
 function postgresBin(): string | undefined {
+  const override = process.env.CASQ_BENCH_POSTGRES_BIN;
+  if (override !== undefined) return existsSync(join(override, "postgres")) ? override : undefined;
   const base = "/usr/lib/postgresql";
   if (!existsSync(base)) return undefined;
   const versions = readdirSync(base).sort((a, b) => Number(b) - Number(a));
@@ -118,34 +159,33 @@ export async function startPostgres(): Promise<PeerServer> {
   chmodSync(dir, 0o777);
   const data = join(dir, "data");
   // PostgreSQL refuses to run as root: run it as the `postgres` user the package creates.
-  const asUser = process.getuid?.() === 0 ? ["runuser", "-u", "postgres", "--"] : [];
-  const run = (args: string[]) => {
-    const [command, ...rest] = [...asUser, ...args];
-    execFileSync(command as string, rest, { stdio: "pipe" });
-  };
-  run([join(bin, "initdb"), "-D", data, "-A", "trust", "-U", "bench", "--no-sync"]);
+  const user = process.getuid?.() === 0 ? userIds("postgres") : {};
+  execFileSync(join(bin, "initdb"), ["-D", data, "-A", "trust", "-U", "bench", "--no-sync"], {
+    stdio: "pipe",
+    ...user,
+  });
   const port = await freePort();
-  const [command, ...rest] = [
-    ...asUser,
-    join(bin, "postgres"),
-    "-D",
-    data,
-    "-p",
-    String(port),
-    "-k",
-    dir,
-    "-c",
-    "listen_addresses=127.0.0.1",
-    "-c",
-    "max_connections=200",
-  ];
   return startProcess(
     "postgres",
-    command as string,
-    rest,
+    join(bin, "postgres"),
+    [
+      "-D",
+      data,
+      "-p",
+      String(port),
+      "-k",
+      dir,
+      "-c",
+      "listen_addresses=127.0.0.1",
+      "-c",
+      "max_connections=200",
+    ],
     /database system is ready to accept connections/,
     dir,
     port,
+    // "Immediate shutdown": the postmaster ends its backends and exits at once (SIGKILL would leave them running).
+    "SIGQUIT",
+    user,
   );
 }
 

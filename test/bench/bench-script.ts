@@ -9,12 +9,19 @@ import { promisify } from "node:util";
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..");
 
-/** A runner of `bench/<file>` with arguments: resolves with its output, rejects on a non-zero exit. */
-export function benchScript(file: string): (args: string[]) => Promise<{ stdout: string; stderr: string }> {
+/**
+ * A runner of `bench/<file>` with arguments (and `env` in place of this
+ * process's environment when given): resolves with its output, rejects on a
+ * non-zero exit.
+ */
+export function benchScript(
+  file: string,
+): (args: string[], env?: NodeJS.ProcessEnv) => Promise<{ stdout: string; stderr: string }> {
   const script = join(ROOT, "bench", file);
-  return (args) =>
+  return (args, env) =>
     promisify(execFile)(process.execPath, ["--import", "tsx", script, ...args], {
       cwd: ROOT,
+      env: env ?? process.env,
       timeout: 90_000,
       maxBuffer: 16 * 1024 * 1024,
     });
