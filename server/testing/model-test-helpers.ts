@@ -38,7 +38,13 @@ export function enqueue(state: ShardState, now: number, ...messages: NewMessage[
 export function claim(
   state: ShardState,
   now: number,
-  options: { subscription?: string; max?: number; workerId?: string; leaseTtlMs?: number } = {},
+  options: {
+    subscription?: string;
+    max?: number;
+    workerId?: string;
+    leaseTtlMs?: number;
+    credited?: boolean;
+  } = {},
 ): readonly ClaimedMessage[] {
   return applyOperation(
     state,
@@ -48,6 +54,7 @@ export function claim(
       workerId: options.workerId ?? "worker-1",
       max: options.max ?? 100,
       leaseTtlMs: options.leaseTtlMs,
+      ...(options.credited === undefined ? {} : { credited: options.credited }),
     },
     now,
   ).messages;

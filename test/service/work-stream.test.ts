@@ -168,7 +168,7 @@ describe("Work stream", () => {
     await eventually(() => s.work.openStreams === 0);
   });
 
-  it("lets a stream hold up to max_credits (10,000) of credit, claimed in claims of max_batch", async () => {
+  it("lets a stream hold up to max_credits (10,000) of credit, past the queue's max_batch", async () => {
     // A slow store needs a window of thousands of jobs per stream (the bandwidth-delay product).
     const s = await server();
     const clients = grpcClients(s.address);

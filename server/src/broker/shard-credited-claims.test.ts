@@ -119,6 +119,26 @@ describe("ShardLeader credited claims", () => {
     expect(credit.available).toBe(3);
   });
 
+  it("claims up to its credit past the queue's max_batch (1000), which still caps a plain claim", async () => {
+    const store = new MemoryStore();
+    const shard = leader(store);
+    for (let part = 0; part < 3; part++)
+      await shard.submit({
+        kind: "enqueue",
+        messages: Array.from({ length: 1000 }, (_, i) => ({ id: `p${part}-${i}`, payload: payload("x") })),
+      });
+    const credit: ClaimCredit = { available: 1500 };
+    expect(expectKind(await claim(shard, credit), "claim").messages).toHaveLength(1500);
+    expect(credit.available).toBe(0);
+    const plain = await shard.submit({ kind: "claim", subscription: "default", workerId: "w", max: 1500 });
+    expect(expectKind(plain, "claim").messages).toHaveLength(1000);
+    // A standing claim's fill is a stream's claim too: of the 1,300 runnable then, its credit's 1,200.
+    const stood = standFor(shard, { available: 1200 });
+    await enqueue(shard, 800);
+    expect(stood.delivered).toHaveLength(1200);
+    stood.withdraw();
+  });
+
   it("takes only what it claimed when fewer messages are runnable than the credit", async () => {
     const store = new GatedStore();
     const shard = leader(store);

@@ -1014,6 +1014,7 @@ export class ShardLeader {
         subscription: claim.subscription,
         workerId: claim.workerId,
         max,
+        credited: true,
         ...(claim.leaseTtlMs === undefined ? {} : { leaseTtlMs: claim.leaseTtlMs }),
       };
       let result: OperationResult;
@@ -1167,7 +1168,7 @@ const NOTHING_CLAIMED: OperationResult = { kind: "claim", messages: [], changed:
 function effectiveOp(item: Extract<BatchItem, { kind: "op" }>): Operation | undefined {
   if (item.credit === undefined || item.op.kind !== "claim") return item.op;
   const max = Math.floor(item.credit.available);
-  return max >= 1 ? { ...item.op, max } : undefined;
+  return max >= 1 ? { ...item.op, max, credited: true } : undefined;
 }
 
 /** An ack or a nack (but a release): held while nothing else is buffered (see ShardLeader.holdSettles). */

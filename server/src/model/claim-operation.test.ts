@@ -71,6 +71,14 @@ describe("claim", () => {
     expect(claimed[0]?.leaseDeadline).toBe(T0 + 7000);
   });
 
+  it("a Work stream's claim (credited) is bounded by its credit, not max_batch", () => {
+    const s = newShard({ maxBatch: 3 });
+    enqueue(s, T0, msg("a"), msg("b"), msg("c"));
+    enqueue(s, T0, msg("d"), msg("e"), msg("f"));
+    expect(ids(claim(s, T0, { max: 5, credited: true }))).toEqual(["a", "b", "c", "d", "e"]);
+    expect(ids(claim(s, T0, { max: 5, credited: true }))).toEqual(["f"]);
+  });
+
   it("an empty claim changes nothing", () => {
     const s = newShard();
     const r = applyOperation(s, { kind: "claim", subscription: "default", workerId: "w", max: 5 }, T0);

@@ -10,7 +10,8 @@
  *
  * A message is leased to at most one worker per subscription at a time; other
  * subscriptions see it independently (fan-out). An empty claim changes
- * nothing. `max` above the queue's `maxBatch` is capped to it.
+ * nothing. `max` above the queue's `maxBatch` is capped to it, except in a
+ * Work stream's claim (`credited`), which its credit bounds instead.
  *
  * A sealed message whose body is paged out is claimed all the same: the
  * claim names its segment (`bodyIn`) and the broker fills the body in
@@ -37,7 +38,7 @@ export function applyClaim(state: ShardState, op: ClaimOperation, now: number): 
   checkInteger("claim max", op.max, 1, Number.MAX_SAFE_INTEGER);
   if (op.leaseTtlMs !== undefined) checkLeaseTtl("lease_ttl_ms", op.leaseTtlMs);
   const ttl = op.leaseTtlMs ?? state.config.leaseTtlMs;
-  const max = Math.min(op.max, state.config.maxBatch);
+  const max = op.credited === true ? op.max : Math.min(op.max, state.config.maxBatch);
 
   const messages: ClaimedMessage[] = [];
   while (messages.length < max) {

@@ -76,10 +76,17 @@ export interface ClaimOperation {
   readonly kind: "claim";
   readonly subscription: string;
   readonly workerId: string;
-  /** At least 1; more than the queue's `maxBatch` is capped to it. */
+  /** At least 1; more than the queue's `maxBatch` is capped to it, unless `credited`. */
   readonly max: number;
   /** Lease length for these messages; default: the queue's `leaseTtlMs`. */
   readonly leaseTtlMs?: number;
+  /**
+   * A Work stream's claim, `max` being the stream's credit: not capped at
+   * `maxBatch`, which bounds what one Claim call returns. The stream sends
+   * the jobs in messages of its own size, and its credit is bounded by the
+   * broker's `max_credits`.
+   */
+  readonly credited?: boolean;
 }
 
 /** Keep leases alive (see the heartbeat persistence rule in `heartbeat-operation.ts`). */
