@@ -3,7 +3,9 @@
  * injected clock) that handed out jobs makes the next batch wait for their
  * acks and nacks (90% of them) or half the write's latency (at most 50 ms),
  * so that they ride in one write instead of the first one starting a write
- * of its own and the rest trailing into the next. A fast write never waits.
+ * of its own and the rest trailing into the next; settles that came in then
+ * wait a tenth of the write more for the claim the workers' returned credit
+ * makes. A fast write never waits.
  */
 import { describe, expect, it } from "vitest";
 import { makeShardLeader } from "../../testing/broker-test-support.ts";
@@ -59,6 +61,38 @@ describe("ShardLeader gathering settles after a slow write", () => {
     expect(store.puts).toBe(puts);
     clock.advance(1);
     expect((await first).kind).toBe("ack");
+    expect(store.puts).toBe(puts + 1);
+  });
+
+  it("once the settles came in, holds them a tenth of the write for the claim the returned credit makes", async () => {
+    const { clock, store, shard, receipts } = await shardWithClaims(100, 10, 4);
+    const puts = store.puts;
+    const acked = ack(shard, receipts);
+    await settle();
+    clock.advance(9); // the hold is 10 ms (a tenth of the 100 ms write)
+    await settle();
+    expect(store.puts).toBe(puts);
+    // The worker's credit comes in after its acks: its claim ends the hold and rides in the write.
+    const claimed = shard.submit({ kind: "claim", subscription: "default", workerId: "w", max: 3 });
+    expect((await acked).kind).toBe("ack");
+    expect(expectKind(await claimed, "claim").messages).toHaveLength(3);
+    expect(store.puts).toBe(puts + 1);
+  });
+
+  it("writes the gathered settles when no claim comes within the hold", async () => {
+    const { clock, store, shard, receipts } = await shardWithClaims(100, 10, 4);
+    const puts = store.puts;
+    let done = false;
+    const acked = ack(shard, receipts).then((result) => {
+      done = true;
+      return result;
+    });
+    await settle();
+    clock.advance(9);
+    await settle();
+    expect(done).toBe(false);
+    clock.advance(1);
+    expect((await acked).kind).toBe("ack");
     expect(store.puts).toBe(puts + 1);
   });
 

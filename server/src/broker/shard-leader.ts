@@ -104,6 +104,12 @@ const GATHER_MAX_MS = 50;
 const GATHER_SETTLED_FRACTION = 0.9;
 /** After gatherings that ran out of time with under half their settles, at most this many slow writes in a row skip gathering. */
 const GATHER_MAX_SKIPS = 16;
+/**
+ * Once a gathering's settles are in, a batch of settles only waits at most
+ * this fraction of the write's latency (within GATHER_MAX_MS) for the claim
+ * the workers' returned credit makes (see ShardLeader.holdSettles).
+ */
+const CLAIM_HOLD_WRITE_FRACTION = 0.1;
 
 /**
  * A batch of settles only waits at most this long (ms) for an enqueue or a
@@ -120,6 +126,8 @@ interface Gathering {
   readonly expected: number;
   /** Clock time at which it ends anyway. */
   readonly until: number;
+  /** Receipts of acks and nacks pending when the write landed (older than its deliveries). */
+  readonly settlesBefore: number;
   done?: () => void;
 }
 
@@ -318,8 +326,10 @@ export class ShardLeader {
   private gatherSkipsLeft = 0;
   /** Running latency of fast writes (ms, fractional): settle-only batches are held only when writes cost time. */
   private writeMsAverage = 0;
-  /** The last write was slow (gathering's domain): settle-only batches are not held. */
+  /** The last write was slow (gathering's domain): settle-only batches are held only after a gathering got its settles. */
   private lastWriteSlow = false;
+  /** Latency of the last write that landed (ms). */
+  private lastWriteMs = 0;
   /** Clock time until which the buffered settles are held (see {@link holdSettles}); undefined: not holding. */
   private holdUntil: number | undefined;
   /** Ends the current hold's wait early (something that is not a settle came in). */
@@ -524,11 +534,10 @@ export class ShardLeader {
       // Let callers answered by the previous write submit their next operation
       // first, so that it joins this batch instead of waiting for the next.
       else {
-        const gathered = this.gathering !== undefined;
-        if (this.gathering !== undefined) await this.gatherSettles(this.gathering);
+        const settlesGathered = this.gathering !== undefined && (await this.gatherSettles(this.gathering));
         await nextTurn();
         this.gathering = undefined;
-        const hold = gathered ? "none" : this.holdSettles();
+        const hold = this.holdSettles(settlesGathered);
         if (hold === "wait") {
           await this.waitHold();
           continue;
@@ -578,13 +587,21 @@ export class ShardLeader {
    * "wait". Claims that would find nothing and heartbeats
    * do not end the hold; they are committed on their own at once (usually
    * without a write): "others". "none": take the batch now. Settles are
-   * still answered only after their write lands. A slow write never holds
-   * (the gathering after it already waited), nor does a stopping shard.
+   * still answered only after their write lands. A stopping shard never
+   * holds.
+   *
+   * After a slow write, settles are held only once a gathering waited for
+   * them and they came in (`settlesGathered`), for
+   * {@link CLAIM_HOLD_WRITE_FRACTION} of the write: a worker sends its returned credit after the acks of the same
+   * jobs, so the claim that credit makes comes in a few ms after them. Taken
+   * without it, the batch is a write of acks alone, and the claim waits for
+   * the next write (a whole store round trip). A gathering that ran out of
+   * time, or none, does not hold.
    */
-  private holdSettles(): "none" | "wait" | "others" {
+  private holdSettles(settlesGathered: boolean): "none" | "wait" | "others" {
     const state = this.head.state;
     if (
-      this.lastWriteSlow ||
+      (this.lastWriteSlow && !settlesGathered) ||
       this.stopRequested ||
       this.releaseRequested ||
       !this.options.groupCommit ||
@@ -595,9 +612,13 @@ export class ShardLeader {
       return "none";
     const now = this.clock.now();
     if (this.holdUntil === undefined) {
-      // A store that answers at once (a memory store, a test's) gains nothing from fewer writes.
-      if (this.writeMsAverage <= 0) return "none";
-      this.holdUntil = now + SETTLE_HOLD_MS;
+      if (this.lastWriteSlow) {
+        this.holdUntil = now + Math.min(GATHER_MAX_MS, this.lastWriteMs * CLAIM_HOLD_WRITE_FRACTION);
+      } else {
+        // A store that answers at once (a memory store, a test's) gains nothing from fewer writes.
+        if (this.writeMsAverage <= 0) return "none";
+        this.holdUntil = now + SETTLE_HOLD_MS;
+      }
     }
     if (now >= this.holdUntil) return "none";
     const at = Math.floor(now);
@@ -775,6 +796,7 @@ export class ShardLeader {
 
   /** Tracks the latency of writes that landed (see {@link holdSettles}). */
   private noteWrite(ms: number): void {
+    this.lastWriteMs = ms;
     this.lastWriteSlow = ms >= GATHER_MIN_WRITE_MS;
     if (this.lastWriteSlow) return;
     this.writeMsAverage =
@@ -805,7 +827,11 @@ export class ShardLeader {
       return;
     }
     const waitMs = Math.min(GATHER_MAX_MS, writeMs * GATHER_WRITE_FRACTION);
-    this.gathering = { expected: Math.ceil(handedOut * GATHER_SETTLED_FRACTION), until: now + waitMs };
+    this.gathering = {
+      expected: Math.ceil(handedOut * GATHER_SETTLED_FRACTION),
+      until: now + waitMs,
+      settlesBefore: this.pendingSettles,
+    };
   }
 
   /** Counts the settles a gathering waits for, and ends it once they are in (or a batch is full). */
@@ -832,15 +858,22 @@ export class ShardLeader {
    * Counting only the new ones made it really wait, and that was slower
    * (4.4-4.7k against 5.1-5.3k jobs/s at 100 ms PUTs, measured 2026-12-05),
    * so the count stays as it is.
+   *
+   * Resolves true when it ended with its settles in, some of them new since
+   * the write landed: the workers that sent those send their returned credit
+   * next (see {@link holdSettles}). Settles pending when the write landed are
+   * older ones, whose credit came with them.
    */
-  private async gatherSettles(gathering: Gathering): Promise<void> {
-    if (this.stopRequested || this.pendingSettles >= gathering.expected) return;
+  private async gatherSettles(gathering: Gathering): Promise<boolean> {
+    if (this.stopRequested) return false;
+    const newSettles = () => this.pendingSettles > gathering.settlesBefore;
+    if (this.pendingSettles >= gathering.expected) return newSettles();
     const timer = new AbortController();
     const ready = new Promise<void>((resolve) => {
       gathering.done = resolve;
     });
     const remaining = gathering.until - this.now();
-    if (remaining <= 0) return;
+    if (remaining <= 0) return false;
     let gathered = false;
     await Promise.race([
       ready.then(() => {
@@ -849,11 +882,12 @@ export class ShardLeader {
       this.clock.sleep(remaining, timer.signal).catch(() => {}),
     ]);
     timer.abort(TIMER_STOPPED);
-    if (this.stopRequested) return;
+    if (this.stopRequested) return false;
     // Most settles in, the rest just late: worth waiting for next time too.
     const worthIt = gathered || this.pendingSettles * 2 >= gathering.expected;
     this.gatherSkips = worthIt ? 0 : Math.min(GATHER_MAX_SKIPS, Math.max(1, this.gatherSkips * 2));
     this.gatherSkipsLeft = this.gatherSkips;
+    return gathered && newSettles();
   }
 
   /**
