@@ -592,11 +592,12 @@ export class ShardLeader {
    *
    * After a slow write, settles are held only once a gathering waited for
    * them and they came in (`settlesGathered`), for
-   * {@link CLAIM_HOLD_WRITE_FRACTION} of the write: a worker sends its returned credit after the acks of the same
-   * jobs, so the claim that credit makes comes in a few ms after them. Taken
-   * without it, the batch is a write of acks alone, and the claim waits for
-   * the next write (a whole store round trip). A gathering that ran out of
-   * time, or none, does not hold.
+   * {@link CLAIM_HOLD_WRITE_FRACTION} of the write: a worker sends its
+   * returned credit after the acks of the same jobs, so the claim that
+   * credit makes comes in a few ms after them. Taken without it, the batch
+   * is a write of acks alone, and the claim waits for the next write (a
+   * whole store round trip). A gathering that ran out of time, or none,
+   * does not hold.
    */
   private holdSettles(settlesGathered: boolean): "none" | "wait" | "others" {
     const state = this.head.state;
