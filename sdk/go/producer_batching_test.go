@@ -138,11 +138,18 @@ func TestEnqueueBatchingOff(t *testing.T) {
 // The messages of a refused merged request are resent side by side, not
 // one after another (one bad message among n unkeyed ones cost n round trips).
 func TestRefusedMergedEnqueueIsResentInParallel(t *testing.T) {
-	var inFlight, most atomic.Int64
+	var inFlight, most, requests atomic.Int64
 	var refused atomic.Bool
+	entered := make(chan struct{}, 2)
+	release := make(chan struct{})
 	hold := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, o ...grpc.CallOption) error {
 		r, ok := req.(*casqv1.EnqueueRequest)
-		if ok && len(r.GetMessages()) == 1 && refused.Load() {
+		if ok && requests.Add(1) <= 2 {
+			// The lane's two flights, held until the calls below are pending behind them:
+			// they then go out merged (a call sent alone would be refused unmerged).
+			entered <- struct{}{}
+			<-release
+		} else if ok && len(r.GetMessages()) == 1 && refused.Load() {
 			// A resend: counted, and held so that resends made side by side overlap.
 			n := inFlight.Add(1)
 			defer inFlight.Add(-1)
@@ -165,7 +172,22 @@ func TestRefusedMergedEnqueueIsResentInParallel(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Close() })
-	_, errs := enqueueAll(t, c, queueName(t), 40, 3)
+	queue := queueName(t)
+	leads := make(chan error, 2)
+	for range 2 {
+		go func() {
+			_, err := c.Producer().Enqueue(context.Background(), queue, []byte("lead"))
+			leads <- err
+		}()
+		<-entered
+	}
+	time.AfterFunc(100*time.Millisecond, func() { close(release) })
+	_, errs := enqueueAll(t, c, queue, 40, 3)
+	for range 2 {
+		if err := <-leads; err != nil {
+			t.Fatal(err)
+		}
+	}
 	for i, err := range errs {
 		if (i == 3) != (err != nil) {
 			t.Fatalf("call %d: %v", i, err)
