@@ -5,20 +5,11 @@
  * JetStream file storage. Each runs in a fresh temporary directory and is
  * killed and removed by `stop()`.
  */
-import { type ChildProcess, execFileSync, spawn } from "node:child_process";
-import {
-  accessSync,
-  chmodSync,
-  constants,
-  existsSync,
-  mkdtempSync,
-  readdirSync,
-  rmSync,
-  statSync,
-} from "node:fs";
+import { type ChildProcess, execFileSync, spawn, spawnSync } from "node:child_process";
+import { chmodSync, existsSync, mkdtempSync, readdirSync, rmSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
-import { delimiter, join } from "node:path";
+import { join } from "node:path";
 import { SkipSystem } from "../lib/queue-system.ts";
 
 const INSTALL_HINT = "bash scripts/setup-bench-peers.sh";
@@ -41,18 +32,10 @@ function userIds(name: string): RunAs {
   return { uid: id("-u"), gid: id("-g") };
 }
 
-/** `program`'s path on PATH, if it is there and executable. */
+/** `program`'s path on PATH, if it is there (sh by its absolute path: PATH may hold nothing). */
 function which(program: string): string | undefined {
-  for (const dir of (process.env.PATH ?? "").split(delimiter).filter(Boolean)) {
-    const path = join(dir, program);
-    try {
-      accessSync(path, constants.X_OK);
-      if (statSync(path).isFile()) return path;
-    } catch {
-      // not in this directory
-    }
-  }
-  return undefined;
+  const found = spawnSync("/bin/sh", ["-c", `command -v ${program}`], { encoding: "utf8" });
+  return found.status === 0 ? found.stdout.trim() : undefined;
 }
 
 async function freePort(): Promise<number> {

@@ -21,7 +21,7 @@ export function benchScript(
   return (args, env) =>
     promisify(execFile)(process.execPath, ["--import", "tsx", script, ...args], {
       cwd: ROOT,
-      env: env ?? process.env,
+      env,
       timeout: 90_000,
       maxBuffer: 16 * 1024 * 1024,
     });

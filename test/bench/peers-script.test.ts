@@ -22,7 +22,7 @@ const TINY = ["--quick", "--runs", "1", "--jobs", "300", "--no-other-sdks", "--c
 interface Report {
   skipped: Record<string, string>;
   durability: Record<string, string>;
-  results: { system: string; shape: string; runs: { jobsPerSecond: number; serverCpuMs?: number }[] }[];
+  results: { system: string; shape: string; runs: { jobsPerSecond: number }[] }[];
   ratios: { shape: string; peer: string; median_ratio: number }[];
 }
 
