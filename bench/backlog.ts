@@ -60,7 +60,7 @@
  *
  * Numbers are only comparable within one run on one machine.
  */
-import { mkdtempSync, rmSync, statSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
@@ -253,8 +253,18 @@ function memoryOf(casq: CasqSystem): Memory {
   return { rss_mib: Math.round(m.rssMiB), peak_mib: Math.round(m.peakMiB) };
 }
 
-function headBytes(casq: CasqSystem): number {
-  return statSync(join(casq.storeDirectory, "queues", QUEUE, "0.json")).size;
+/**
+ * The head document's bytes, read through the file store: its file holds two
+ * slots (the current version and the one before, and room to grow), so the
+ * file's size is not the document's.
+ */
+async function headBytes(casq: CasqSystem): Promise<number> {
+  const store = new FileStore({ root: casq.storeDirectory });
+  try {
+    return (await store.get(`queues/${QUEUE}/0.json`))?.body.byteLength ?? 0;
+  } finally {
+    await store.close();
+  }
 }
 
 /**
@@ -333,7 +343,7 @@ async function runCase(backlog: number, latencyMs: number, built: BuiltServer | 
     await load(producer, backlog, what);
     const loadSeconds = (performance.now() - loadStarted) / 1000;
     const afterLoad = memoryOf(casq);
-    const headAfterLoad = headBytes(casq);
+    const headAfterLoad = await headBytes(casq);
     log(`${what}: loaded in ${loadSeconds.toFixed(1)} s; broker RSS ${afterLoad.rss_mib} MiB`);
 
     // Enqueue: 64 callers of single-job enqueues for --seconds.
@@ -393,7 +403,7 @@ async function runCase(backlog: number, latencyMs: number, built: BuiltServer | 
       enqueue,
       process: processing,
       head_bytes_after_load: headAfterLoad,
-      head_bytes: headBytes(casq),
+      head_bytes: await headBytes(casq),
       broker_memory: {
         after_load: afterLoad,
         after_enqueue: afterEnqueue,
