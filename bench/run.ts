@@ -36,6 +36,7 @@ import {
   measureOtherSdks,
   type SdkProcessResult,
 } from "./lib/casq-extras.ts";
+import { checkGoals, goalLines } from "./lib/goals.ts";
 import { type QueueSystem, SkipSystem } from "./lib/queue-system.ts";
 import { ratios, type ShapeResult, summarize, svgChart, textTable } from "./lib/report.ts";
 import { type Measurement, measure, SHAPES, type ShapeName, type ShapeSizes } from "./lib/shapes.ts";
@@ -70,7 +71,8 @@ if (values.help) {
                           [--chart FILE.svg] [--clients 100,1000] [--no-other-sdks] [--server built|source]
                           [--sequential]
 Runs each shape --runs times (default 3; 1 with --quick) against casq and each installed peer,
-prints min/median/max, CPU, casq's PUTs per job and casq's ratio to each peer.
+prints min/median/max, CPU, casq's PUTs per job and casq's ratio to each peer, then which of the
+performance goals of docs/benchmarks.md the run met (those it measured what they need for).
 The systems take turns: run 1 of a shape on each system, then run 2 on each, and so on, so that
 a machine whose speed drifts over minutes favours none of them (--sequential: every run of one
 system, then the next system's).
@@ -246,6 +248,7 @@ if (values.json) {
         skipped,
         results,
         ratios: ratios(results),
+        goals: checkGoals(results, sizes.latencyRate),
         other_sdks: otherSdks,
         many_clients: manyClients,
       },
@@ -264,6 +267,8 @@ if (values.json) {
   for (const [name, d] of Object.entries(durability)) console.log(`durability of ${name}: ${d}`);
   for (const [name, why] of Object.entries(skipped)) console.log(`${name}: ${why}`);
   console.log(textTable(results, shapes));
+  const goals = goalLines(checkGoals(results, sizes.latencyRate));
+  if (goals !== "") console.log(goals);
   const tsProcess = results.find((r) => r.system === "casq" && r.shape === "process");
   const bullProcess = results.find((r) => r.system === "bullmq" && r.shape === "process");
   if (otherSdks.length > 0) {

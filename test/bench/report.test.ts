@@ -5,18 +5,7 @@
  */
 import { describe, expect, test } from "vitest";
 import { advantage, pairedAdvantage, ratios, summarize } from "../../bench/lib/report.ts";
-import type { Measurement, ShapeName } from "../../bench/lib/shapes.ts";
-
-function runs(values: readonly number[], shape: ShapeName = "process"): Measurement[] {
-  return values.map((v) => ({
-    jobs: 1000,
-    seconds: 1,
-    jobsPerSecond: shape === "latency" ? 200 : v,
-    ...(shape === "latency" ? { p50Ms: v, p99Ms: v * 4 } : {}),
-    clientCpuSeconds: 1,
-    serverCpuSeconds: 1,
-  }));
-}
+import { fakeRuns as runs } from "./fake-runs.ts";
 
 describe("bench report ratios", () => {
   test("paired: run k against run k, so a slow spell that hit both sides cancels out", () => {
