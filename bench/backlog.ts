@@ -258,10 +258,12 @@ function memoryOf(casq: CasqSystem): Memory {
  * slots (the current version and the one before, and room to grow), so the
  * file's size is not the document's.
  */
-async function headBytes(casq: CasqSystem): Promise<number> {
+async function headDocumentBytes(casq: CasqSystem): Promise<number> {
   const store = new FileStore({ root: casq.storeDirectory });
   try {
-    return (await store.get(`queues/${QUEUE}/0.json`))?.body.byteLength ?? 0;
+    const head = await store.get(`queues/${QUEUE}/0.json`);
+    if (head === undefined) throw new Error(`bench:backlog: queue ${QUEUE} has no head document`);
+    return head.body.byteLength;
   } finally {
     await store.close();
   }
@@ -343,7 +345,7 @@ async function runCase(backlog: number, latencyMs: number, built: BuiltServer | 
     await load(producer, backlog, what);
     const loadSeconds = (performance.now() - loadStarted) / 1000;
     const afterLoad = memoryOf(casq);
-    const headAfterLoad = await headBytes(casq);
+    const headAfterLoad = await headDocumentBytes(casq);
     log(`${what}: loaded in ${loadSeconds.toFixed(1)} s; broker RSS ${afterLoad.rss_mib} MiB`);
 
     // Enqueue: 64 callers of single-job enqueues for --seconds.
@@ -403,7 +405,7 @@ async function runCase(backlog: number, latencyMs: number, built: BuiltServer | 
       enqueue,
       process: processing,
       head_bytes_after_load: headAfterLoad,
-      head_bytes: await headBytes(casq),
+      head_bytes: await headDocumentBytes(casq),
       broker_memory: {
         after_load: afterLoad,
         after_enqueue: afterEnqueue,
