@@ -9,7 +9,7 @@
  * that its verdicts are indicative only. The unary-call goal is
  * `npm run bench:rpc`'s.
  */
-import { advantage, pairedAdvantage, type ShapeResult } from "./report.ts";
+import { advantage, fmt as formatNumber, pairedAdvantage, type ShapeResult } from "./report.ts";
 import type { ShapeName, ShapeSizes } from "./shapes.ts";
 
 /** The peer the throughput goals name: BullMQ on Redis with AOF everysec. */
@@ -48,8 +48,6 @@ export interface GoalReport {
 }
 
 const THROUGHPUT_SHAPES: readonly ShapeName[] = ["enqueue", "enqueue_batch", "process"];
-
-const formatNumber = (n: number, digits = 0) => n.toLocaleString("en-US", { maximumFractionDigits: digits });
 
 function check(
   goal: string,

@@ -111,7 +111,8 @@ export function ratios(results: readonly ShapeResult[]): Ratio[] {
   return out;
 }
 
-const fmt = (n: number | undefined, digits = 0) =>
+/** `n` with thousands separators and at most `digits` decimals ("-" for none). */
+export const fmt = (n: number | undefined, digits = 0): string =>
   n === undefined || Number.isNaN(n) ? "-" : n.toLocaleString("en-US", { maximumFractionDigits: digits });
 
 /** The results as text tables, one per shape, with ratios against the first (casq) system. */
