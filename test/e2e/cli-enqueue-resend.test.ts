@@ -48,7 +48,10 @@ async function startStub(answer: () => string): Promise<Stub> {
           const what = answer();
           if (what === "hang") {
             await new Promise((resolve) => ctx.signal.addEventListener("abort", resolve, { once: true }));
-            throw new ConnectError("client gave up", Code.Canceled);
+            // The call's deadline (its grpc-timeout) may end it here a moment before the client's own
+            // timer: answer as a server does then (DEADLINE_EXCEEDED), never as if the client had
+            // cancelled, which it did not.
+            throw ConnectError.from(ctx.signal.reason ?? new ConnectError("client gave up", Code.Canceled));
           }
           if (what !== "store") {
             throw new ConnectError(
